@@ -1,0 +1,6 @@
+"""Inventory: hosts, clusters and credentials by reference; loading (own + Ansible shape); SSH."""
+
+from chaoskit.inventory.loader import load_inventory
+from chaoskit.inventory.models import Cluster, Host, Inventory, Member, SecretRef
+
+__all__ = ["Cluster", "Host", "Inventory", "Member", "SecretRef", "load_inventory"]

@@ -1,0 +1,223 @@
+"""Load an inventory file in chaoskit's own shape or in Ansible's YAML inventory shape.
+
+Own shape::
+
+    defaults: {user: ops, key_file: ~/.ssh/id_ed25519, become: true}
+    hosts:   {pg1: {address: 10.0.0.11}, ...}
+    clusters: {pg: {kind: postgres-patroni, members: [pg1, pg2], user: postgres,
+                    password: {env: PGPASSWORD}, role_probe: patroni}}
+
+Ansible shape: ``all: {vars, hosts, children}``; ``ansible_host/port/user``,
+``ansible_ssh_private_key_file``, ``ansible_become*`` and ``ProxyJump`` in
+``ansible_ssh_common_args`` are understood; a group whose vars hold ``chaoskit_cluster``
+becomes a cluster whose members are that group's hosts. Other variables are the user's own
+and are ignored.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from chaoskit.errors import InputError
+from chaoskit.inventory.models import Inventory
+from chaoskit.yamlsrc import LineMap, SourceDoc, load_yaml, raise_validation
+
+_OWN_TOP = {"defaults", "hosts", "clusters"}
+_PATH_FIELDS = ("key_file", "known_hosts")
+
+
+def load_inventory(path: str | Path) -> Inventory:
+    doc = load_yaml(path)
+    if not isinstance(doc.data, dict):
+        raise doc.error((), "an inventory is a mapping (hosts/clusters, or Ansible's all:)")
+    if "all" in doc.data:
+        data, lines = _from_ansible(doc)
+    else:
+        unknown = sorted(set(doc.data) - _OWN_TOP)
+        if unknown:
+            raise doc.error((unknown[0],), "unknown field (expected defaults, hosts, clusters or all)")
+        data, lines = _from_own(doc)
+    base = Path(path).resolve().parent
+    for host in data.get("hosts", {}).values():
+        for key in _PATH_FIELDS:
+            if isinstance(host.get(key), str):
+                host[key] = _resolve_path(host[key], base)
+    try:
+        inv = Inventory.model_validate({"source": str(path), **data})
+    except ValidationError as exc:
+        raise raise_validation(exc, doc, lines=lines) from None
+    _check_references(inv, doc, lines)
+    return inv
+
+
+def _resolve_path(value: str, base: Path) -> str:
+    p = Path(value).expanduser()
+    return str(p if p.is_absolute() else base / p)
+
+
+def _from_own(doc: SourceDoc) -> tuple[dict[str, Any], LineMap]:
+    data = doc.data
+    lines = LineMap(doc.lines.lines)
+    defaults = data.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        raise doc.error(("defaults",), "expected a mapping of host fields")
+    hosts_in = data.get("hosts")
+    if not isinstance(hosts_in, dict) or not hosts_in:
+        raise doc.error(("hosts",), "expected a non-empty mapping of host name -> host")
+    hosts: dict[str, Any] = {}
+    for name, fields in hosts_in.items():
+        fields = fields or {}
+        if not isinstance(fields, dict):
+            raise doc.error(("hosts", name), "expected a mapping of host fields")
+        for key in defaults:
+            if key not in fields:
+                lines.lines[("hosts", name, key)] = doc.lines.line(("defaults", key)) or 1
+        hosts[name] = {**defaults, **fields, "name": name}
+    clusters: dict[str, Any] = {}
+    clusters_in = data.get("clusters") or {}
+    if not isinstance(clusters_in, dict):
+        raise doc.error(("clusters",), "expected a mapping of cluster name -> cluster")
+    for name, fields in clusters_in.items():
+        if not isinstance(fields, dict):
+            raise doc.error(("clusters", name), "expected a mapping of cluster fields")
+        clusters[name] = {**fields, "name": name}
+    return {"hosts": hosts, "clusters": clusters}, lines
+
+
+_ANSIBLE_HOST_VARS = {
+    "ansible_host": "address",
+    "ansible_port": "port",
+    "ansible_user": "user",
+    "ansible_ssh_private_key_file": "key_file",
+    "ansible_become": "become",
+    "ansible_become_method": "become_method",
+    "ansible_become_user": "become_user",
+    "chaoskit_tags": "tags",
+    "chaoskit_known_hosts": "known_hosts",
+}
+
+
+def _from_ansible(doc: SourceDoc) -> tuple[dict[str, Any], LineMap]:
+    """Flatten groups into hosts with merged vars (all < parent group < child group < host)."""
+    lines = LineMap()
+    host_group_vars: dict[str, dict[str, tuple[Any, tuple]]] = {}
+    host_own_vars: dict[str, dict[str, tuple[Any, tuple]]] = {}
+    group_members: dict[str, list[str]] = {}
+    cluster_defs: dict[str, tuple[Any, tuple]] = {}
+
+    def walk(group: str, node: Any, path: tuple, inherited: dict[str, tuple[Any, tuple]]) -> list[str]:
+        if node is None:
+            node = {}
+        if not isinstance(node, dict):
+            raise doc.error(path, "expected a group mapping (hosts, children, vars)")
+        extra = sorted(set(node) - {"hosts", "children", "vars"})
+        if extra:
+            raise doc.error((*path, extra[0]), "unknown group key (expected hosts, children or vars)")
+        gvars = node.get("vars") or {}
+        if not isinstance(gvars, dict):
+            raise doc.error((*path, "vars"), "expected a mapping")
+        merged = {**inherited, **{k: (v, (*path, "vars", k)) for k, v in gvars.items()}}
+        members: list[str] = []
+        hosts = node.get("hosts") or {}
+        if not isinstance(hosts, dict):
+            raise doc.error((*path, "hosts"), "expected a mapping of host name -> vars")
+        for hname, hv in hosts.items():
+            hv = hv or {}
+            if not isinstance(hv, dict):
+                raise doc.error((*path, "hosts", hname), "expected a mapping of host vars")
+            host_group_vars.setdefault(hname, {}).update(merged)
+            host_own_vars.setdefault(hname, {}).update(
+                {k: (v, (*path, "hosts", hname, k)) for k, v in hv.items()})
+            lines.lines.setdefault(("hosts", hname), doc.lines.line((*path, "hosts", hname)) or 1)
+            members.append(hname)
+        children = node.get("children") or {}
+        if not isinstance(children, dict):
+            raise doc.error((*path, "children"), "expected a mapping of group name -> group")
+        for cname, cnode in children.items():
+            members.extend(walk(cname, cnode, (*path, "children", cname), merged))
+        unique = list(dict.fromkeys(members))
+        group_members[group] = unique
+        if "chaoskit_cluster" in gvars:
+            cluster_defs[group] = (gvars["chaoskit_cluster"], (*path, "vars", "chaoskit_cluster"))
+        return unique
+
+    walk("all", doc.data["all"], ("all",), {})
+    extra_top = sorted(set(doc.data) - {"all"})
+    if extra_top:
+        raise doc.error((extra_top[0],), "Ansible shape: put every group under all.children")
+
+    hosts: dict[str, Any] = {}
+    for hname, gvars in host_group_vars.items():
+        hvars = {**gvars, **host_own_vars[hname]}
+        out: dict[str, Any] = {"name": hname, "address": hname}
+        for var, (value, src) in hvars.items():
+            if var in _ANSIBLE_HOST_VARS:
+                field = _ANSIBLE_HOST_VARS[var]
+                out[field] = value
+                lines.lines[("hosts", hname, field)] = doc.lines.line(src) or 1
+            elif var == "ansible_ssh_common_args":
+                for field, parsed in _parse_ssh_args(str(value), doc, src).items():
+                    out[field] = parsed
+                    lines.lines[("hosts", hname, field)] = doc.lines.line(src) or 1
+        hosts[hname] = out
+
+    clusters: dict[str, Any] = {}
+    for group, (value, src) in cluster_defs.items():
+        if not isinstance(value, dict):
+            raise doc.error(src, "chaoskit_cluster must be a mapping of cluster fields")
+        name = str(value.get("name", group))
+        fields = {k: v for k, v in value.items() if k != "name"}
+        fields.setdefault("members", group_members[group])
+        clusters[name] = {**fields, "name": name}
+        lines.copy_subtree(src, ("clusters", name), doc.lines)
+    return {"hosts": hosts, "clusters": clusters}, lines
+
+
+def _parse_ssh_args(args: str, doc: SourceDoc, src: tuple) -> dict[str, Any]:
+    """The ssh options chaoskit honours from ansible_ssh_common_args."""
+    out: dict[str, Any] = {}
+    try:
+        words = shlex.split(args)
+    except ValueError as exc:
+        raise doc.error(src, f"cannot parse ssh args: {exc}") from None
+    options: list[str] = []
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if w in ("-J", "-o") and i + 1 < len(words):
+            options.append(("ProxyJump=" + words[i + 1]) if w == "-J" else words[i + 1])
+            i += 2
+            continue
+        if w.startswith("-o") and len(w) > 2:
+            options.append(w[2:])
+        i += 1
+    for opt in options:
+        key, _, value = opt.replace(" ", "=", 1).partition("=")
+        key = key.strip().lower()
+        if key == "proxyjump":
+            out["jump"] = value.strip()
+        elif key == "userknownhostsfile":
+            out["known_hosts"] = value.strip()
+        elif key == "stricthostkeychecking":
+            out["strict_host_keys"] = value.strip().lower() not in ("no", "off", "accept-new")
+    return out
+
+
+def _check_references(inv: Inventory, doc: SourceDoc, lines: LineMap) -> None:
+    for hname, host in inv.hosts.items():
+        if host.jump and "@" not in host.jump and ":" not in host.jump and host.jump not in inv.hosts:
+            raise InputError(f"jump host {host.jump!r} is not in the inventory", source=doc.source,
+                             line=lines.line(("hosts", hname, "jump")), field=f"hosts.{hname}.jump")
+        if host.jump == hname:
+            raise InputError("a host cannot be its own jump host", source=doc.source,
+                             line=lines.line(("hosts", hname, "jump")), field=f"hosts.{hname}.jump")
+    for cname, cluster in inv.clusters.items():
+        for i, member in enumerate(cluster.members):
+            if member.host not in inv.hosts:
+                raise InputError(f"member host {member.host!r} is not in the inventory",
+                                 source=doc.source, line=lines.line(("clusters", cname, "members", i)),
+                                 field=f"clusters.{cname}.members[{i}]")

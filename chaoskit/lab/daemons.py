@@ -1,0 +1,218 @@
+"""Configuration and launchers of the lab's daemons (sshd, etcd, Patroni, MariaDB).
+
+Every daemon is started by a small launcher script the lab writes next to its data. The same
+script is what a drill runs over SSH to restart a crashed node, so a restart in a drill is the
+same start as in `lab up`. Launchers detach the daemon (setsid, own log, stdin from /dev/null),
+give it its host name (`unshare --uts`) and write its pid file.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+from chaoskit.lab.spec import (
+    ETCD_PORT,
+    MARIADB_PORT,
+    PATRONI_PORT,
+    PG_PORT,
+    PG_SCOPE,
+    SUBNET_PREFIX,
+    LabHost,
+    Paths,
+)
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+DEBIAN_PATRONI = Path("/usr/bin/patroni")
+
+
+def write_launcher(host: LabHost, daemon: str, command: str, pid_file: Path, *, log: Path,
+                   user: str | None = None, env: dict[str, str] | None = None) -> Path:
+    """A script that starts `command` detached in the host's namespace and records its pid."""
+    inner = f"hostname {host.name}; exec "
+    if env:
+        inner += "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " "
+    if user:
+        inner += f"setpriv --reuid={user} --regid={user} --init-groups "
+    inner += command
+    script = Paths.launcher(host, daemon)
+    script.write_text(
+        "#!/bin/sh\n"
+        f"# chaoskit lab: start {daemon} of {host.name} detached in netns {host.netns}, pid to {pid_file}\n"
+        "cd /\n"
+        f"setsid ip netns exec {host.netns} unshare --uts sh -c {shlex.quote(inner)}"
+        f" >>{shlex.quote(str(log))} 2>&1 </dev/null &\n"
+        f"echo $! > {shlex.quote(str(pid_file))}\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+# -- sshd ------------------------------------------------------------------------------------
+def sshd_setup(host: LabHost) -> Path:
+    key = host.dir / "ssh_host_ed25519_key"
+    if not key.exists():
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", host.name, "-f", str(key)],
+                       check=True, capture_output=True)
+    config = host.dir / "sshd_config"
+    config.write_text("\n".join([
+        f"ListenAddress {host.address}:22",
+        f"HostKey {key}",
+        f"PidFile {host.dir / 'sshd.pid'}",
+        f"AuthorizedKeysFile {Paths.authorized_keys}",
+        "StrictModes no", "UsePAM no", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
+        "PermitRootLogin prohibit-password", "UseDNS no", "MaxStartups 100:30:200", "MaxSessions 200",
+        "AllowTcpForwarding yes", "ClientAliveInterval 5", "LogLevel ERROR",
+        "Subsystem sftp internal-sftp", "",
+    ]))
+    return write_launcher(host, "sshd", f"/usr/sbin/sshd -D -f {config}", host.dir / "sshd.pid",
+                          log=host.dir / "sshd.log")
+
+
+def host_public_key(host: LabHost) -> str:
+    """`type base64` of the host's key, for known_hosts."""
+    kind, blob = (host.dir / "ssh_host_ed25519_key.pub").read_text().split()[:2]
+    return f"{kind} {blob}"
+
+
+# -- etcd ------------------------------------------------------------------------------------
+def etcd_setup(host: LabHost) -> Path:
+    url = f"http://{host.address}"
+    args = [
+        "/usr/bin/etcd", "--name", host.name, "--data-dir", str(host.dir / "etcd"),
+        "--listen-client-urls", f"{url}:{ETCD_PORT}", "--advertise-client-urls", f"{url}:{ETCD_PORT}",
+        "--listen-peer-urls", f"{url}:2380", "--initial-advertise-peer-urls", f"{url}:2380",
+        "--initial-cluster", f"{host.name}={url}:2380", "--initial-cluster-state", "new",
+        "--heartbeat-interval", "100", "--election-timeout", "1000", "--log-level", "warn",
+    ]
+    return write_launcher(host, "etcd", shlex.join(args), host.dir / "etcd.pid", log=host.dir / "etcd.log")
+
+
+# -- Patroni + PostgreSQL ---------------------------------------------------------------------
+def patroni_binary(flavour: str) -> Path:
+    return DEBIAN_PATRONI if flavour == "debian" else Paths.cache / "patroni-venv" / "bin" / "patroni"
+
+
+def ensure_pypi_patroni() -> Path:
+    """A venv built with /usr/bin/python3 under the lab's cache (readable by postgres)."""
+    venv = Paths.cache / "patroni-venv"
+    binary = venv / "bin" / "patroni"
+    if not binary.exists():
+        subprocess.run(["/usr/bin/python3", "-m", "venv", str(venv)], check=True, capture_output=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "patroni[etcd3,psycopg3]>=4"],
+                       check=True, capture_output=True, timeout=600)
+    for p in [Paths.cache, *venv.parents]:
+        if p == Path("/"):
+            break
+        p.chmod(p.stat().st_mode | 0o005)
+    return binary
+
+
+def patroni_timings(flavour: str) -> dict[str, int]:
+    """Short timings so failover takes seconds; PyPI Patroni 4 enforces ttl >= 20."""
+    if flavour == "debian":
+        return {"ttl": 10, "loop_wait": 1, "retry_timeout": 4}
+    return {"ttl": 20, "loop_wait": 1, "retry_timeout": 3}
+
+
+def patroni_setup(host: LabHost, dcs: LabHost, flavour: str, superuser_pw: str, repl_pw: str) -> Path:
+    host.dir.mkdir(parents=True, exist_ok=True)
+    run_dir = host.dir / "run"
+    run_dir.mkdir(exist_ok=True)
+    shutil.chown(host.dir, "postgres", "postgres")
+    shutil.chown(run_dir, "postgres", "postgres")
+    subnet = f"{SUBNET_PREFIX}.0/24"
+    config = {
+        "scope": PG_SCOPE,
+        "name": host.name,
+        "log": {"level": "INFO", "dir": str(host.dir), "file_num": 2, "file_size": 10_000_000},
+        "restapi": {"listen": f"{host.address}:{PATRONI_PORT}",
+                    "connect_address": f"{host.address}:{PATRONI_PORT}"},
+        "etcd3": {"hosts": [f"{dcs.address}:{ETCD_PORT}"]},
+        "bootstrap": {
+            "dcs": {
+                **patroni_timings(flavour),
+                "maximum_lag_on_failover": 1048576,
+                "synchronous_mode": False,
+                "postgresql": {
+                    "use_pg_rewind": True,
+                    "use_slots": True,
+                    "parameters": {
+                        "wal_level": "replica", "hot_standby": "on", "wal_log_hints": "on",
+                        "max_wal_senders": 10, "max_replication_slots": 10, "max_connections": 200,
+                        "wal_keep_size": "128MB", "wal_sender_timeout": "5s", "wal_receiver_timeout": "5s",
+                    },
+                },
+            },
+            "initdb": [{"encoding": "UTF8"}, {"locale": "C"}, "no-sync"],
+        },
+        "postgresql": {
+            "listen": f"{host.address},127.0.0.1:{PG_PORT}",
+            "connect_address": f"{host.address}:{PG_PORT}",
+            "data_dir": str(Paths.pg_data(host)),
+            "bin_dir": str(PG_BIN),
+            "pgpass": str(host.dir / "pgpass"),
+            "use_unix_socket": True,
+            "authentication": {
+                "superuser": {"username": "postgres", "password": superuser_pw},
+                "replication": {"username": "replicator", "password": repl_pw},
+                "rewind": {"username": "postgres", "password": superuser_pw},
+            },
+            "parameters": {
+                "unix_socket_directories": str(run_dir),
+                "dynamic_shared_memory_type": "mmap",
+                "shared_buffers": "64MB",
+                "logging_collector": "off",
+                "password_encryption": "scram-sha-256",
+            },
+            "basebackup": [{"checkpoint": "fast"}, "no-sync"],
+            "pg_hba": [
+                "local all all trust",
+                "host all all 127.0.0.1/32 trust",
+                f"host replication replicator {subnet} scram-sha-256",
+                f"host all all {subnet} scram-sha-256",
+            ],
+        },
+        "tags": {"nofailover": False, "noloadbalance": False, "clonefrom": False, "nosync": False},
+    }
+    cfg = host.dir / "patroni.yml"
+    cfg.write_text(json.dumps(config, indent=2))  # JSON is YAML; Patroni reads it as such
+    cfg.chmod(0o600)
+    shutil.chown(cfg, "postgres", "postgres")
+    return write_launcher(host, "patroni", f"{patroni_binary(flavour)} {cfg}", Paths.patroni_pid(host),
+                          log=host.dir / "patroni.out", user="postgres",
+                          env={"HOME": str(host.dir), "PATH": "/usr/bin:/bin"})
+
+
+# -- MariaDB --------------------------------------------------------------------------------
+def mariadb_setup(host: LabHost, server_id: int) -> Path:
+    data = host.dir / "mysql"
+    host.dir.mkdir(parents=True, exist_ok=True)
+    shutil.chown(host.dir, "mysql", "mysql")
+    cnf = Paths.mariadb_cnf(host)
+    cnf.write_text("\n".join([
+        "[mysqld]",
+        f"datadir={data}",
+        f"socket={Paths.mariadb_socket(host)}",
+        f"pid-file={Paths.mariadb_pid(host)}",
+        f"log-error={host.dir / 'error.log'}",
+        f"bind-address={host.address}",
+        f"port={MARIADB_PORT}",
+        f"server-id={server_id}",
+        "log-bin=mysql-bin", "log-slave-updates=1", "binlog-format=ROW", "gtid-strict-mode=1",
+        "sync-binlog=1", "innodb-flush-log-at-trx-commit=1",
+        "innodb-buffer-pool-size=64M", "innodb-log-file-size=32M", "skip-name-resolve",
+        "max-connections=300", "performance-schema=OFF", "",
+    ]))
+    if not (data / "mysql").exists():
+        res = subprocess.run(["mariadb-install-db", f"--defaults-file={cnf}", "--user=mysql",
+                              "--auth-root-authentication-method=socket", "--skip-test-db"],
+                             capture_output=True, text=True, timeout=120)
+        if res.returncode != 0:
+            tail = (res.stderr.strip() or res.stdout.strip()).splitlines()[-3:]
+            raise RuntimeError(f"mariadb-install-db on {host.name} failed: {' | '.join(tail)}")
+    return write_launcher(host, "mariadb", f"/usr/sbin/mariadbd --defaults-file={cnf} --user=mysql",
+                          host.dir / "mariadb.launch.pid", log=host.dir / "mariadbd.out")

@@ -1,0 +1,108 @@
+"""What the lab is: names, addresses, ports and paths. The one source for `lab up` and lab.yaml."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STATE_DIR = Path("/var/lib/chaoskit-lab")
+BRIDGE = "ckbr0"
+SUBNET_PREFIX = "10.77.0"
+BRIDGE_ADDRESS = f"{SUBNET_PREFIX}.1"
+NETNS_PREFIX = "ck-"
+SSH_USER = "ckops"  # the unprivileged login that escalates with sudo
+PG_SCOPE = "chaoskit-lab"
+PG_PORT = 5432
+PATRONI_PORT = 8008
+ETCD_PORT = 2379
+MARIADB_PORT = 3306
+MARIADB_DATABASE = "chaoskit"
+MARIADB_USER = "chaoskit"
+
+
+@dataclass(frozen=True)
+class LabHost:
+    name: str
+    octet: int
+    role: str  # dcs | pg | mariadb
+
+    @property
+    def address(self) -> str:
+        return f"{SUBNET_PREFIX}.{self.octet}"
+
+    @property
+    def netns(self) -> str:
+        return NETNS_PREFIX + self.name
+
+    @property
+    def veth(self) -> str:
+        return "ckv-" + self.name
+
+    @property
+    def dir(self) -> Path:
+        return STATE_DIR / "hosts" / self.name
+
+
+@dataclass(frozen=True)
+class LabSpec:
+    hosts: tuple[LabHost, ...] = field(default_factory=lambda: (
+        LabHost("dcs1", 10, "dcs"),
+        LabHost("pg1", 11, "pg"), LabHost("pg2", 12, "pg"), LabHost("pg3", 13, "pg"),
+        LabHost("my1", 21, "mariadb"), LabHost("my2", 22, "mariadb"),
+    ))
+
+    def by_role(self, role: str) -> list[LabHost]:
+        return [h for h in self.hosts if h.role == role]
+
+    def host(self, name: str) -> LabHost:
+        return next(h for h in self.hosts if h.name == name)
+
+    @property
+    def jump_host(self) -> LabHost:
+        return self.by_role("dcs")[0]
+
+
+SPEC = LabSpec()
+
+
+class Paths:
+    """Every file the lab writes lives under STATE_DIR, so `down` can remove it all."""
+
+    root = STATE_DIR
+    state = STATE_DIR / "state.json"
+    lock = STATE_DIR / ".lock"
+    ssh = STATE_DIR / "ssh"
+    client_key = STATE_DIR / "ssh" / "id_ed25519"
+    known_hosts = STATE_DIR / "ssh" / "known_hosts"
+    authorized_keys = STATE_DIR / "ssh" / "authorized_keys"
+    secrets = STATE_DIR / "secrets"
+    cache = STATE_DIR / "cache"  # kept across `down` (the PyPI Patroni venv)
+    sudoers = Path("/etc/sudoers.d/chaoskit-lab")
+
+    @staticmethod
+    def secret(name: str) -> Path:
+        return STATE_DIR / "secrets" / name
+
+    @staticmethod
+    def pg_data(host: LabHost) -> Path:
+        return host.dir / "pgdata"
+
+    @staticmethod
+    def patroni_pid(host: LabHost) -> Path:
+        return host.dir / "patroni.pid"
+
+    @staticmethod
+    def launcher(host: LabHost, daemon: str) -> Path:
+        return host.dir / f"start-{daemon}"
+
+    @staticmethod
+    def mariadb_cnf(host: LabHost) -> Path:
+        return host.dir / "my.cnf"
+
+    @staticmethod
+    def mariadb_pid(host: LabHost) -> Path:
+        return host.dir / "mysqld.pid"
+
+    @staticmethod
+    def mariadb_socket(host: LabHost) -> Path:
+        return host.dir / "mysqld.sock"

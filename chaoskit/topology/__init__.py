@@ -1,0 +1,1 @@
+"""Role and lag probes per HA stack (SQL, Patroni REST, MariaDB replication)."""

@@ -1,0 +1,30 @@
+"""Durations and sizes as users write them in YAML and on the command line ("30s", "100ms")."""
+
+from __future__ import annotations
+
+import re
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|ms|s|m|h)?\s*$")
+_FACTORS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(value: str | int | float) -> float:
+    """Seconds from `30s`, `100ms`, `2m`, `1.5h` or a bare number of seconds."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as 30s or 100ms")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError("a duration cannot be negative")
+        return float(value)
+    match = _DURATION.match(str(value))
+    if not match:
+        raise ValueError(f"not a duration: {value!r} (expected e.g. 30s, 100ms, 2m)")
+    return float(match.group(1)) * _FACTORS[match.group(2)]
+
+
+def format_duration(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 120:
+        return f"{seconds:g}s"
+    return f"{seconds / 60:g}m"
