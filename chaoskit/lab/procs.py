@@ -7,6 +7,7 @@ recycled pid is never signalled), or by `ip netns pids` of a namespace the lab c
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -67,19 +68,15 @@ def run_launcher(script: Path, pid_file: Path, timeout: float = 10.0) -> int:
 def terminate(pids: list[int], *, grace: float, sig: int = signal.SIGTERM) -> list[int]:
     """Signal pids, wait up to `grace` seconds, SIGKILL what is left; returns pids still alive."""
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and any(alive(p) for p in pids):
         time.sleep(0.05)
     left = [p for p in pids if alive(p)]
     for pid in left:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and any(alive(p) for p in left):
         time.sleep(0.05)

@@ -1,0 +1,119 @@
+"""The driver interface every adapter implements, and the fixed error classes.
+
+Contract for an adapter:
+- `connect_writer()` reaches whichever node accepts writes now (libpq multi-host with
+  target_session_attrs=read-write, an ordered MySQL endpoint list, a DM service name);
+  `connect_member(member)` reaches one node. Connections are autocommit and carry connect,
+  statement and TCP keepalive/user timeouts, so a dead or partitioned server answers with an
+  error in bounded time.
+- `classify(exc)` maps any exception to one `ErrorClass`, never raises.
+- `is_writable(conn)` answers from the server itself (pg_is_in_recovery, @@read_only, ...).
+- `interrupt(conn)` unblocks a call stuck on a frozen server from another thread (a frozen host
+  still ACKs TCP, so only the client can end the wait).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from abc import ABC, abstractmethod
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from chaoskit.errors import InputError
+
+if TYPE_CHECKING:
+    from chaoskit.inventory.models import Cluster, Inventory, Member
+
+
+class ErrorClass(StrEnum):
+    connect_refused = "connect_refused"
+    connection_lost = "connection_lost"
+    read_only = "read_only"
+    timeout = "timeout"
+    serialization = "serialization"
+    constraint = "constraint"
+    other = "other"
+
+
+class Driver(ABC):
+    family: str = ""
+    placeholder: str = "%s"
+
+    def __init__(self, cluster: Cluster, inventory: Inventory, *, connect_timeout: float = 2.0,
+                 op_timeout: float = 5.0) -> None:
+        self.cluster = cluster
+        self.inventory = inventory
+        self.connect_timeout = connect_timeout
+        self.op_timeout = op_timeout
+
+    def password(self) -> str | None:
+        if self.cluster.password is None:
+            return None
+        try:
+            return self.cluster.password.resolve()
+        except LookupError as exc:
+            raise InputError(str(exc), source=self.inventory.source,
+                             field=f"clusters.{self.cluster.name}.password") from None
+
+    def member_endpoint(self, member: Member) -> tuple[str, int]:
+        return self.inventory.member_address(member), member.db_port or self.cluster.port
+
+    @abstractmethod
+    def connect_writer(self) -> Any: ...
+
+    @abstractmethod
+    def connect_member(self, member: Member) -> Any: ...
+
+    @abstractmethod
+    def classify(self, exc: BaseException) -> ErrorClass: ...
+
+    @abstractmethod
+    def is_writable(self, conn: Any) -> bool: ...
+
+    @abstractmethod
+    def server_version(self, conn: Any) -> str: ...
+
+    def interrupt(self, conn: Any) -> None:
+        """Shut the connection's socket down so a blocked call returns with an error."""
+        fd = self._fileno(conn)
+        if fd is None:
+            return
+        with contextlib.suppress(OSError):
+            dup = socket.socket(fileno=os.dup(fd))
+            try:
+                dup.shutdown(socket.SHUT_RDWR)
+            finally:
+                dup.close()
+
+    def _fileno(self, conn: Any) -> int | None:
+        try:
+            return conn.fileno()
+        except Exception:  # closed or no socket: nothing to interrupt
+            return None
+
+    @staticmethod
+    def close_quietly(conn: Any) -> None:
+        if conn is None:
+            return
+        with contextlib.suppress(Exception):
+            conn.close()
+
+
+def driver_for(cluster: Cluster, inventory: Inventory, **kwargs: Any) -> Driver:
+    """The adapter for a cluster's kind (chosen by config, like Patroni's DCS classes)."""
+    if cluster.kind in ("postgres-patroni", "postgres"):
+        from chaoskit.db.postgres import PostgresDriver
+
+        return PostgresDriver(cluster, inventory, **kwargs)
+    if cluster.kind in ("mariadb-replication", "mysql"):
+        from chaoskit.db.mysql import MySQLDriver
+
+        return MySQLDriver(cluster, inventory, **kwargs)
+    if cluster.kind == "dameng":
+        from chaoskit.db.dameng import DamengDriver
+
+        return DamengDriver(cluster, inventory, **kwargs)
+    raise InputError(f"no driver for cluster kind {cluster.kind!r}", source=inventory.source,
+                     field=f"clusters.{cluster.name}.kind")

@@ -1,0 +1,125 @@
+"""MySQL, MariaDB and MySQL-protocol endpoints (PolarDB, ShardingSphere-Proxy) through PyMySQL.
+
+Reconnect-to-new-primary: the cluster's `endpoints` are tried in order and the first that
+accepts writes (@@read_only = 0) wins, like a client with a list of hosts. Timeouts: connect,
+socket read/write (a frozen or partitioned server gives error 2013 "timed out") and a
+server-side statement limit where the server has one. TLS (ssl_ca, ssl_cert, ssl_key, ...)
+and option files (read_default_file) pass through from the cluster's `options`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pymysql
+import pymysql.err
+
+from chaoskit.db.base import Driver, ErrorClass
+from chaoskit.inventory.models import Member
+
+# Server and client error numbers, grouped.
+_REFUSED = {2003, 2002, 2005, 1040, 1045, 1129, 1130, 1053, 2026, 1927}  # 1927: connection killed at start
+_LOST = {2006, 2013, 2014, 2055, 1152, 1153, 1159, 1161, 1317, 4031}
+_READ_ONLY = {1290, 1792, 1836, 1874}
+_TIMEOUT = {1205, 3024, 1969, 1907}  # lock wait, max_execution_time, MariaDB max_statement_time
+_SERIALIZATION = {1213, 1614, 3101}
+_CONSTRAINT = {1022, 1062, 1169, 1216, 1217, 1451, 1452, 1557, 1586, 3819, 4025}
+
+
+class MySQLDriver(Driver):
+    family = "mysql"
+
+    def endpoints(self) -> list[tuple[str, int]]:
+        if self.cluster.endpoints:
+            out = []
+            for ep in self.cluster.endpoints:
+                host, _, port = ep.rpartition(":")
+                out.append((host or ep, int(port) if host else self.cluster.port))
+            return out
+        return [self.member_endpoint(m) for m in self.cluster.members]
+
+    def connect_params(self, host: str, port: int) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "host": host, "port": port, "user": self.cluster.user, "database": self.cluster.database,
+            "connect_timeout": max(1, math.ceil(self.connect_timeout)),
+            "read_timeout": max(1, math.ceil(self.op_timeout)),
+            "write_timeout": max(1, math.ceil(self.op_timeout)),
+            "autocommit": True, "charset": "utf8mb4",
+        }
+        password = self.password()
+        if password is not None:
+            params["password"] = password
+        ssl = {k[4:]: v for k, v in self.cluster.options.items() if k.startswith("ssl_")}
+        if ssl:
+            params["ssl"] = ssl
+        params.update({k: v for k, v in self.cluster.options.items() if not k.startswith("ssl_")})
+        return params
+
+    def _connect(self, host: str, port: int) -> pymysql.connections.Connection:
+        return pymysql.connect(**self.connect_params(host, port))
+
+    def connect_member(self, member: Member) -> pymysql.connections.Connection:
+        return self._connect(*self.member_endpoint(member))
+
+    def connect_writer(self) -> pymysql.connections.Connection:
+        """First endpoint that accepts writes; raise the most telling error if none does."""
+        last: BaseException | None = None
+        for host, port in self.endpoints():
+            conn = None
+            try:
+                conn = self._connect(host, port)
+                if self.is_writable(conn):
+                    return conn
+                last = pymysql.err.OperationalError(1290, f"{host}:{port} is read-only (@@read_only=1)")
+            except pymysql.MySQLError as exc:
+                last = exc
+            self.close_quietly(conn)
+        assert last is not None
+        raise last
+
+    def is_writable(self, conn: Any) -> bool:
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@global.read_only")
+            return int(cur.fetchone()[0]) == 0
+
+    def server_version(self, conn: Any) -> str:
+        with conn.cursor() as cur:
+            cur.execute("SELECT VERSION()")
+            return str(cur.fetchone()[0])
+
+    def _fileno(self, conn: Any) -> int | None:
+        sock = getattr(conn, "_sock", None)
+        try:
+            return sock.fileno() if sock is not None else None
+        except OSError:
+            return None
+
+    def classify(self, exc: BaseException) -> ErrorClass:
+        try:
+            return self._classify(exc)
+        except Exception:  # classification must never raise
+            return ErrorClass.other
+
+    def _classify(self, exc: BaseException) -> ErrorClass:
+        if isinstance(exc, TimeoutError):
+            return ErrorClass.timeout
+        code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+        text = str(exc).lower()
+        if code in _READ_ONLY or "read-only" in text or "read_only" in text:
+            return ErrorClass.read_only
+        if code in (2003, 2013) and "timed out" in text:
+            return ErrorClass.timeout
+        if code in _REFUSED:
+            return ErrorClass.connect_refused
+        if code in _LOST or isinstance(exc, pymysql.err.InterfaceError | ConnectionError | BrokenPipeError):
+            return ErrorClass.connection_lost
+        if code in _TIMEOUT:
+            return ErrorClass.timeout
+        if code in _SERIALIZATION:
+            return ErrorClass.serialization
+        if code in _CONSTRAINT or isinstance(exc, pymysql.err.IntegrityError):
+            return ErrorClass.constraint
+        if isinstance(exc, OSError):
+            return ErrorClass.connection_lost
+        return ErrorClass.other

@@ -1,0 +1,114 @@
+"""PostgreSQL through psycopg 3.
+
+Reconnect-to-new-primary is libpq's: the cluster DSN may list several hosts with
+`target_session_attrs=read-write`. Timeouts: connect_timeout, server statement_timeout,
+TCP keepalives and tcp_user_timeout (a partition), plus `interrupt` for a frozen server.
+TLS and any other libpq option pass through from the cluster's `options`; .pgpass works as
+usual when no password reference is given.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import psycopg
+from psycopg import errors as pgerr
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from chaoskit.db.base import Driver, ErrorClass
+from chaoskit.inventory.models import Member
+
+_LOST_MARKERS = ("server closed the connection", "connection is lost", "consuming input failed",
+                 "terminating connection", "ssl syscall", "connection reset", "broken pipe",
+                 "the connection is closed", "no connection to the server", "eof detected",
+                 "connection timed out", "sending query")
+_REFUSED_MARKERS = ("connection refused", "no route to host", "could not connect", "is the server running",
+                    "the database system is starting up", "the database system is shutting down",
+                    "the database system is in recovery mode", "network is unreachable",
+                    "connection failed", "failed to resolve")
+_READ_ONLY_MARKERS = ("read-only", "read only", "hot standby", "server is in hot standby mode",
+                      "session is read-only", "cannot execute")
+_TIMEOUT_MARKERS = ("timeout expired", "timed out", "canceling statement due to statement timeout")
+
+
+class PostgresDriver(Driver):
+    family = "postgres"
+
+    def _params(self) -> dict[str, Any]:
+        statement_ms = max(1, math.ceil(self.op_timeout * 1000))
+        params: dict[str, Any] = {
+            "connect_timeout": max(1, math.ceil(self.connect_timeout)),
+            "keepalives": 1, "keepalives_idle": 1, "keepalives_interval": 1, "keepalives_count": 3,
+            "tcp_user_timeout": statement_ms,
+            "application_name": "chaoskit",
+            "options": f"-c statement_timeout={statement_ms}",
+        }
+        if self.cluster.user:
+            params["user"] = self.cluster.user
+        password = self.password()
+        if password is not None:
+            params["password"] = password
+        params.update({k: v for k, v in self.cluster.options.items()})
+        return params
+
+    def writer_conninfo(self) -> str:
+        if self.cluster.dsn:
+            base = conninfo_to_dict(self.cluster.dsn)
+        else:
+            hosts = [self.member_endpoint(m) for m in self.cluster.members]
+            base = {"host": ",".join(h for h, _ in hosts), "port": ",".join(str(p) for _, p in hosts),
+                    "target_session_attrs": "read-write"}
+        base.setdefault("dbname", self.cluster.database)
+        return make_conninfo(**{**self._params(), **base})
+
+    def member_conninfo(self, member: Member) -> str:
+        host, port = self.member_endpoint(member)
+        return make_conninfo(**self._params(), host=host, port=port, dbname=self.cluster.database)
+
+    def connect_writer(self) -> psycopg.Connection:
+        return psycopg.connect(self.writer_conninfo(), autocommit=True)
+
+    def connect_member(self, member: Member) -> psycopg.Connection:
+        return psycopg.connect(self.member_conninfo(member), autocommit=True)
+
+    def is_writable(self, conn: Any) -> bool:
+        row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
+        return not row[0]
+
+    def server_version(self, conn: Any) -> str:
+        return str(conn.execute("SHOW server_version").fetchone()[0])
+
+    def classify(self, exc: BaseException) -> ErrorClass:
+        try:
+            return self._classify(exc)
+        except Exception:  # classification must never raise
+            return ErrorClass.other
+
+    def _classify(self, exc: BaseException) -> ErrorClass:
+        if isinstance(exc, TimeoutError | pgerr.QueryCanceled | psycopg.errors.ConnectionTimeout):
+            return ErrorClass.timeout
+        if isinstance(exc, pgerr.ReadOnlySqlTransaction):
+            return ErrorClass.read_only
+        if isinstance(exc, pgerr.SerializationFailure | pgerr.DeadlockDetected):
+            return ErrorClass.serialization
+        if isinstance(exc, psycopg.IntegrityError):
+            return ErrorClass.constraint
+        if isinstance(exc, pgerr.AdminShutdown | pgerr.CrashShutdown):
+            return ErrorClass.connection_lost
+        if isinstance(exc, pgerr.CannotConnectNow):
+            return ErrorClass.connect_refused
+        text = str(exc).lower()
+        if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError | OSError):
+            if any(m in text for m in _TIMEOUT_MARKERS):
+                return ErrorClass.timeout
+            if "read-write" in text or "target_session_attrs" in text or "hot standby" in text:
+                return ErrorClass.read_only
+            if any(m in text for m in _REFUSED_MARKERS):
+                return ErrorClass.connect_refused
+            if any(m in text for m in _LOST_MARKERS) or isinstance(exc, psycopg.InterfaceError):
+                return ErrorClass.connection_lost
+            return ErrorClass.connection_lost
+        if any(m in text for m in _READ_ONLY_MARKERS) and "transaction" in text:
+            return ErrorClass.read_only
+        return ErrorClass.other

@@ -1,0 +1,182 @@
+"""Inventory loading: both shapes, precedence, and every error path (file, line, field)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from chaoskit.errors import InputError
+from chaoskit.inventory import load_inventory
+from chaoskit.lab.inventory_file import REPO_LAB_INVENTORY, render
+
+
+def write(tmp_path: Path, text: str, name: str = "inv.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text).lstrip("\n"))
+    return p
+
+
+OWN = """
+defaults:
+  user: ops
+  become: true
+  key_file: keys/id_ed25519
+hosts:
+  db1: {address: 10.1.0.1}
+  db2:
+    address: 10.1.0.2
+    port: 2222
+    user: admin
+    jump: bastion
+    tags: {env: production}
+  bastion: {address: 10.1.0.254, become: false}
+clusters:
+  pg:
+    kind: postgres-patroni
+    members: [db1, {host: db2, db_port: 5433}]
+    user: postgres
+    password: {env: PGPASSWORD}
+    dsn: host=10.1.0.1,10.1.0.2 target_session_attrs=read-write
+    role_probe: patroni
+"""
+
+
+def test_own_shape(tmp_path: Path) -> None:
+    inv = load_inventory(write(tmp_path, OWN))
+    db1, db2 = inv.hosts["db1"], inv.hosts["db2"]
+    assert (db1.user, db1.become, db1.port) == ("ops", True, 22)
+    assert db1.key_file == str(tmp_path / "keys" / "id_ed25519")  # relative to the inventory file
+    assert (db2.user, db2.port, db2.jump, db2.is_production) == ("admin", 2222, "bastion", True)
+    assert inv.hosts["bastion"].become is False
+    pg = inv.clusters["pg"]
+    assert [m.host for m in pg.members] == ["db1", "db2"]
+    assert pg.members[1].db_port == 5433
+    assert pg.patroni is not None and pg.patroni.port == 8008
+    assert pg.password is not None and pg.password.describe() == "env:PGPASSWORD"
+
+
+ANSIBLE = """
+all:
+  vars:
+    ansible_user: deploy
+    ansible_ssh_private_key_file: /keys/deploy
+    some_app_var: ignored
+  hosts:
+    jump1: {ansible_host: 192.0.2.10}
+  children:
+    postgres:
+      vars:
+        ansible_become: true
+        ansible_become_method: sudo
+        ansible_ssh_common_args: "-o ProxyJump=deploy@192.0.2.10:22 -o StrictHostKeyChecking=no"
+        chaoskit_cluster:
+          kind: postgres-patroni
+          user: postgres
+          password: {file: /etc/chaoskit/pg.pw}
+          role_probe: patroni
+      children:
+        pg_east:
+          hosts:
+            pg-a: {ansible_host: 192.0.2.11, ansible_port: 2201}
+        pg_west:
+          hosts:
+            pg-b: {ansible_host: 192.0.2.12, ansible_user: override}
+"""
+
+
+def test_ansible_shape(tmp_path: Path) -> None:
+    inv = load_inventory(write(tmp_path, ANSIBLE))
+    a, b, j = inv.hosts["pg-a"], inv.hosts["pg-b"], inv.hosts["jump1"]
+    assert (a.address, a.port, a.user, a.key_file) == ("192.0.2.11", 2201, "deploy", "/keys/deploy")
+    assert (a.become, a.become_method, a.jump, a.strict_host_keys) == (True, "sudo", "deploy@192.0.2.10:22", False)
+    assert b.user == "override"  # host vars beat group vars
+    assert j.become is False and j.jump is None
+    pg = inv.clusters["postgres"]
+    assert [m.host for m in pg.members] == ["pg-a", "pg-b"]
+    assert pg.kind == "postgres-patroni"
+
+
+def test_ansible_dash_j_and_unknown_vars(tmp_path: Path) -> None:
+    inv = load_inventory(write(tmp_path, """
+    all:
+      hosts:
+        h1: {ansible_host: 192.0.2.1, ansible_ssh_common_args: "-J ops@192.0.2.9", whatever: 1}
+    """))
+    assert inv.hosts["h1"].jump == "ops@192.0.2.9"
+
+
+@pytest.mark.parametrize(("text", "line", "field", "message"), [
+    ("hosts:\n  a: {address: 10.0.0.1\n", 3, None, "invalid YAML"),
+    ("hosts:\n  a: x\n b: y\n", 3, None, "invalid YAML"),
+    ("hosts:\n  a: {address: 10.0.0.1}\nextras: 1\n", 3, "extras", "unknown field"),
+    ("hosts:\n  a:\n    address: 10.0.0.1\n    prot: 22\n", 4, "hosts.a.prot", "unknown field"),
+    ("hosts:\n  a:\n    address: 10.0.0.1\n    port: ssh\n", 4, "hosts.a.port", "valid integer"),
+    ("hosts:\n  a:\n    address: 10.0.0.1\n    port: 70000\n", 4, "hosts.a.port", "less than or equal"),
+    ("hosts:\n  a:\n    port: 22\n", 2, "hosts.a.address", "field required"),
+    ("hosts:\n  a: {address: x}\n  a: {address: y}\n", 3, "hosts.a", "duplicate key"),
+    ("hosts:\n  a: {address: x, jump: nowhere}\n", 2, "hosts.a.jump", "not in the inventory"),
+    ("hosts:\n  a: {address: x}\nclusters:\n  c:\n    kind: postgres\n    user: u\n    members: [a, b]\n",
+     7, "clusters.c.members[1]", "not in the inventory"),
+    ("hosts:\n  a: {address: x}\nclusters:\n  c:\n    kind: postgres\n    user: u\n    members: [a]\n"
+     "    password: hunter2\n", 8, "clusters.c.password", "inline secrets are not allowed"),
+    ("hosts:\n  a: {address: x}\nclusters:\n  c:\n    kind: postgres\n    user: u\n    members: [a]\n"
+     "    password: {env: A, file: /b}\n", 8, "clusters.c.password", "exactly one of env or file"),
+    ("hosts:\n  a: {address: x}\nclusters:\n  c:\n    kind: oracle\n    user: u\n    members: [a]\n",
+     5, "clusters.c.kind", "Input should be"),
+    ("hosts:\n  a: {address: x}\nclusters:\n  c:\n    kind: mysql\n    members: [a]\n",
+     4, "clusters.c.user", "field required"),
+    ("", 1, None, "empty document"),
+    ("- a\n- b\n", 1, None, "mapping"),
+    ("all:\n  hosts:\n    a: {ansible_port: nope}\n", 3, "hosts.a.port", "valid integer"),
+    ("all:\n  childs:\n    g: {}\n", 2, "all.childs", "unknown group key"),
+    ("all:\n  children:\n    g:\n      hosts: [a, b]\n", 4, "all.children.g.hosts", "expected a mapping"),
+    ("all:\n  hosts: {a: {}}\nweb:\n  hosts: {}\n", 3, "web", "under all.children"),
+    ("all:\n  children:\n    g:\n      vars:\n        chaoskit_cluster: {kind: postgres, user: u, nope: 1}\n"
+     "      hosts: {a: {}}\n", 5, "clusters.g.nope", "unknown field"),
+])
+def test_errors_name_file_line_field(tmp_path: Path, text: str, line: int, field: str | None, message: str) -> None:
+    path = write(tmp_path, text) if text else tmp_path / "inv.yaml"
+    if not text:
+        path.write_text("")
+    with pytest.raises(InputError) as info:
+        load_inventory(path)
+    err = info.value
+    assert err.source == str(path)
+    assert err.line == line, err.one_line()
+    assert err.field == field, err.one_line()
+    assert message in err.detail, err.one_line()
+    assert "\n" not in err.one_line()
+    assert err.one_line().startswith(f"{path}:{line}: ")
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="file not found"):
+        load_inventory(tmp_path / "nope.yaml")
+
+
+def test_secret_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from chaoskit.inventory.models import SecretRef
+
+    monkeypatch.setenv("CK_TEST_PW", "s3cret")
+    assert SecretRef(env="CK_TEST_PW").resolve() == "s3cret"
+    f = tmp_path / "pw"
+    f.write_text("filepw\n")
+    assert SecretRef(file=str(f)).resolve() == "filepw"
+    monkeypatch.delenv("CK_TEST_PW")
+    with pytest.raises(LookupError, match="CK_TEST_PW"):
+        SecretRef(env="CK_TEST_PW").resolve()
+
+
+def test_models_are_frozen(tmp_path: Path) -> None:
+    inv = load_inventory(write(tmp_path, OWN))
+    with pytest.raises(Exception, match="frozen"):
+        inv.hosts["db1"].port = 1  # type: ignore[misc]
+
+
+def test_committed_lab_inventory_matches_the_lab_spec() -> None:
+    assert REPO_LAB_INVENTORY.read_text() == render(), "regenerate inventories/lab.yaml from chaoskit.lab"
+    inv = load_inventory(REPO_LAB_INVENTORY)
+    assert set(inv.clusters) == {"pg", "mariadb"}
+    assert inv.hosts["my1"].jump == "dcs1" and inv.hosts["pg1"].become
