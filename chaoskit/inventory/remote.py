@@ -13,6 +13,7 @@ the host says `strict_host_keys: false`.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import select
 import shlex
@@ -217,8 +218,10 @@ class _Shell:
 
     def execute(self, command: str, timeout: float | None) -> tuple[int, str, str, float, float]:
         marker = "__ck_" + secrets.token_hex(8)
-        script = (f"{{ {command}\n}} </dev/null; __ck_rc=$?; printf '\\n%s %d\\n' {marker} $__ck_rc;"
-                  f" printf '\\n%s\\n' {marker} >&2\n")
+        # stderr's marker first: paramiko wakes select() only for stdout data, so the stdout
+        # marker arriving last is what ends the wait.
+        script = (f"{{ {command}\n}} </dev/null; __ck_rc=$?; printf '\\n%s\\n' {marker} >&2;"
+                  f" printf '\\n%s %d\\n' {marker} $__ck_rc\n")
         started = time.time()
         self.channel.sendall(script.encode())
         out, err = bytearray(), bytearray()
@@ -240,10 +243,8 @@ class _Shell:
                 raise EOFError("remote shell exited")
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"no reply within {timeout}s")
-            select.select([self.channel], [], [], 0.05)
+            select.select([self.channel], [], [], 0.0005 if idx >= 0 else 0.05)
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # closing a dead channel must never mask the real error
             self.channel.close()
-        except Exception:  # closing a dead channel must never mask the real error
-            pass

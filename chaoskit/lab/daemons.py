@@ -188,7 +188,9 @@ def patroni_setup(host: LabHost, dcs: LabHost, flavour: str, superuser_pw: str, 
 
 
 # -- MariaDB --------------------------------------------------------------------------------
-def mariadb_setup(host: LabHost, server_id: int) -> Path:
+def mariadb_setup(host: LabHost, server_id: int, template: Path | None = None) -> Path:
+    """my.cnf and a data directory; `template` is a bootstrapped datadir to copy instead of
+    running mariadb-install-db again (two concurrent bootstraps have been seen to fail)."""
     data = host.dir / "mysql"
     host.dir.mkdir(parents=True, exist_ok=True)
     shutil.chown(host.dir, "mysql", "mysql")
@@ -208,11 +210,15 @@ def mariadb_setup(host: LabHost, server_id: int) -> Path:
         "max-connections=300", "performance-schema=OFF", "",
     ]))
     if not (data / "mysql").exists():
-        res = subprocess.run(["mariadb-install-db", f"--defaults-file={cnf}", "--user=mysql",
-                              "--auth-root-authentication-method=socket", "--skip-test-db"],
-                             capture_output=True, text=True, timeout=120)
-        if res.returncode != 0:
-            tail = (res.stderr.strip() or res.stdout.strip()).splitlines()[-3:]
-            raise RuntimeError(f"mariadb-install-db on {host.name} failed: {' | '.join(tail)}")
+        if template is not None:
+            subprocess.run(["cp", "-a", str(template), str(data)], check=True, capture_output=True)
+        else:
+            res = subprocess.run(["mariadb-install-db", f"--defaults-file={cnf}", "--user=mysql",
+                                  "--auth-root-authentication-method=socket", "--skip-test-db"],
+                                 capture_output=True, text=True, timeout=120)
+            if res.returncode != 0:
+                lines = (res.stdout + res.stderr).strip().splitlines()
+                errors = [ln for ln in lines if "error" in ln.lower()][:6] or lines[:6]
+                raise RuntimeError(f"mariadb-install-db on {host.name} failed: {' | '.join(errors)}")
     return write_launcher(host, "mariadb", f"/usr/sbin/mariadbd --defaults-file={cnf} --user=mysql",
                           host.dir / "mariadb.launch.pid", log=host.dir / "mariadbd.out")

@@ -136,8 +136,7 @@ def _build(spec: LabSpec, flavour: str, timeout: float) -> None:
         started[key] = {"pid": pid, "start": start_time(pid) or 0}
 
     with ThreadPoolExecutor(max_workers=8) as pool:
-        mariadb_jobs = [pool.submit(daemons.mariadb_setup, h, i + 1)
-                        for i, h in enumerate(spec.by_role("mariadb"))]
+        mariadb_setup_job = pool.submit(_setup_mariadb_nodes, spec)
         list(pool.map(launch, list(launchers)))
         _wait_tcp(dcs.address, 2379, deadline, "etcd")
         for host in spec.by_role("pg"):
@@ -145,8 +144,7 @@ def _build(spec: LabSpec, flavour: str, timeout: float) -> None:
                 daemons.patroni_setup(host, dcs, flavour, pw["pg_superuser"], pw["pg_replication"]),
                 Paths.patroni_pid(host))
         list(pool.map(launch, [f"{h.name}/patroni" for h in spec.by_role("pg")]))
-        for job in mariadb_jobs:
-            job.result()
+        mariadb_setup_job.result()
         for host in spec.by_role("mariadb"):
             launchers[f"{host.name}/mariadb"] = (Paths.launcher(host, "mariadb"),
                                                  host.dir / "mariadb.launch.pid")
@@ -162,6 +160,13 @@ def _build(spec: LabSpec, flavour: str, timeout: float) -> None:
         "patroni": flavour, "patroni_binary": str(patroni_bin), "created": time.time(),
         "daemons": started,
     }, indent=2))
+
+
+def _setup_mariadb_nodes(spec: LabSpec) -> None:
+    nodes = spec.by_role("mariadb")
+    daemons.mariadb_setup(nodes[0], 1)
+    for i, host in enumerate(nodes[1:], start=2):
+        daemons.mariadb_setup(host, i, template=nodes[0].dir / "mysql")
 
 
 def _prepare_dirs(spec: LabSpec) -> None:

@@ -178,8 +178,8 @@ def test_inventory_check_cli(lab: Inventory) -> None:
     assert all(h["reachable"] for h in report["hosts"])
     caps = report["hosts"][0]["capabilities"]
     assert caps["iptables"] and caps["tc"]
-    local = subprocess.run(["unshare", "-n", "sh", "-c", "ip link set lo up && tc qdisc add dev lo root netem delay 1ms"],
-                           capture_output=True, text=True)
+    probe = "ip link set lo up && tc qdisc add dev lo root netem delay 1ms"
+    local = subprocess.run(["unshare", "-n", "sh", "-c", probe], capture_output=True, text=True)
     assert caps["netem"] == (local.returncode == 0)  # same kernel: the host's answer matches ours
     if not caps["netem"]:
         assert caps["netem_reason"]
