@@ -126,6 +126,74 @@ def inventory_check(inventory: InventoryOpt, as_json: JsonOpt = False) -> None:
         raise typer.Exit(1)
 
 
+def _duration(value: str, flag: str) -> float:
+    from chaoskit.units import parse_duration
+
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise InputError(str(exc), source="command line", field=flag) from None
+
+
+@app.command("load")
+def load(
+    inventory: InventoryOpt,
+    cluster: Annotated[str, typer.Option(help="Cluster name in the inventory.")],
+    workload: Annotated[str, typer.Option(help="ledger|bank|update|read|oltp|oltp-ro|oltp-wo")] = "ledger",
+    workers: Annotated[int, typer.Option(min=1, help="Concurrent workers (one connection each).")] = 8,
+    rate: Annotated[float | None, typer.Option(help="Open loop: total arrivals per second.")] = None,
+    duration: Annotated[str, typer.Option(help="How long, e.g. 60s.")] = "60s",
+    processes: Annotated[int | None, typer.Option(help="Worker processes (default: one per core).")] = None,
+    op_timeout: Annotated[str, typer.Option(help="Per-op deadline.")] = "5s",
+    table_rows: Annotated[int, typer.Option(help="Rows in update/read/oltp tables.")] = 10_000,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Directory for timeline.csv.")] = None,
+) -> None:
+    """Run a steady load and report TPS, latency percentiles and errors by class."""
+    from rich.live import Live
+
+    from chaoskit.inventory.loader import load_inventory
+    from chaoskit.recorder import Recorder
+    from chaoskit.workload.progress import live_line, summary, summary_table
+    from chaoskit.workload.runner import LoadRunner, LoadSpec
+    from chaoskit.workload.workloads import WORKLOADS, WorkloadParams
+
+    try:
+        seconds = _duration(duration, "--duration")
+        timeout = _duration(op_timeout, "--op-timeout")
+        if workload not in WORKLOADS:
+            raise InputError(f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}",
+                             source="command line", field="--workload")
+        if rate is not None and rate <= 0:
+            raise InputError("must be > 0", source="command line", field="--rate")
+        inv = load_inventory(inventory)
+        try:
+            cl = inv.cluster(cluster)
+        except KeyError as exc:
+            raise InputError(str(exc.args[0]), source="command line", field="--cluster") from None
+        spec = LoadSpec(workload=workload, workers=workers, rate=rate, processes=processes, op_timeout=timeout,
+                        params=WorkloadParams(table_rows=table_rows))
+        import time as _time
+
+        recorder = Recorder(base=_time.time())
+        runner = LoadRunner(cl, inv, spec, recorder)
+        runner.setup()
+    except ChaoskitError as exc:
+        _fail(exc)
+    except Exception as exc:  # a server that refuses the setup is an operational failure
+        err.print(f"error: setting up workload {workload} on {cluster}: {exc}", highlight=False, markup=False)
+        raise typer.Exit(1) from None
+    with Live(console=err, refresh_per_second=4, transient=True) as live:
+        runner.run_for(seconds, on_tick=lambda r: live.update(live_line(r.recorder, r.t_start)))
+    assert runner.t_start is not None and runner.t_end is not None
+    s = summary(recorder, runner.t_start, min(runner.t_end, runner.t_start + seconds))
+    out.print(summary_table(s, f"{workload} on {cluster}: {workers} workers"
+                               + (f", open loop {rate:g}/s" if rate else ", closed loop")))
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        recorder.write_timeline_csv(str(out_dir / "timeline.csv"), t0=runner.t_start)
+        out.print(f"timeline: {out_dir / 'timeline.csv'}")
+
+
 def main() -> None:
     try:
         app()

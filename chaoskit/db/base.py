@@ -93,6 +93,49 @@ class Driver(ABC):
         except Exception:  # closed or no socket: nothing to interrupt
             return None
 
+    # -- dialect: the few places SQL differs between the families --------------------------
+    table_suffix: str = ""
+
+    def q(self, sql: str) -> str:
+        """SQL written with %s placeholders, in this driver's parameter style."""
+        return sql if self.placeholder == "%s" else sql.replace("%s", self.placeholder)
+
+    def execute(self, conn: Any, sql: str, params: tuple | list = ()) -> int:
+        cur = conn.cursor()
+        try:
+            cur.execute(sql, params)
+            return cur.rowcount
+        finally:
+            cur.close()
+
+    def query(self, conn: Any, sql: str, params: tuple | list = ()) -> list[tuple]:
+        cur = conn.cursor()
+        try:
+            cur.execute(sql, params)
+            return list(cur.fetchall())
+        finally:
+            cur.close()
+
+    def executemany(self, conn: Any, sql: str, rows: list[tuple]) -> None:
+        cur = conn.cursor()
+        try:
+            cur.executemany(sql, rows)
+        finally:
+            cur.close()
+
+    def begin(self, conn: Any) -> None:
+        self.execute(conn, "BEGIN")
+
+    def commit(self, conn: Any) -> None:
+        self.execute(conn, "COMMIT")
+
+    def rollback(self, conn: Any) -> None:
+        with contextlib.suppress(Exception):
+            self.execute(conn, "ROLLBACK")
+
+    def create_index(self, conn: Any, name: str, table: str, columns: str) -> None:
+        self.execute(conn, f"CREATE INDEX IF NOT EXISTS {name} ON {table} ({columns})")
+
     @staticmethod
     def close_quietly(conn: Any) -> None:
         if conn is None:

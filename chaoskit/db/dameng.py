@@ -11,6 +11,7 @@ refused and a real silent listener: -70028, -70019) and from the message text ot
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -80,6 +81,28 @@ class DamengDriver(Driver):
             self.close_quietly(conn)
         assert last is not None
         raise last
+
+    def begin(self, conn: Any) -> None:
+        conn.autoCommit = False
+
+    def commit(self, conn: Any) -> None:
+        try:
+            conn.commit()
+        finally:
+            conn.autoCommit = True
+
+    def rollback(self, conn: Any) -> None:
+        try:
+            conn.rollback()
+        except Exception:  # the connection may be gone; the server rolls back on its own
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                conn.autoCommit = True
+
+    def create_index(self, conn: Any, name: str, table: str, columns: str) -> None:
+        if not self.query(conn, "SELECT 1 FROM USER_INDEXES WHERE INDEX_NAME = ?", (name.upper(),)):
+            self.execute(conn, f"CREATE INDEX {name} ON {table} ({columns})")
 
     def is_writable(self, conn: Any) -> bool:
         cur = conn.cursor()

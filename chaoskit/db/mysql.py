@@ -29,6 +29,14 @@ _CONSTRAINT = {1022, 1062, 1169, 1216, 1217, 1451, 1452, 1557, 1586, 3819, 4025}
 
 class MySQLDriver(Driver):
     family = "mysql"
+    table_suffix = " ENGINE=InnoDB"
+
+    def create_index(self, conn: Any, name: str, table: str, columns: str) -> None:
+        try:
+            self.execute(conn, f"CREATE INDEX {name} ON {table} ({columns})")
+        except pymysql.err.OperationalError as exc:
+            if exc.args[0] != 1061:  # duplicate key name: it exists
+                raise
 
     def endpoints(self) -> list[tuple[str, int]]:
         if self.cluster.endpoints:

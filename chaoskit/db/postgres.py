@@ -72,6 +72,12 @@ class PostgresDriver(Driver):
     def connect_member(self, member: Member) -> psycopg.Connection:
         return psycopg.connect(self.member_conninfo(member), autocommit=True)
 
+    def execute(self, conn: Any, sql: str, params: tuple | list = ()) -> int:
+        return conn.execute(sql, params).rowcount
+
+    def query(self, conn: Any, sql: str, params: tuple | list = ()) -> list[tuple]:
+        return conn.execute(sql, params).fetchall()
+
     def is_writable(self, conn: Any) -> bool:
         row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
         return not row[0]

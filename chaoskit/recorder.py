@@ -1,0 +1,324 @@
+"""The history of a run: every op's outcome and every event, on the control node's clock.
+
+Memory stays bounded however long the run:
+- per interval (100 ms by default): counts by outcome and error class, and an HdrHistogram of
+  ok-latencies, encoded (~100 bytes) once the interval closes;
+- exact outage edges: for each worker, every gap between oks (last ok before, first error,
+  first ok after) with the error class that opened it;
+- failed/indeterminate ops individually, up to a cap (then only counted);
+- ledger writes: per worker a dense array indexed by sequence number holding the ack time in
+  ms since the run's base (4 bytes per write), or a marker for fail / info.
+
+Workers in other processes record into their own Recorder and `drain()` it; the parent
+`merge()`s the batches. Intervals are keyed by absolute index (floor(t / interval)), so merges
+line up exactly across processes.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from hdrh.histogram import HdrHistogram
+
+from chaoskit.db.base import ErrorClass
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+OK, FAIL, INFO = "ok", "fail", "info"
+ERROR_CLASSES = [c.value for c in ErrorClass]
+COLUMNS = ["ok", "fail", "info", "write_ok", "read_ok", "missed", *[f"err_{c}" for c in ERROR_CLASSES]]
+_COL = {name: i for i, name in enumerate(COLUMNS)}
+LEDGER_FAIL = 0xFFFFFFFF
+LEDGER_INFO = 0xFFFFFFFE
+LEDGER_UNSET = 0xFFFFFFFD
+HIST_MAX_US = 120_000_000
+
+
+def _new_hist() -> HdrHistogram:
+    return HdrHistogram(1, HIST_MAX_US, 2)
+
+
+@dataclass
+class Gap:
+    """A worker's stretch without a successful op."""
+
+    worker: int
+    last_ok_before: float | None
+    first_err: float
+    first_err_class: str
+    first_ok_after: float | None = None
+    errors: int = 1
+
+
+@dataclass
+class Batch:
+    """What a worker process ships to the parent."""
+
+    intervals: list[tuple[int, list[int], bytes]] = field(default_factory=list)
+    errors: list[tuple] = field(default_factory=list)
+    errors_dropped: int = 0
+    gaps: list[Gap] = field(default_factory=list)
+    ledger: list[tuple[int, int, bytes]] = field(default_factory=list)  # worker, first seq, array bytes
+    watermark: int = -1  # intervals below this index are complete in this batch's source
+
+
+class _Open:
+    __slots__ = ("counts", "hist")
+
+    def __init__(self) -> None:
+        self.counts = [0] * len(COLUMNS)
+        self.hist = _new_hist()
+
+
+class Recorder:
+    def __init__(self, base: float, interval: float = 0.1, max_errors: int = 200_000) -> None:
+        self.base = base  # wall-clock origin of ledger ack times
+        self.interval = interval
+        self.max_errors = max_errors
+        self._open: dict[int, _Open] = {}
+        self.rows: dict[int, tuple[list[int], float, float, float, float]] = {}  # idx -> counts, p50..max (ms)
+        self.hists: dict[int, bytes] = {}
+        self.errors: list[tuple] = []  # (t, worker, kind, outcome, class, message)
+        self.errors_dropped = 0
+        self.gaps: list[Gap] = []
+        self._open_gap: dict[int, Gap] = {}
+        self._last_ok: dict[int, float] = {}
+        self.ledger: dict[int, array] = {}
+        self._ledger_shipped: dict[int, int] = {}
+        self.events: list[dict[str, Any]] = []
+        self._errors_shipped = 0
+        self._gaps_shipped = 0
+
+    # -- recording (hot path) --------------------------------------------------------------
+    def _slot(self, t: float) -> _Open:
+        idx = int(t // self.interval)
+        slot = self._open.get(idx)
+        if slot is None:
+            slot = self._open[idx] = _Open()
+        return slot
+
+    def record(self, worker: int, kind: str, t_invoke: float, t_done: float, outcome: str,
+               error_class: str | None = None, message: str = "", ledger_seq: int | None = None) -> None:
+        """One op: `kind` is write|read; the op is booked in the interval where it completed."""
+        slot = self._slot(t_done)
+        counts = slot.counts
+        if outcome == OK:
+            counts[0] += 1
+            counts[3 if kind == "write" else 4] += 1
+            slot.hist.record_value(min(HIST_MAX_US, max(1, int((t_done - t_invoke) * 1e6))))
+            gap = self._open_gap.pop(worker, None)
+            if gap is not None:
+                gap.first_ok_after = t_done
+                self.gaps.append(gap)
+            self._last_ok[worker] = t_done
+        else:
+            counts[1 if outcome == FAIL else 2] += 1
+            cls = error_class or ErrorClass.other.value
+            counts[_COL["err_" + cls]] += 1
+            gap = self._open_gap.get(worker)
+            if gap is None:
+                self._open_gap[worker] = Gap(worker, self._last_ok.get(worker), t_done, cls)
+            else:
+                gap.errors += 1
+            if len(self.errors) < self.max_errors:
+                self.errors.append((t_done, worker, kind, outcome, cls, message[:200]))
+            else:
+                self.errors_dropped += 1
+        if ledger_seq is not None:
+            self._ledger_put(worker, ledger_seq, t_done, outcome)
+
+    def missed(self, t: float, count: int = 1) -> None:
+        """Open-loop arrivals that never started (the backlog exceeded its bound)."""
+        self._slot(t).counts[_COL["missed"]] += count
+
+    def _ledger_put(self, worker: int, seq: int, t: float, outcome: str) -> None:
+        arr = self.ledger.get(worker)
+        if arr is None:
+            arr = self.ledger[worker] = array("I")
+        while len(arr) < seq:
+            arr.append(LEDGER_UNSET)
+        if outcome == OK:
+            value = max(0, min(LEDGER_UNSET - 1, int((t - self.base) * 1000)))
+        else:
+            value = LEDGER_FAIL if outcome == FAIL else LEDGER_INFO
+        arr[seq - 1] = value
+
+    def event(self, kind: str, t: float, **data: Any) -> None:
+        self.events.append({"kind": kind, "t": t, **data})
+
+    # -- closing intervals and moving batches ----------------------------------------------
+    def close_before(self, idx: int) -> None:
+        for i in sorted(k for k in self._open if k < idx):
+            slot = self._open.pop(i)
+            self._store(i, slot.counts, slot.hist)
+
+    def _store(self, idx: int, counts: list[int], hist: HdrHistogram) -> None:
+        if idx in self.rows:  # a late op for a closed interval: fold it in
+            old_counts = self.rows[idx][0]
+            counts = [a + b for a, b in zip(old_counts, counts, strict=True)]
+            old = HdrHistogram.decode(self.hists[idx])
+            old.add(hist)
+            hist = old
+        if hist.get_total_count():
+            p50, p99, p999 = (hist.get_value_at_percentile(p) / 1000 for p in (50, 99, 99.9))
+            mx = hist.get_max_value() / 1000
+        else:
+            p50 = p99 = p999 = mx = math.nan
+        self.rows[idx] = (counts, p50, p99, p999, mx)
+        self.hists[idx] = hist.encode()
+
+    def drain(self, now: float, final: bool = False) -> Batch:
+        """Everything new since the last drain; intervals ending before `now` - one interval."""
+        watermark = int(now // self.interval) - 1 if not final else 1 << 62
+        batch = Batch(watermark=watermark)
+        for i in sorted(k for k in self._open if k < watermark):
+            slot = self._open.pop(i)
+            batch.intervals.append((i, slot.counts, slot.hist.encode()))
+        batch.errors = self.errors[self._errors_shipped:]
+        self._errors_shipped = len(self.errors)
+        batch.errors_dropped, self.errors_dropped = self.errors_dropped, 0
+        batch.gaps = self.gaps[self._gaps_shipped:]
+        self._gaps_shipped = len(self.gaps)
+        if final:
+            batch.gaps = batch.gaps + list(self._open_gap.values())
+        for worker, arr in self.ledger.items():
+            start = self._ledger_shipped.get(worker, 0)
+            if len(arr) > start:
+                batch.ledger.append((worker, start + 1, arr[start:].tobytes()))
+                self._ledger_shipped[worker] = len(arr)
+        return batch
+
+    def merge(self, batch: Batch) -> None:
+        for idx, counts, encoded in batch.intervals:
+            slot = self._open.get(idx)
+            if slot is None:
+                slot = self._open[idx] = _Open()
+            slot.counts = [a + b for a, b in zip(slot.counts, counts, strict=True)]
+            slot.hist.add(HdrHistogram.decode(encoded))
+        self.errors.extend(batch.errors[: max(0, self.max_errors - len(self.errors))])
+        self.errors_dropped += batch.errors_dropped + max(0, len(batch.errors) - self.max_errors)
+        self.gaps.extend(batch.gaps)
+        for worker, first_seq, raw in batch.ledger:
+            incoming = array("I")
+            incoming.frombytes(raw)
+            arr = self.ledger.setdefault(worker, array("I"))
+            while len(arr) < first_seq - 1:
+                arr.append(LEDGER_UNSET)
+            del arr[first_seq - 1:]
+            arr.extend(incoming)
+
+    def finish(self) -> None:
+        """Close every interval and every open gap (an outage lasting to the end has no first ok)."""
+        self.close_before(1 << 62)
+        self.gaps.extend(self._open_gap.values())
+        self._open_gap.clear()
+        self.gaps.sort(key=lambda g: (g.first_err, g.worker))
+        self.errors.sort(key=lambda e: e[0])
+
+    # -- reading ---------------------------------------------------------------------------
+    def totals(self) -> dict[str, int]:
+        out = dict.fromkeys(COLUMNS, 0)
+        for counts, *_ in self.rows.values():
+            for name, v in zip(COLUMNS, counts, strict=True):
+                out[name] += v
+        for slot in self._open.values():
+            for name, v in zip(COLUMNS, slot.counts, strict=True):
+                out[name] += v
+        return out
+
+    def window(self, t_from: float, t_to: float) -> dict[str, Any]:
+        """Totals, rate and ok-latency percentiles over the closed intervals in [t_from, t_to)."""
+        lo, hi = int(t_from // self.interval), int(t_to // self.interval)
+        totals = dict.fromkeys(COLUMNS, 0)
+        hist = _new_hist()
+        seen = 0
+        for idx in range(lo, hi):
+            row = self.rows.get(idx)
+            if row is None:
+                continue
+            seen += 1
+            for name, v in zip(COLUMNS, row[0], strict=True):
+                totals[name] += v
+            hist.add(HdrHistogram.decode(self.hists[idx]))
+        span = max(self.interval, (hi - lo) * self.interval)
+        lat = {f"p{p}_ms": (hist.get_value_at_percentile(p) / 1000 if hist.get_total_count() else math.nan)
+               for p in (50, 99, 99.9)}
+        return {**totals, "tps": totals["ok"] / span, "intervals": seen, **lat}
+
+    def latency_hist(self, t_from: float | None = None, t_to: float | None = None) -> HdrHistogram:
+        """ok-latency histogram (µs) of the closed intervals within [t_from, t_to)."""
+        total = _new_hist()
+        lo = -math.inf if t_from is None else t_from / self.interval
+        hi = math.inf if t_to is None else t_to / self.interval
+        for idx, encoded in self.hists.items():
+            if lo <= idx < hi:
+                total.add(HdrHistogram.decode(encoded))
+        return total
+
+    def ledger_acknowledged(self) -> dict[int, list[tuple[int, int]]]:
+        """Per worker, the acknowledged sequence numbers as inclusive ranges."""
+        out: dict[int, list[tuple[int, int]]] = {}
+        for worker, arr in self.ledger.items():
+            ranges: list[tuple[int, int]] = []
+            start = None
+            for i, v in enumerate(arr):
+                acked = v < LEDGER_UNSET
+                if acked and start is None:
+                    start = i + 1
+                elif not acked and start is not None:
+                    ranges.append((start, i))
+                    start = None
+            if start is not None:
+                ranges.append((start, len(arr)))
+            out[worker] = ranges
+        return out
+
+    def ledger_outcome(self, worker: int, seq: int) -> tuple[str, float | None]:
+        """(ok|fail|info|unknown, ack time on the control clock or None)."""
+        arr = self.ledger.get(worker)
+        if arr is None or seq < 1 or seq > len(arr):
+            return "unknown", None
+        v = arr[seq - 1]
+        if v == LEDGER_FAIL:
+            return FAIL, None
+        if v == LEDGER_INFO:
+            return INFO, None
+        if v == LEDGER_UNSET:
+            return "unknown", None
+        return OK, self.base + v / 1000
+
+    def ledger_keys(self, outcome: str) -> Iterable[tuple[int, int]]:
+        target = {FAIL: LEDGER_FAIL, INFO: LEDGER_INFO}.get(outcome)
+        for worker, arr in self.ledger.items():
+            for i, v in enumerate(arr):
+                if (target is None and v < LEDGER_UNSET) or v == target:
+                    yield worker, i + 1
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per closed interval (gaps filled with zero rows): rates per second, latencies in ms."""
+        import pandas as pd
+
+        if not self.rows:
+            return pd.DataFrame(columns=["t", *COLUMNS, "tps", "p50_ms", "p99_ms", "p999_ms", "max_ms"])
+        first, last = min(self.rows), max(self.rows)
+        records = []
+        empty = ([0] * len(COLUMNS), math.nan, math.nan, math.nan, math.nan)
+        for idx in range(first, last + 1):
+            counts, p50, p99, p999, mx = self.rows.get(idx, empty)
+            records.append([idx * self.interval, *counts, p50, p99, p999, mx])
+        df = pd.DataFrame.from_records(records, columns=["t", *COLUMNS, "p50_ms", "p99_ms", "p999_ms", "max_ms"])
+        df.insert(len(COLUMNS) + 1, "tps", df["ok"] / self.interval)
+        return df
+
+    def write_timeline_csv(self, path: str, t0: float | None = None) -> None:
+        df = self.to_frame()
+        origin = t0 if t0 is not None else (df["t"].iloc[0] if len(df) else 0.0)
+        df.insert(1, "t_rel_s", (df["t"] - origin).round(3))
+        errs = [c for c in df.columns if c.startswith("err_")]
+        df["errors_per_s"] = df[errs].sum(axis=1) / self.interval if errs else 0
+        df.to_csv(path, index=False, float_format="%.3f")

@@ -1,0 +1,1 @@
+"""Workloads (what the load does) and the load runner (how many, how fast, on which clock)."""

@@ -1,0 +1,339 @@
+"""The load runner: N workers, each one connection, closed loop or open loop at a fixed rate.
+
+Why processes *and* threads: one CPython process spends the GIL on driver and bookkeeping
+work, so 8 threads in one process reach ~0.7x of pgbench on this 2-core machine while two
+processes reach ~0.9x (measured, see LAB-NOTES). Workers are therefore spread over
+`processes` worker processes (default: one per core, at most one per worker), each running
+its share of workers as threads and recording into its own Recorder, drained to the parent
+every 200 ms and merged there on absolute interval indices.
+
+Never hiding an outage:
+- every error is recorded with its class and the worker reconnects with capped backoff
+  (50 ms doubling to 250 ms, with jitter): it never dies;
+- every op has a client-side deadline enforced from a watchdog thread that shuts the socket
+  (a frozen server still ACKs TCP, so no server-side timeout can fire);
+- an exception after the commit was sent is `info` (unknown), never `fail`;
+- open loop: arrivals are scheduled from the start time independently of responses; latency is
+  measured from the scheduled instant (no coordinated omission) and arrivals later than
+  `max_lateness` are counted as missed, so during an outage the backlog is measured.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing as mp
+import os
+import queue
+import random
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from chaoskit.db.base import Driver, ErrorClass, driver_for
+from chaoskit.inventory.models import Cluster, Inventory
+from chaoskit.recorder import FAIL, INFO, OK, Recorder
+from chaoskit.workload.workloads import OpContext, WorkloadParams, make_workload
+
+DRAIN_EVERY = 0.2
+_DEFINITE = {ErrorClass.connect_refused, ErrorClass.read_only, ErrorClass.constraint, ErrorClass.serialization}
+_DROP_CONNECTION = {ErrorClass.connection_lost, ErrorClass.timeout, ErrorClass.read_only,
+                    ErrorClass.connect_refused, ErrorClass.other}
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    workload: str
+    workers: int
+    rate: float | None = None  # open loop: total arrivals per second
+    think_time: float = 0.0  # closed loop pause between ops
+    processes: int | None = None
+    op_timeout: float = 5.0
+    connect_timeout: float = 2.0
+    max_lateness: float = 1.0
+    backoff_min: float = 0.05
+    backoff_max: float = 0.25
+    params: WorkloadParams = field(default_factory=WorkloadParams)
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    interval: float = 0.1
+
+    def process_count(self) -> int:
+        n = self.processes or (os.cpu_count() or 1)
+        return max(1, min(n, self.workers))
+
+
+def outcome_for(exc_class: ErrorClass, phase: str, interrupted: bool) -> str:
+    """fail only when the op definitely did not happen."""
+    if phase != "commit":
+        return FAIL
+    if exc_class in _DEFINITE and not interrupted:
+        return FAIL
+    if exc_class == ErrorClass.timeout and not interrupted:
+        return FAIL  # the server cancelled the statement itself
+    return INFO
+
+
+class _Worker:
+    def __init__(self, wid: int, driver: Driver, workload: Any, spec: LoadSpec, recorder: Recorder,
+                 lock: threading.Lock, stop: threading.Event, arrivals: Any, t_start: float) -> None:
+        self.wid = wid
+        self.driver = driver
+        self.workload = workload
+        self.spec = spec
+        self.recorder = recorder
+        self.lock = lock
+        self.stop = stop
+        self.arrivals = arrivals
+        self.t_start = t_start
+        self.rng = random.Random(hash((spec.run_id, wid)))
+        self.ctx = OpContext(worker=wid, rng=self.rng, run_id=spec.run_id)
+        self.conn: Any = None
+        self.inflight_since: float | None = None
+        self.interrupted = False
+
+    def _record(self, *args: Any, **kwargs: Any) -> None:
+        with self.lock:
+            self.recorder.record(*args, **kwargs)
+
+    def _next_start(self) -> float | None:
+        """Closed loop: now. Open loop: the next scheduled arrival (counting missed ones)."""
+        if self.arrivals is None:
+            return time.time()
+        rate_share, counter = self.arrivals
+        while not self.stop.is_set():
+            k = next(counter)
+            t_sched = self.t_start + k / rate_share
+            now = time.time()
+            if t_sched > now:
+                if self.stop.wait(t_sched - now):
+                    return None
+                return t_sched
+            if now - t_sched <= self.spec.max_lateness:
+                return t_sched
+            with self.lock:
+                self.recorder.missed(now)
+        return None
+
+    def run(self) -> None:
+        backoff = self.spec.backoff_min
+        while not self.stop.is_set():
+            t_invoke = self._next_start()
+            if t_invoke is None:
+                break
+            if self.conn is None:
+                self.inflight_since = time.time()
+                try:
+                    self.conn = self.driver.connect_writer()
+                except Exception as exc:
+                    self.inflight_since = None
+                    cls = self.driver.classify(exc)
+                    if cls not in (ErrorClass.timeout, ErrorClass.read_only):
+                        cls = ErrorClass.connect_refused
+                    self._record(self.wid, "write" if self.workload.writes else "read", t_invoke, time.time(),
+                                 FAIL, cls.value, _first_line(exc))
+                    if self.arrivals is None:
+                        self.stop.wait(backoff * (0.5 + self.rng.random()))
+                    backoff = min(self.spec.backoff_max, backoff * 2)
+                    continue
+                finally:
+                    self.inflight_since = None
+            self._one_op(t_invoke)
+            if self.conn is not None:
+                backoff = self.spec.backoff_min
+            if self.arrivals is None and self.spec.think_time:
+                self.stop.wait(self.spec.think_time)
+        Driver.close_quietly(self.conn)
+
+    def _one_op(self, t_invoke: float) -> None:
+        ctx = self.ctx
+        ctx.phase, ctx.ledger_seq = "pre", None
+        self.interrupted = False
+        self.inflight_since = time.time()
+        kind = "write" if self.workload.writes else "read"
+        try:
+            kind = self.workload.run(self.conn, ctx)
+            t_done = time.time()
+            self.inflight_since = None
+            self._record(self.wid, kind, t_invoke, t_done, OK, ledger_seq=ctx.ledger_seq)
+        except Exception as exc:
+            t_done = time.time()
+            self.inflight_since = None
+            cls = ErrorClass.timeout if self.interrupted else self.driver.classify(exc)
+            outcome = outcome_for(cls, ctx.phase, self.interrupted) if self.workload.writes else FAIL
+            self._record(self.wid, kind, t_invoke, t_done, outcome, cls.value, _first_line(exc),
+                         ledger_seq=ctx.ledger_seq)
+            if cls in _DROP_CONNECTION or self.interrupted:
+                Driver.close_quietly(self.conn)
+                self.conn = None
+
+    def watchdog_check(self, now: float, deadline: float) -> None:
+        since = self.inflight_since
+        if since is not None and now - since > deadline and self.conn is not None and not self.interrupted:
+            self.interrupted = True
+            self.driver.interrupt(self.conn)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
+
+
+def _child_main(cluster_json: str, inventory_json: str, spec: LoadSpec, worker_ids: list[int], base: float,
+                rate_share: float | None, out: Any, go: Any, start_at: Any, stop_evt: Any) -> None:
+    """Entry point of one worker process."""
+    cluster = Cluster.model_validate_json(cluster_json)
+    inventory = Inventory.model_validate_json(inventory_json)
+    driver = driver_for(cluster, inventory, connect_timeout=spec.connect_timeout, op_timeout=spec.op_timeout)
+    workload = make_workload(spec.workload, driver, spec.params, spec.run_id)
+    workload.prepare()
+    recorder = Recorder(base, spec.interval)
+    lock = threading.Lock()
+    stop = threading.Event()
+    out.put(("ready", os.getpid()))
+    go.wait()
+    t_start = start_at.value
+    arrivals = (rate_share, itertools.count()) if rate_share else None
+    workers = [_Worker(w, driver, workload, spec, recorder, lock, stop, arrivals, t_start) for w in worker_ids]
+    threads = [threading.Thread(target=w.run, name=f"worker-{w.wid}", daemon=True) for w in workers]
+    delay = t_start - time.time()
+    if delay > 0:
+        time.sleep(delay)
+    for t in threads:
+        t.start()
+    client_deadline = spec.op_timeout + 0.25
+    last_drain = time.time()
+    while not stop_evt.is_set():
+        stop_evt.wait(0.05)
+        now = time.time()
+        for w in workers:
+            w.watchdog_check(now, client_deadline)
+        if now - last_drain >= DRAIN_EVERY:
+            with lock:
+                batch = recorder.drain(now)
+            out.put(("batch", os.getpid(), batch))
+            last_drain = now
+    stop.set()
+    end = time.time() + client_deadline + 1
+    for t in threads:
+        while t.is_alive() and time.time() < end:
+            t.join(0.05)
+            for w in workers:
+                w.watchdog_check(time.time(), client_deadline)
+    with lock:
+        batch = recorder.drain(time.time(), final=True)
+    out.put(("final", os.getpid(), batch))
+
+
+class LoadRunner:
+    """Start, observe and stop the load; the parent's Recorder receives everything."""
+
+    def __init__(self, cluster: Cluster, inventory: Inventory, spec: LoadSpec, recorder: Recorder) -> None:
+        self.cluster = cluster
+        self.inventory = inventory
+        self.spec = spec
+        self.recorder = recorder
+        self.lock = threading.Lock()
+        self.driver = driver_for(cluster, inventory, connect_timeout=spec.connect_timeout,
+                                 op_timeout=max(spec.op_timeout, 60.0))
+        self.workload = make_workload(spec.workload, self.driver, spec.params, spec.run_id)
+        self._ctx = mp.get_context("spawn")
+        self._procs: list[Any] = []
+        self._queue: Any = None
+        self._stop: Any = None
+        self._collector: threading.Thread | None = None
+        self._finals = 0
+        self.t_start: float | None = None
+        self.t_end: float | None = None
+
+    def setup(self) -> None:
+        """Create and fill the workload's tables on the current writer."""
+        conn = self.driver.connect_writer()
+        try:
+            self.workload.setup(conn)
+        finally:
+            Driver.close_quietly(conn)
+
+    def start(self, start_delay: float = 0.2) -> float:
+        spec = self.spec
+        nproc = spec.process_count()
+        self._queue = self._ctx.Queue()
+        self._stop = self._ctx.Event()
+        go = self._ctx.Event()
+        start_at = self._ctx.Value("d", 0.0)
+        ids = list(range(1, spec.workers + 1))
+        shares = [ids[i::nproc] for i in range(nproc)]
+        cluster_json = self.cluster.model_dump_json()
+        inventory_json = self.inventory.model_dump_json()
+        for share in shares:
+            rate_share = spec.rate * len(share) / spec.workers if spec.rate else None
+            p = self._ctx.Process(target=_child_main, daemon=True, args=(
+                cluster_json, inventory_json, spec, share, self.recorder.base, rate_share, self._queue, go,
+                start_at, self._stop))
+            p.start()
+            self._procs.append(p)
+        ready = 0
+        deadline = time.time() + 60
+        while ready < nproc:
+            try:
+                kind, *_ = self._queue.get(timeout=max(0.1, deadline - time.time()))
+            except queue.Empty:
+                self._abort()
+                raise RuntimeError("load worker processes did not start") from None
+            ready += kind == "ready"
+        self.t_start = time.time() + start_delay
+        start_at.value = self.t_start
+        go.set()
+        self._collector = threading.Thread(target=self._collect, name="load-collector", daemon=True)
+        self._collector.start()
+        return self.t_start
+
+    def _collect(self) -> None:
+        nproc = len(self._procs)
+        watermarks: dict[int, int] = {}
+        while self._finals < nproc:
+            try:
+                kind, pid, batch = self._queue.get(timeout=0.5)
+            except queue.Empty:
+                if not any(p.is_alive() for p in self._procs):
+                    break
+                continue
+            watermarks[pid] = batch.watermark
+            with self.lock:
+                self.recorder.merge(batch)
+                if kind == "final":
+                    self._finals += 1
+                elif len(watermarks) == nproc:
+                    self.recorder.close_before(min(watermarks.values()))
+
+    def stop(self) -> None:
+        if self._stop is None:
+            return
+        self._stop.set()
+        if self._collector is not None:
+            self._collector.join(timeout=self.spec.op_timeout + 15)
+        for p in self._procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+        self.t_end = time.time()
+        with self.lock:
+            self.recorder.finish()
+
+    def _abort(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+        for p in self._procs:
+            p.kill()
+
+    def run_for(self, seconds: float, on_tick: Any = None) -> None:
+        """start, wait `seconds` (calling on_tick every 0.5 s), stop."""
+        t0 = self.start()
+        try:
+            while time.time() < t0 + seconds:
+                time.sleep(min(0.5, max(0.0, t0 + seconds - time.time())))
+                if on_tick is not None:
+                    with self.lock:
+                        on_tick(self)
+        finally:
+            self.stop()

@@ -1,0 +1,278 @@
+"""The workloads. Each creates and owns only its own tables (prefixed `chaoskit_`).
+
+A workload's `run` is one operation (one transaction). Before the statement whose completion is
+the commit it calls `ctx.committing()`: an exception after that point leaves the outcome unknown
+(`info`), before it the transaction definitely did not happen (`fail`).
+"""
+
+from __future__ import annotations
+
+import random
+import string
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from chaoskit.db.base import Driver
+
+
+@dataclass
+class OpContext:
+    worker: int
+    rng: random.Random
+    run_id: str
+    seq: int = 0  # ledger: the last sequence number this worker allocated
+    phase: str = "pre"  # pre | commit
+    ledger_seq: int | None = None
+
+    def committing(self) -> None:
+        self.phase = "commit"
+
+
+@dataclass
+class WorkloadParams:
+    table_rows: int = 10_000  # update/read/oltp
+    accounts: int = 100  # bank
+    initial_balance: int = 1_000
+    payload_bytes: int = 64  # ledger row size
+    range_size: int = 100  # oltp ranges
+    point_selects: int = 10  # oltp
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Workload(ABC):
+    name: ClassVar[str]
+    writes: ClassVar[bool] = True
+
+    def __init__(self, driver: Driver, params: WorkloadParams, run_id: str) -> None:
+        self.driver = driver
+        self.params = params
+        self.run_id = run_id
+
+    @abstractmethod
+    def setup(self, conn: Any) -> None:
+        """Create (if missing) and fill the workload's tables. Idempotent."""
+
+    def prepare(self) -> None:
+        """Build statements (in the process that runs the ops)."""
+
+    @abstractmethod
+    def run(self, conn: Any, ctx: OpContext) -> str:
+        """One operation; returns its kind: write or read."""
+
+    def _fill(self, conn: Any, table: str, columns: str, rows: Any, batch: int = 1000) -> None:
+        d = self.driver
+        marks = ", ".join(["%s"] * len(columns.split(",")))
+        sql = d.q(f"INSERT INTO {table} ({columns}) VALUES ({marks})")
+        chunk: list[tuple] = []
+        for row in rows:
+            chunk.append(row)
+            if len(chunk) >= batch:
+                d.executemany(conn, sql, chunk)
+                chunk = []
+        if chunk:
+            d.executemany(conn, sql, chunk)
+
+    def _count(self, conn: Any, table: str) -> int:
+        return int(self.driver.query(conn, f"SELECT COUNT(*) FROM {table}")[0][0])
+
+
+class Ledger(Workload):
+    """Append-only inserts keyed (run, worker, seq): the basis of RPO."""
+
+    name = "ledger"
+    TABLE = "chaoskit_ledger"
+
+    def setup(self, conn: Any) -> None:
+        self.driver.execute(conn, (
+            f"CREATE TABLE IF NOT EXISTS {self.TABLE} (run_id VARCHAR(32) NOT NULL, worker INT NOT NULL,"
+            " seq BIGINT NOT NULL, client_ts DOUBLE PRECISION NOT NULL, payload VARCHAR(4000),"
+            f" PRIMARY KEY (run_id, worker, seq)){self.driver.table_suffix}"))
+
+    def prepare(self) -> None:
+        self._insert = self.driver.q(
+            f"INSERT INTO {self.TABLE} (run_id, worker, seq, client_ts, payload) VALUES (%s, %s, %s, %s, %s)")
+        self._payload = "x" * self.params.payload_bytes
+
+    def run(self, conn: Any, ctx: OpContext) -> str:
+        import time
+
+        ctx.seq += 1
+        ctx.ledger_seq = ctx.seq
+        ctx.committing()  # autocommit: the INSERT is the commit
+        self.driver.execute(conn, self._insert, (self.run_id, ctx.worker, ctx.seq, time.time(), self._payload))
+        return "write"
+
+    def present(self, conn: Any) -> set[tuple[int, int]]:
+        rows = self.driver.query(conn, self.driver.q(f"SELECT worker, seq FROM {self.TABLE} WHERE run_id = %s"),
+                                 (self.run_id,))
+        return {(int(w), int(s)) for w, s in rows}
+
+
+class Bank(Workload):
+    """Transfers between accounts in one transaction; the total never changes."""
+
+    name = "bank"
+    TABLE = "chaoskit_bank"
+
+    def setup(self, conn: Any) -> None:
+        d, p = self.driver, self.params
+        d.execute(conn, f"CREATE TABLE IF NOT EXISTS {self.TABLE} (id INT PRIMARY KEY, balance BIGINT NOT NULL)"
+                        f"{d.table_suffix}")
+        if self._count(conn, self.TABLE) != p.accounts:
+            d.execute(conn, f"DELETE FROM {self.TABLE}")
+            self._fill(conn, self.TABLE, "id, balance", ((i, p.initial_balance) for i in range(1, p.accounts + 1)))
+
+    def prepare(self) -> None:
+        self._debit = self.driver.q(f"UPDATE {self.TABLE} SET balance = balance - %s WHERE id = %s")
+        self._credit = self.driver.q(f"UPDATE {self.TABLE} SET balance = balance + %s WHERE id = %s")
+
+    def run(self, conn: Any, ctx: OpContext) -> str:
+        n = self.params.accounts
+        src, dst = ctx.rng.sample(range(1, n + 1), 2)
+        amount = ctx.rng.randint(1, 10)
+        d = self.driver
+        d.begin(conn)
+        try:
+            # Lock in id order so concurrent transfers do not deadlock.
+            for acct, stmt in sorted([(src, self._debit), (dst, self._credit)]):
+                d.execute(conn, stmt, (amount, acct))
+        except BaseException:
+            d.rollback(conn)
+            raise
+        ctx.committing()
+        d.commit(conn)
+        return "write"
+
+    def expected_total(self) -> int:
+        return self.params.accounts * self.params.initial_balance
+
+    def total(self, conn: Any) -> tuple[int, int]:
+        rows = self.driver.query(conn, f"SELECT COUNT(*), SUM(balance) FROM {self.TABLE}")
+        return int(rows[0][0]), int(rows[0][1] or 0)
+
+
+class _Keyed(Workload):
+    TABLE = "chaoskit_kv"
+
+    def setup(self, conn: Any) -> None:
+        d, p = self.driver, self.params
+        d.execute(conn, f"CREATE TABLE IF NOT EXISTS {self.TABLE} (id INT PRIMARY KEY, value BIGINT NOT NULL,"
+                        f" pad VARCHAR(100)){d.table_suffix}")
+        if self._count(conn, self.TABLE) != p.table_rows:
+            d.execute(conn, f"DELETE FROM {self.TABLE}")
+            pad = "p" * 60
+            self._fill(conn, self.TABLE, "id, value, pad", ((i, 0, pad) for i in range(1, p.table_rows + 1)))
+
+
+class Update(_Keyed):
+    """UPDATE ... SET value = value + 1 WHERE id = <random>: the classic random-row write."""
+
+    name = "update"
+
+    def prepare(self) -> None:
+        self._sql = self.driver.q(f"UPDATE {self.TABLE} SET value = value + 1 WHERE id = %s")
+
+    def run(self, conn: Any, ctx: OpContext) -> str:
+        ctx.committing()
+        self.driver.execute(conn, self._sql, (ctx.rng.randint(1, self.params.table_rows),))
+        return "write"
+
+
+class Read(_Keyed):
+    """Point select by random primary key."""
+
+    name = "read"
+    writes = False
+
+    def prepare(self) -> None:
+        self._sql = self.driver.q(f"SELECT value FROM {self.TABLE} WHERE id = %s")
+
+    def run(self, conn: Any, ctx: OpContext) -> str:
+        self.driver.query(conn, self._sql, (ctx.rng.randint(1, self.params.table_rows),))
+        return "read"
+
+
+class Oltp(Workload):
+    """sysbench-like transaction: point selects, ranges, index and non-index updates, delete+insert."""
+
+    name = "oltp"
+    TABLE = "chaoskit_sbtest"
+    reads_enabled = True
+    writes_enabled = True
+
+    def setup(self, conn: Any) -> None:
+        d, p = self.driver, self.params
+        d.execute(conn, f"CREATE TABLE IF NOT EXISTS {self.TABLE} (id INT PRIMARY KEY, k INT NOT NULL,"
+                        f" c CHAR(120) NOT NULL, pad CHAR(60) NOT NULL){d.table_suffix}")
+        d.create_index(conn, "chaoskit_sbtest_k", self.TABLE, "k")
+        if self._count(conn, self.TABLE) != p.table_rows:
+            d.execute(conn, f"DELETE FROM {self.TABLE}")
+            rng = random.Random(7)
+            self._fill(conn, self.TABLE, "id, k, c, pad",
+                       ((i, rng.randint(1, p.table_rows), _chars(rng, 119), _chars(rng, 59))
+                        for i in range(1, p.table_rows + 1)))
+
+    def prepare(self) -> None:
+        q, t = self.driver.q, self.TABLE
+        self._point = q(f"SELECT c FROM {t} WHERE id = %s")
+        self._simple = q(f"SELECT c FROM {t} WHERE id BETWEEN %s AND %s")
+        self._sum = q(f"SELECT SUM(k) FROM {t} WHERE id BETWEEN %s AND %s")
+        self._order = q(f"SELECT c FROM {t} WHERE id BETWEEN %s AND %s ORDER BY c")
+        self._distinct = q(f"SELECT DISTINCT c FROM {t} WHERE id BETWEEN %s AND %s ORDER BY c")
+        self._upd_index = q(f"UPDATE {t} SET k = k + 1 WHERE id = %s")
+        self._upd_nonindex = q(f"UPDATE {t} SET c = %s WHERE id = %s")
+        self._delete = q(f"DELETE FROM {t} WHERE id = %s")
+        self._insert = q(f"INSERT INTO {t} (id, k, c, pad) VALUES (%s, %s, %s, %s)")
+
+    def run(self, conn: Any, ctx: OpContext) -> str:
+        d, p, rng = self.driver, self.params, ctx.rng
+        rid = lambda: rng.randint(1, p.table_rows)  # noqa: E731
+        d.begin(conn)
+        try:
+            if self.reads_enabled:
+                for _ in range(p.point_selects):
+                    d.query(conn, self._point, (rid(),))
+                for stmt in (self._simple, self._sum, self._order, self._distinct):
+                    lo = rng.randint(1, max(1, p.table_rows - p.range_size))
+                    d.query(conn, stmt, (lo, lo + p.range_size - 1))
+            if self.writes_enabled:
+                d.execute(conn, self._upd_index, (rid(),))
+                d.execute(conn, self._upd_nonindex, (_chars(rng, 119), rid()))
+                victim = rid()
+                d.execute(conn, self._delete, (victim,))
+                d.execute(conn, self._insert, (victim, rid(), _chars(rng, 119), _chars(rng, 59)))
+        except BaseException:
+            d.rollback(conn)
+            raise
+        if self.writes_enabled:
+            ctx.committing()
+        d.commit(conn)
+        return "write" if self.writes_enabled else "read"
+
+
+class OltpReadOnly(Oltp):
+    name = "oltp-ro"
+    writes = False
+    writes_enabled = False
+
+
+class OltpWriteOnly(Oltp):
+    name = "oltp-wo"
+    reads_enabled = False
+
+
+def _chars(rng: random.Random, n: int) -> str:
+    return "".join(rng.choices(string.digits, k=n))
+
+
+WORKLOADS: dict[str, type[Workload]] = {w.name: w for w in (Ledger, Bank, Update, Read, Oltp, OltpReadOnly,
+                                                            OltpWriteOnly)}
+
+
+def make_workload(name: str, driver: Driver, params: WorkloadParams, run_id: str) -> Workload:
+    try:
+        cls = WORKLOADS[name]
+    except KeyError:
+        raise ValueError(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}") from None
+    return cls(driver, params, run_id)
