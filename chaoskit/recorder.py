@@ -95,8 +95,12 @@ class Recorder:
         self._gaps_shipped = 0
 
     # -- recording (hot path) --------------------------------------------------------------
+    def index(self, t: float) -> int:
+        """Interval of a timestamp (true division: `t // 0.1` floors 1e6 to 9999999)."""
+        return math.floor(t / self.interval)
+
     def _slot(self, t: float) -> _Open:
-        idx = int(t // self.interval)
+        idx = self.index(t)
         slot = self._open.get(idx)
         if slot is None:
             slot = self._open[idx] = _Open()
@@ -174,7 +178,7 @@ class Recorder:
 
     def drain(self, now: float, final: bool = False) -> Batch:
         """Everything new since the last drain; intervals ending before `now` - one interval."""
-        watermark = int(now // self.interval) - 1 if not final else 1 << 62
+        watermark = self.index(now) - 1 if not final else 1 << 62
         batch = Batch(watermark=watermark)
         for i in sorted(k for k in self._open if k < watermark):
             slot = self._open.pop(i)
@@ -233,7 +237,7 @@ class Recorder:
 
     def window(self, t_from: float, t_to: float) -> dict[str, Any]:
         """Totals, rate and ok-latency percentiles over the closed intervals in [t_from, t_to)."""
-        lo, hi = int(t_from // self.interval), int(t_to // self.interval)
+        lo, hi = self.index(t_from), self.index(t_to)
         totals = dict.fromkeys(COLUMNS, 0)
         hist = _new_hist()
         seen = 0

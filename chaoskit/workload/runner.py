@@ -87,7 +87,7 @@ class _Worker:
         self.arrivals = arrivals
         self.t_start = t_start
         self.rng = random.Random(hash((spec.run_id, wid)))
-        self.ctx = OpContext(worker=wid, rng=self.rng, run_id=spec.run_id)
+        self.ctx = OpContext(worker=wid, rng=self.rng, run_id=spec.run_id, workers=spec.workers)
         self.conn: Any = None
         self.inflight_since: float | None = None
         self.interrupted = False

@@ -21,6 +21,7 @@ class OpContext:
     worker: int
     rng: random.Random
     run_id: str
+    workers: int = 1  # how many workers share the tables (for disjoint key choices)
     seq: int = 0  # ledger: the last sequence number this worker allocated
     phase: str = "pre"  # pre | commit
     ledger_seq: int | None = None
@@ -53,6 +54,7 @@ class Workload(ABC):
     def setup(self, conn: Any) -> None:
         """Create (if missing) and fill the workload's tables. Idempotent."""
 
+    @abstractmethod
     def prepare(self) -> None:
         """Build statements (in the process that runs the ops)."""
 
@@ -154,6 +156,7 @@ class Bank(Workload):
 
 class _Keyed(Workload):
     TABLE = "chaoskit_kv"
+    _sql: str
 
     def setup(self, conn: Any) -> None:
         d, p = self.driver, self.params
@@ -239,7 +242,7 @@ class Oltp(Workload):
             if self.writes_enabled:
                 d.execute(conn, self._upd_index, (rid(),))
                 d.execute(conn, self._upd_nonindex, (_chars(rng, 119), rid()))
-                victim = rid()
+                victim = self._own_id(ctx)
                 d.execute(conn, self._delete, (victim,))
                 d.execute(conn, self._insert, (victim, rid(), _chars(rng, 119), _chars(rng, 59)))
         except BaseException:
@@ -249,6 +252,14 @@ class Oltp(Workload):
             ctx.committing()
         d.commit(conn)
         return "write" if self.writes_enabled else "read"
+
+
+    def _own_id(self, ctx: OpContext) -> int:
+        """An id only this worker deletes and re-inserts (ids ≡ worker mod workers): concurrent
+        delete+insert of one id would otherwise collide on the primary key."""
+        w = max(1, ctx.workers)
+        slots = max(1, self.params.table_rows // w)
+        return min(self.params.table_rows, ctx.rng.randrange(slots) * w + (ctx.worker - 1) % w + 1)
 
 
 class OltpReadOnly(Oltp):

@@ -1,0 +1,155 @@
+"""The load is the instrument: every workload runs clean on both clusters, invariants hold,
+acknowledged writes are durable, the open loop holds its rate, workers survive a crash."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from chaoskit.db.base import Driver, driver_for
+from chaoskit.inventory.fanout import RemotePool
+from chaoskit.inventory.models import Inventory
+from chaoskit.recorder import INFO, Recorder
+from chaoskit.workload.runner import LoadRunner, LoadSpec
+from chaoskit.workload.workloads import WORKLOADS, Bank, Ledger, WorkloadParams
+
+PARAMS = WorkloadParams(table_rows=2_000, accounts=50)
+
+
+def run_load(lab: Inventory, cluster: str, spec: LoadSpec, seconds: float,
+             during: object = None) -> tuple[LoadRunner, Recorder]:
+    recorder = Recorder(base=time.time())
+    runner = LoadRunner(lab.clusters[cluster], lab, spec, recorder)
+    runner.setup()
+    if during is None:
+        runner.run_for(seconds)
+    else:
+        runner.start()
+        try:
+            during(runner)  # type: ignore[operator]
+            time.sleep(max(0.0, runner.t_start + seconds - time.time()))  # type: ignore[operator]
+        finally:
+            runner.stop()
+    return runner, recorder
+
+
+@pytest.mark.parametrize("cluster", ["pg", "mariadb"])
+@pytest.mark.parametrize("workload", sorted(WORKLOADS))
+def test_every_workload_runs_clean(lab: Inventory, cluster: str, workload: str) -> None:
+    spec = LoadSpec(workload=workload, workers=4, params=PARAMS)
+    runner, rec = run_load(lab, cluster, spec, 10)
+    totals = rec.totals()
+    assert totals["fail"] == 0 and totals["info"] == 0, rec.errors[:5]
+    assert totals["ok"] > 200, totals
+    df = rec.to_frame()
+    assert len(df) >= 95  # 10 s of 100 ms intervals
+    assert df["p99_ms"].dropna().gt(0).all()
+    conn = runner.driver.connect_writer()
+    try:
+        if workload == "bank":
+            bank = runner.workload
+            assert isinstance(bank, Bank)
+            assert bank.total(conn) == (PARAMS.accounts, bank.expected_total())
+        if workload == "ledger":
+            ledger = runner.workload
+            assert isinstance(ledger, Ledger)
+            present = ledger.present(conn)
+            acked = {(w, s) for w, ranges in rec.ledger_acknowledged().items()
+                     for lo, hi in ranges for s in range(lo, hi + 1)}
+            assert len(acked) == totals["ok"]
+            assert acked <= present, f"{len(acked - present)} acknowledged rows missing"
+            assert present <= acked | set(rec.ledger_keys(INFO)), "phantom rows"
+    finally:
+        Driver.close_quietly(conn)
+
+
+def test_open_loop_holds_its_rate(lab: Inventory) -> None:
+    spec = LoadSpec(workload="update", workers=8, rate=400, params=PARAMS)
+    runner, rec = run_load(lab, "pg", spec, 8)
+    assert runner.t_start is not None
+    w = rec.window(runner.t_start + 1, runner.t_start + 7)
+    assert w["tps"] == pytest.approx(400, rel=0.05), w
+    assert w["missed"] == 0 and w["fail"] == 0
+
+
+def _mariadb_process(lab: Inventory) -> tuple[str, str, str]:
+    member = lab.clusters["mariadb"].members[0]
+    proc = member.processes["mariadb"]
+    assert proc.start
+    return member.host, proc.pid_file, proc.start
+
+
+def test_worker_survives_kill_and_restart(lab: Inventory, pool: RemotePool) -> None:
+    host, pid_file, start = _mariadb_process(lab)
+    primary = lab.clusters["mariadb"]
+    single = primary.model_copy(update={"endpoints": (primary.endpoints[0],)})
+    lab_single = lab.model_copy(update={"clusters": {**lab.clusters, "mariadb": single}})
+    remote = pool.get(host)
+    marks: dict[str, float] = {}
+
+    def crash_and_restart(runner: LoadRunner) -> None:
+        time.sleep(2.5)
+        marks["kill"] = time.time()
+        remote.run(f"kill -9 $(head -1 {pid_file})", sudo=True)
+        time.sleep(2.0)
+        marks["restart"] = time.time()
+        remote.run(start, sudo=True)
+
+    spec = LoadSpec(workload="ledger", workers=3, params=PARAMS, op_timeout=3)
+    runner, rec = run_load(lab_single, "mariadb", spec, 12, during=crash_and_restart)
+    classes = {e[4] for e in rec.errors}
+    assert classes and classes <= {"connect_refused", "connection_lost", "timeout"}, classes
+    assert "connect_refused" in classes
+    assert all(e[0] >= marks["kill"] for e in rec.errors)
+    workers_ok_after = {g.worker for g in rec.gaps if g.first_ok_after and g.first_ok_after > marks["restart"]}
+    assert workers_ok_after == {1, 2, 3}, rec.gaps  # every worker came back by itself
+    assert rec.window(time.time() - 3, time.time())["ok"] >= 0
+    tail = rec.to_frame()
+    assert tail[tail["t"] > marks["restart"] + 3]["ok"].sum() > 50
+    # durability: every acknowledged ledger write survived the crash
+    conn = runner.driver.connect_writer()
+    try:
+        present = runner.workload.present(conn)  # type: ignore[attr-defined]
+    finally:
+        Driver.close_quietly(conn)
+    acked = {(w, s) for w, r in rec.ledger_acknowledged().items() for lo, hi in r for s in range(lo, hi + 1)}
+    assert acked <= present
+
+
+def test_frozen_server_yields_errors_not_a_hang(lab: Inventory, pool: RemotePool) -> None:
+    host, pid_file, _ = _mariadb_process(lab)
+    remote = pool.get(host)
+    primary = lab.clusters["mariadb"]
+    single = primary.model_copy(update={"endpoints": (primary.endpoints[0],)})
+    lab_single = lab.model_copy(update={"clusters": {**lab.clusters, "mariadb": single}})
+    stopped = threading.Event()
+
+    def freeze(runner: LoadRunner) -> None:
+        time.sleep(1.5)
+        remote.run(f"kill -STOP $(head -1 {pid_file})", sudo=True)
+        stopped.set()
+        time.sleep(4)
+        remote.run(f"kill -CONT $(head -1 {pid_file})", sudo=True)
+
+    spec = LoadSpec(workload="update", workers=2, params=PARAMS, op_timeout=1.5, connect_timeout=1)
+    try:
+        _, rec = run_load(lab_single, "mariadb", spec, 9, during=freeze)
+    finally:
+        remote.run(f"kill -CONT $(head -1 {pid_file})", sudo=True)
+    assert stopped.is_set()
+    assert {e[4] for e in rec.errors} & {"timeout", "connection_lost"}, rec.errors[:3]
+    gaps = [g for g in rec.gaps if g.first_ok_after]
+    assert gaps and all(g.first_ok_after - g.first_err < 6 for g in gaps)
+
+
+def test_driver_reaches_writer_after_standby_only_endpoint(lab: Inventory) -> None:
+    cluster = lab.clusters["mariadb"]
+    reversed_eps = cluster.model_copy(update={"endpoints": tuple(reversed(cluster.endpoints))})
+    driver = driver_for(reversed_eps, lab)
+    conn = driver.connect_writer()  # first endpoint is the read-only replica: skipped
+    try:
+        assert driver.is_writable(conn)
+    finally:
+        conn.close()

@@ -1,0 +1,135 @@
+"""Error classification per driver, and which failures count as fail vs info."""
+
+from __future__ import annotations
+
+import socket
+
+import psycopg
+import pymysql
+import pytest
+from psycopg import errors as pgerr
+
+from chaoskit.db.base import ErrorClass, driver_for
+from chaoskit.db.dameng import DamengDriver
+from chaoskit.db.mysql import MySQLDriver
+from chaoskit.db.postgres import PostgresDriver
+from chaoskit.inventory.models import Cluster, Host, Inventory
+from chaoskit.recorder import FAIL, INFO
+from chaoskit.workload.runner import outcome_for
+
+
+def _inv(kind: str, **extra: object) -> tuple[Cluster, Inventory]:
+    cluster = Cluster(name="c", kind=kind, members=[{"host": "h"}], user="u", **extra)  # type: ignore[arg-type]
+    inv = Inventory(hosts={"h": Host(name="h", address="127.0.0.1")}, clusters={"c": cluster})
+    return cluster, inv
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize(("exc", "cls"), [
+    (pgerr.ReadOnlySqlTransaction("cannot execute INSERT in a read-only transaction"), ErrorClass.read_only),
+    (pgerr.SerializationFailure("could not serialize"), ErrorClass.serialization),
+    (pgerr.DeadlockDetected("deadlock detected"), ErrorClass.serialization),
+    (pgerr.UniqueViolation("duplicate key"), ErrorClass.constraint),
+    (pgerr.QueryCanceled("canceling statement due to statement timeout"), ErrorClass.timeout),
+    (pgerr.AdminShutdown("terminating connection due to administrator command"), ErrorClass.connection_lost),
+    (psycopg.OperationalError("consuming input failed: server closed the connection unexpectedly"),
+     ErrorClass.connection_lost),
+    (psycopg.OperationalError("connection failed: connection to server at \"10.0.0.1\", port 5432 failed: "
+                              "Connection refused"), ErrorClass.connect_refused),
+    (psycopg.errors.ConnectionTimeout("connection timeout expired"), ErrorClass.timeout),
+    (psycopg.OperationalError("connection failed: server is in hot standby mode"), ErrorClass.read_only),
+    (ValueError("weird"), ErrorClass.other),
+])
+def test_postgres_classes(exc: BaseException, cls: ErrorClass) -> None:
+    assert PostgresDriver(*_inv("postgres")).classify(exc) == cls
+
+
+def test_postgres_real_refused_connection() -> None:
+    cluster, inv = _inv("postgres", port=_free_port())
+    driver = driver_for(cluster, inv, connect_timeout=1)
+    with pytest.raises(psycopg.OperationalError) as info:
+        driver.connect_writer()
+    assert driver.classify(info.value) == ErrorClass.connect_refused
+
+
+@pytest.mark.parametrize(("exc", "cls"), [
+    (pymysql.err.OperationalError(2003, "Can't connect to MySQL server on '10.0.0.1' ([Errno 111] refused)"),
+     ErrorClass.connect_refused),
+    (pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query"), ErrorClass.connection_lost),
+    (pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query (timed out)"),
+     ErrorClass.timeout),
+    (pymysql.err.OperationalError(2006, "MySQL server has gone away"), ErrorClass.connection_lost),
+    (pymysql.err.OperationalError(1290, "The MariaDB server is running with the --read-only option"),
+     ErrorClass.read_only),
+    (pymysql.err.OperationalError(1213, "Deadlock found"), ErrorClass.serialization),
+    (pymysql.err.OperationalError(1205, "Lock wait timeout exceeded"), ErrorClass.timeout),
+    (pymysql.err.IntegrityError(1062, "Duplicate entry"), ErrorClass.constraint),
+    (pymysql.err.InterfaceError(0, ""), ErrorClass.connection_lost),
+    (pymysql.err.ProgrammingError(1064, "syntax"), ErrorClass.other),
+])
+def test_mysql_classes(exc: BaseException, cls: ErrorClass) -> None:
+    assert MySQLDriver(*_inv("mysql")).classify(exc) == cls
+
+
+def test_mysql_real_refused_connection() -> None:
+    cluster, inv = _inv("mysql", port=_free_port())
+    driver = driver_for(cluster, inv, connect_timeout=1)
+    with pytest.raises(pymysql.MySQLError) as info:
+        driver.connect_writer()
+    assert driver.classify(info.value) == ErrorClass.connect_refused
+
+
+def test_dameng_real_refused_and_silent_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("dmPython")
+    monkeypatch.setenv("CK_DM_PW", "not-used-by-a-server")
+    pw = {"env": "CK_DM_PW"}
+    cluster, inv = _inv("dameng", port=_free_port(), password=pw)
+    driver = driver_for(cluster, inv, connect_timeout=1)
+    assert isinstance(driver, DamengDriver) and driver.q("SELECT %s") == "SELECT ?"
+    with pytest.raises(Exception) as info:
+        driver.connect_writer()
+    assert driver.classify(info.value) == ErrorClass.connect_refused
+    with socket.socket() as silent:  # accepts TCP, never answers: like a frozen host
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        cluster, inv = _inv("dameng", port=silent.getsockname()[1], password=pw)
+        driver = driver_for(cluster, inv, connect_timeout=1)
+        with pytest.raises(Exception) as info:
+            driver.connect_writer()
+        assert driver.classify(info.value) == ErrorClass.connection_lost
+
+
+def test_dameng_connect_params_and_service_name() -> None:
+    cluster, inv = _inv("dameng", dsn="DMHA", port=5236, options={"dmsvc_path": "/etc/dm_svc.conf"})
+    driver = DamengDriver(cluster, inv)
+    params = driver.connect_params("DMHA", None)
+    assert params["server"] == "DMHA" and "port" not in params and params["autoCommit"] is True
+    assert params["dmsvc_path"] == "/etc/dm_svc.conf"
+
+
+def test_postgres_writer_conninfo_has_timeouts_and_passthrough(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CK_PW", "pw")
+    cluster, inv = _inv("postgres", dsn="host=a,b port=5432 target_session_attrs=read-write",
+                        password={"env": "CK_PW"}, options={"sslmode": "require"})
+    info = psycopg.conninfo.conninfo_to_dict(PostgresDriver(cluster, inv, op_timeout=3).writer_conninfo())
+    assert info["host"] == "a,b" and info["target_session_attrs"] == "read-write"
+    assert info["sslmode"] == "require" and info["password"] == "pw"
+    assert info["tcp_user_timeout"] == "3000" and "statement_timeout=3000" in info["options"]
+
+
+@pytest.mark.parametrize(("cls", "phase", "interrupted", "expected"), [
+    (ErrorClass.connection_lost, "pre", False, FAIL),
+    (ErrorClass.connection_lost, "commit", False, INFO),
+    (ErrorClass.timeout, "commit", True, INFO),  # our deadline fired: the server may have committed
+    (ErrorClass.timeout, "commit", False, FAIL),  # the server cancelled the statement
+    (ErrorClass.read_only, "commit", False, FAIL),
+    (ErrorClass.constraint, "commit", False, FAIL),
+    (ErrorClass.other, "commit", False, INFO),
+])
+def test_commit_phase_errors_are_info(cls: ErrorClass, phase: str, interrupted: bool, expected: str) -> None:
+    assert outcome_for(cls, phase, interrupted) == expected

@@ -1,0 +1,111 @@
+"""Recorder aggregation with a driven clock: intervals, outage edges, ledger, merge across processes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from chaoskit.recorder import FAIL, INFO, OK, Recorder
+
+BASE = 1_000_000.0
+
+
+def test_intervals_count_by_outcome_and_class() -> None:
+    r = Recorder(BASE, interval=0.1)
+    r.record(1, "write", BASE + 0.00, BASE + 0.010, OK)
+    r.record(2, "read", BASE + 0.02, BASE + 0.050, OK)
+    r.record(1, "write", BASE + 0.12, BASE + 0.150, FAIL, "connection_lost", "boom")
+    r.record(2, "write", BASE + 0.13, BASE + 0.180, INFO, "timeout")
+    r.missed(BASE + 0.19, 3)
+    r.finish()
+    df = r.to_frame()
+    assert list(df["ok"]) == [2, 0] and list(df["write_ok"]) == [1, 0] and list(df["read_ok"]) == [1, 0]
+    assert list(df["fail"]) == [0, 1] and list(df["info"]) == [0, 1] and list(df["missed"]) == [0, 3]
+    assert list(df["err_connection_lost"]) == [0, 1] and list(df["err_timeout"]) == [0, 1]
+    assert df["tps"].iloc[0] == pytest.approx(20.0)
+    # latencies 10 ms and 30 ms: p50 10, p99 30 (HdrHistogram, 2 significant digits)
+    assert df["p50_ms"].iloc[0] == pytest.approx(10, rel=0.01)
+    assert df["p99_ms"].iloc[0] == pytest.approx(30, rel=0.01)
+    assert math.isnan(df["p99_ms"].iloc[1])
+
+
+def test_empty_intervals_are_zero_rows() -> None:
+    r = Recorder(BASE, interval=0.1)
+    r.record(1, "write", BASE, BASE + 0.01, OK)
+    r.record(1, "write", BASE + 0.5, BASE + 0.51, OK)
+    r.finish()
+    assert list(r.to_frame()["ok"]) == [1, 0, 0, 0, 0, 1]
+
+
+def test_outage_edges_are_exact_per_worker() -> None:
+    r = Recorder(BASE)
+    r.record(1, "write", BASE + 1.0, BASE + 1.001, OK)
+    r.record(1, "write", BASE + 1.1, BASE + 1.2, FAIL, "connect_refused")
+    r.record(1, "write", BASE + 1.3, BASE + 1.4, FAIL, "connect_refused")
+    r.record(2, "write", BASE + 1.0, BASE + 1.05, INFO, "connection_lost")
+    r.record(1, "write", BASE + 2.0, BASE + 2.5, OK)
+    r.finish()
+    by_worker = {g.worker: g for g in r.gaps}
+    g1 = by_worker[1]
+    assert (g1.last_ok_before, g1.first_err, g1.first_ok_after, g1.errors) == (BASE + 1.001, BASE + 1.2, BASE + 2.5, 2)
+    assert g1.first_err_class == "connect_refused"
+    g2 = by_worker[2]  # never recovered: the gap stays open
+    assert g2.last_ok_before is None and g2.first_ok_after is None
+
+
+def test_ledger_ranges_and_ack_times() -> None:
+    r = Recorder(BASE)
+    outcomes = {1: OK, 2: OK, 3: INFO, 4: FAIL, 5: OK}
+    for seq, outcome in outcomes.items():
+        r.record(7, "write", BASE + seq, BASE + seq + 0.0123, outcome, None if outcome == OK else "timeout",
+                 ledger_seq=seq)
+    r.finish()
+    assert r.ledger_acknowledged() == {7: [(1, 2), (5, 5)]}
+    state, t = r.ledger_outcome(7, 2)
+    assert state == OK and t == pytest.approx(BASE + 2.0123, abs=0.001)  # ms resolution
+    assert r.ledger_outcome(7, 3) == (INFO, None)
+    assert r.ledger_outcome(7, 4) == (FAIL, None)
+    assert r.ledger_outcome(7, 9) == ("unknown", None)
+    assert list(r.ledger_keys(INFO)) == [(7, 3)]
+
+
+def test_drain_and_merge_equal_direct_recording() -> None:
+    ops = [(w, i + 1, BASE + i * 0.037, OK if i % 5 else FAIL) for i in range(200) for w in (1, 2)]
+    direct = Recorder(BASE)
+    child_a, child_b, parent = Recorder(BASE), Recorder(BASE), Recorder(BASE)
+    for w, seq, t, outcome in ops:
+        cls = None if outcome == OK else "timeout"
+        direct.record(w, "write", t - 0.002, t, outcome, cls, ledger_seq=seq)
+        child = child_a if w == 1 else child_b
+        child.record(w, "write", t - 0.002, t, outcome, cls, ledger_seq=seq)
+        if int((t - BASE) * 1000) % 1000 < 40:  # drain now and then, as the runner does
+            parent.merge(child.drain(t))
+    parent.merge(child_a.drain(BASE + 100, final=True))
+    parent.merge(child_b.drain(BASE + 100, final=True))
+    direct.finish()
+    parent.finish()
+    assert direct.to_frame().equals(parent.to_frame())
+    assert direct.ledger_acknowledged() == parent.ledger_acknowledged()
+    assert len(direct.errors) == len(parent.errors)
+    assert [(g.worker, g.first_err, g.first_ok_after) for g in direct.gaps] == \
+        [(g.worker, g.first_err, g.first_ok_after) for g in parent.gaps]
+
+
+def test_error_list_is_capped_but_counted() -> None:
+    r = Recorder(BASE, max_errors=3)
+    for i in range(10):
+        r.record(1, "write", BASE + i, BASE + i + 0.001, FAIL, "other")
+    r.finish()
+    assert len(r.errors) == 3 and r.errors_dropped == 7
+    assert r.totals()["fail"] == 10
+
+
+def test_window_stats() -> None:
+    r = Recorder(BASE, interval=0.1)
+    for i in range(100):
+        r.record(1, "write", BASE + i * 0.01, BASE + i * 0.01 + 0.002, OK)
+    r.finish()
+    w = r.window(BASE, BASE + 1.0)
+    assert w["ok"] == 100 and w["tps"] == pytest.approx(100)
+    assert w["p50_ms"] == pytest.approx(2, rel=0.02)
