@@ -17,6 +17,8 @@ line up exactly across processes.
 from __future__ import annotations
 
 import math
+import struct
+import sys
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -37,6 +39,7 @@ LEDGER_FAIL = 0xFFFFFFFF
 LEDGER_INFO = 0xFFFFFFFE
 LEDGER_UNSET = 0xFFFFFFFD
 HIST_MAX_US = 120_000_000
+_ROW = struct.Struct(f"<{len(COLUMNS)}I4f")  # one closed interval: ~100 bytes
 
 
 def _new_hist() -> HdrHistogram:
@@ -81,7 +84,7 @@ class Recorder:
         self.interval = interval
         self.max_errors = max_errors
         self._open: dict[int, _Open] = {}
-        self.rows: dict[int, tuple[list[int], float, float, float, float]] = {}  # idx -> counts, p50..max (ms)
+        self._rows: dict[int, bytes] = {}  # idx -> packed counts + p50, p99, p99.9, max (ms)
         self.hists: dict[int, bytes] = {}
         self.errors: list[tuple] = []  # (t, worker, kind, outcome, class, message)
         self.errors_dropped = 0
@@ -130,7 +133,7 @@ class Recorder:
             else:
                 gap.errors += 1
             if len(self.errors) < self.max_errors:
-                self.errors.append((t_done, worker, kind, outcome, cls, message[:200]))
+                self.errors.append((t_done, worker, kind, outcome, cls, sys.intern(message[:200])))
             else:
                 self.errors_dropped += 1
         if ledger_seq is not None:
@@ -162,8 +165,8 @@ class Recorder:
             self._store(i, slot.counts, slot.hist)
 
     def _store(self, idx: int, counts: list[int], hist: HdrHistogram) -> None:
-        if idx in self.rows:  # a late op for a closed interval: fold it in
-            old_counts = self.rows[idx][0]
+        if idx in self._rows:  # a late op for a closed interval: fold it in
+            old_counts = self.row(idx)[0]
             counts = [a + b for a, b in zip(old_counts, counts, strict=True)]
             old = HdrHistogram.decode(self.hists[idx])
             old.add(hist)
@@ -173,8 +176,17 @@ class Recorder:
             mx = hist.get_max_value() / 1000
         else:
             p50 = p99 = p999 = mx = math.nan
-        self.rows[idx] = (counts, p50, p99, p999, mx)
+        self._rows[idx] = _ROW.pack(*counts, p50, p99, p999, mx)
         self.hists[idx] = hist.encode()
+
+    @property
+    def rows(self) -> dict[int, bytes]:
+        return self._rows
+
+    def row(self, idx: int) -> tuple[list[int], float, float, float, float]:
+        values = _ROW.unpack(self._rows[idx])
+        n = len(COLUMNS)
+        return list(values[:n]), values[n], values[n + 1], values[n + 2], values[n + 3]
 
     def drain(self, now: float, final: bool = False) -> Batch:
         """Everything new since the last drain; intervals ending before `now` - one interval."""
@@ -227,8 +239,8 @@ class Recorder:
     # -- reading ---------------------------------------------------------------------------
     def totals(self) -> dict[str, int]:
         out = dict.fromkeys(COLUMNS, 0)
-        for counts, *_ in self.rows.values():
-            for name, v in zip(COLUMNS, counts, strict=True):
+        for idx in self._rows:
+            for name, v in zip(COLUMNS, self.row(idx)[0], strict=True):
                 out[name] += v
         for slot in self._open.values():
             for name, v in zip(COLUMNS, slot.counts, strict=True):
@@ -242,11 +254,10 @@ class Recorder:
         hist = _new_hist()
         seen = 0
         for idx in range(lo, hi):
-            row = self.rows.get(idx)
-            if row is None:
+            if idx not in self._rows:
                 continue
             seen += 1
-            for name, v in zip(COLUMNS, row[0], strict=True):
+            for name, v in zip(COLUMNS, self.row(idx)[0], strict=True):
                 totals[name] += v
             hist.add(HdrHistogram.decode(self.hists[idx]))
         span = max(self.interval, (hi - lo) * self.interval)
@@ -313,7 +324,7 @@ class Recorder:
         records = []
         empty = ([0] * len(COLUMNS), math.nan, math.nan, math.nan, math.nan)
         for idx in range(first, last + 1):
-            counts, p50, p99, p999, mx = self.rows.get(idx, empty)
+            counts, p50, p99, p999, mx = self.row(idx) if idx in self._rows else empty
             records.append([idx * self.interval, *counts, p50, p99, p999, mx])
         df = pd.DataFrame.from_records(records, columns=["t", *COLUMNS, "p50_ms", "p99_ms", "p999_ms", "max_ms"])
         df.insert(len(COLUMNS) + 1, "tps", df["ok"] / self.interval)
