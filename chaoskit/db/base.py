@@ -66,8 +66,17 @@ class Driver(ABC):
     @abstractmethod
     def connect_member(self, member: Member) -> Any: ...
 
+    def classify(self, exc: BaseException) -> ErrorClass:
+        """One ErrorClass for any exception; never raises (a crash here would kill a worker)."""
+        if isinstance(exc, TimeoutError):
+            return ErrorClass.timeout
+        try:
+            return self._classify(exc)
+        except Exception:
+            return ErrorClass.other
+
     @abstractmethod
-    def classify(self, exc: BaseException) -> ErrorClass: ...
+    def _classify(self, exc: BaseException) -> ErrorClass: ...
 
     @abstractmethod
     def is_writable(self, conn: Any) -> bool: ...

@@ -124,15 +124,7 @@ class DamengDriver(Driver):
     def _fileno(self, conn: Any) -> int | None:
         return None  # dmPython exposes no socket; its login/socket timeouts bound the wait
 
-    def classify(self, exc: BaseException) -> ErrorClass:
-        try:
-            return self._classify(exc)
-        except Exception:  # classification must never raise
-            return ErrorClass.other
-
     def _classify(self, exc: BaseException) -> ErrorClass:
-        if isinstance(exc, TimeoutError):
-            return ErrorClass.timeout
         code, message = dm_error_code(exc)
         text = message.lower()
         if code in _REFUSED_CODES:

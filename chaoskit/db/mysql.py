@@ -103,15 +103,7 @@ class MySQLDriver(Driver):
         except OSError:
             return None
 
-    def classify(self, exc: BaseException) -> ErrorClass:
-        try:
-            return self._classify(exc)
-        except Exception:  # classification must never raise
-            return ErrorClass.other
-
     def _classify(self, exc: BaseException) -> ErrorClass:
-        if isinstance(exc, TimeoutError):
-            return ErrorClass.timeout
         code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
         text = str(exc).lower()
         if code in _READ_ONLY or "read-only" in text or "read_only" in text:

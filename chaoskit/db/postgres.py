@@ -137,12 +137,6 @@ class PostgresDriver(Driver):
     def server_version(self, conn: Any) -> str:
         return str(conn.execute("SHOW server_version").fetchone()[0])
 
-    def classify(self, exc: BaseException) -> ErrorClass:
-        try:
-            return self._classify(exc)
-        except Exception:  # classification must never raise
-            return ErrorClass.other
-
     def _classify(self, exc: BaseException) -> ErrorClass:
         if isinstance(exc, TimeoutError | pgerr.QueryCanceled | psycopg.errors.ConnectionTimeout):
             return ErrorClass.timeout

@@ -8,7 +8,6 @@ sample costs one round trip, not a new SSH channel.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from chaoskit.inventory.remote import Remote
@@ -32,9 +31,8 @@ def measure_offset(remote: Remote, samples: int = 7) -> ClockOffset:
     remote.shell("true")  # open the shell before timing
     best: tuple[float, float, float] | None = None
     for _ in range(samples):
-        t0 = time.time()
         res = remote.shell(REMOTE_NOW)
-        t1 = time.time()
+        t0, t1 = res.started, res.finished  # send, and arrival of the reply's end
         remote_ts = float(res.stdout.strip())
         rtt = t1 - t0
         if best is None or rtt < best[0]:

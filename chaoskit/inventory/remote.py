@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import select
+import socket
 import shlex
 import threading
 import time
@@ -143,6 +144,10 @@ class SshRemote:
                 transport = conn.client.get_transport()
                 if transport is not None:
                     transport.set_keepalive(5)
+                    sock = transport.sock
+                    if isinstance(sock, socket.socket):  # a jump host's channel has no TCP options
+                        # small commands must not wait ~40 ms behind Nagle + delayed ACK
+                        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except HostUnreachable:
                 raise
             except Exception as exc:  # paramiko raises many unrelated types here
@@ -218,23 +223,25 @@ class _Shell:
 
     def execute(self, command: str, timeout: float | None) -> tuple[int, str, str, float, float]:
         marker = "__ck_" + secrets.token_hex(8)
-        # stderr's marker first: paramiko wakes select() only for stdout data, so the stdout
-        # marker arriving last is what ends the wait.
-        script = (f"{{ {command}\n}} </dev/null; __ck_rc=$?; printf '\\n%s\\n' {marker} >&2;"
-                  f" printf '\\n%s %d\\n' {marker} $__ck_rc\n")
+        # stdout's marker first and timed on arrival: a second small write through a jump host can
+        # sit ~40 ms behind Nagle/delayed ACK; the stderr marker only completes stderr's capture.
+        script = (f"{{ {command}\n}} </dev/null; __ck_rc=$?; printf '\\n%s %d\\n' {marker} $__ck_rc;"
+                  f" printf '\\n%s\\n' {marker} >&2\n")
         started = time.time()
         self.channel.sendall(script.encode())
         out, err = bytearray(), bytearray()
         tail_out, tail_err = f"\n{marker} ".encode(), f"\n{marker}\n".encode()
         deadline = None if timeout is None else time.monotonic() + timeout
+        finished: float | None = None
         while True:
             while self.channel.recv_ready():
                 out += self.channel.recv(65536)
             while self.channel.recv_stderr_ready():
                 err += self.channel.recv_stderr(65536)
             idx = out.find(tail_out)
-            if idx >= 0 and out.endswith(b"\n") and err.find(tail_err) >= 0:
+            if idx >= 0 and finished is None and out.endswith(b"\n"):
                 finished = time.time()
+            if finished is not None and err.find(tail_err) >= 0:
                 rc = int(out[idx + len(tail_out):].strip())
                 e_idx = err.find(tail_err)
                 return rc, out[:idx].decode(errors="replace"), err[:e_idx].decode(errors="replace"), \

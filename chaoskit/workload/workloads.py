@@ -240,8 +240,9 @@ class Oltp(Workload):
                     lo = rng.randint(1, max(1, p.table_rows - p.range_size))
                     d.query(conn, stmt, (lo, lo + p.range_size - 1))
             if self.writes_enabled:
-                d.execute(conn, self._upd_index, (rid(),))
-                d.execute(conn, self._upd_nonindex, (_chars(rng, 119), rid()))
+                # writes touch only this worker's ids, so two transactions never lock the same rows
+                d.execute(conn, self._upd_index, (self._own_id(ctx),))
+                d.execute(conn, self._upd_nonindex, (_chars(rng, 119), self._own_id(ctx)))
                 victim = self._own_id(ctx)
                 d.execute(conn, self._delete, (victim,))
                 d.execute(conn, self._insert, (victim, rid(), _chars(rng, 119), _chars(rng, 59)))

@@ -41,7 +41,13 @@ def test_every_workload_runs_clean(lab: Inventory, cluster: str, workload: str) 
     spec = LoadSpec(workload=workload, workers=4, params=PARAMS)
     runner, rec = run_load(lab, cluster, spec, 10)
     totals = rec.totals()
-    assert totals["fail"] == 0 and totals["info"] == 0, rec.errors[:5]
+    if cluster == "mariadb" and workload.startswith("oltp"):
+        # InnoDB can still report a rare deadlock on secondary-index locks (sysbench counts these
+        # as ignored errors); it must be classified right and stay rare. Nothing else is allowed.
+        assert {e[4] for e in rec.errors} <= {"serialization"}, rec.errors[:5]
+        assert totals["fail"] <= max(2, totals["ok"] // 200) and totals["info"] == 0, rec.errors[:5]
+    else:
+        assert totals["fail"] == 0 and totals["info"] == 0, rec.errors[:5]
     assert totals["ok"] > 200, totals
     df = rec.to_frame()
     assert len(df) >= 95  # 10 s of 100 ms intervals
