@@ -16,8 +16,8 @@ from __future__ import annotations
 import contextlib
 import secrets
 import select
-import socket
 import shlex
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
