@@ -6,8 +6,8 @@ Memory stays bounded however long the run:
 - exact outage edges: for each worker, every gap between oks (last ok before, first error,
   first ok after) with the error class that opened it;
 - failed/indeterminate ops individually, up to a cap (then only counted);
-- ledger writes: per worker a dense array indexed by sequence number holding the ack time in
-  ms since the run's base (4 bytes per write), or a marker for fail / info.
+- ledger writes: per worker a dense column indexed by sequence number holding the ack time in
+  ms since the run's base (2 bytes per write, see LedgerColumn), or a marker for fail / info.
 
 Workers in other processes record into their own Recorder and `drain()` it; the parent
 `merge()`s the batches. Intervals are keyed by absolute index (floor(t / interval)), so merges
@@ -78,6 +78,74 @@ class _Open:
         self.hist = _new_hist()
 
 
+class LedgerColumn:
+    """One worker's ledger: entry i is seq i+1, holding its ack time in ms since the run's base,
+    or LEDGER_FAIL / LEDGER_INFO / LEDGER_UNSET.
+
+    Stored in blocks of 4096 entries as 2-byte offsets from the block's first ack (a worker's
+    acks are in time order), so a busy worker costs 2 bytes per write; a block spanning more
+    than ~65 s (a slow worker: few entries) is promoted to 4-byte absolute values.
+    """
+
+    BLOCK = 4096
+    _H = {LEDGER_FAIL: 0xFFFF, LEDGER_INFO: 0xFFFE, LEDGER_UNSET: 0xFFFD}
+    _H_BACK = {v: k for k, v in _H.items()}
+
+    def __init__(self) -> None:
+        self.blocks: list[array] = []
+        self.bases: list[int | None] = []
+        self.length = 0
+
+    def __len__(self) -> int:
+        return self.length
+
+    def set(self, i: int, value: int) -> None:
+        b, o = divmod(i, self.BLOCK)
+        while len(self.blocks) <= b:
+            self.blocks.append(array("H", [0xFFFD]) * self.BLOCK)
+            self.bases.append(None)
+        block = self.blocks[b]
+        if i >= self.length:
+            self.length = i + 1
+        if block.typecode == "I":
+            block[o] = value
+            return
+        if value >= LEDGER_UNSET:
+            block[o] = self._H[value]
+            return
+        base = self.bases[b]
+        if base is None:
+            base = self.bases[b] = value
+        off = value - base
+        if 0 <= off < 0xFFFD:
+            block[o] = off
+            return
+        full = array("I", (self._decode_h(x, base) for x in block))
+        full[o] = value
+        self.blocks[b] = full
+
+    @classmethod
+    def _decode_h(cls, x: int, base: int | None) -> int:
+        if x >= 0xFFFD:
+            return cls._H_BACK[x]
+        return (base or 0) + x
+
+    def get(self, i: int) -> int:
+        if i >= self.length:
+            return LEDGER_UNSET
+        b, o = divmod(i, self.BLOCK)
+        block = self.blocks[b]
+        x = block[o]
+        return x if block.typecode == "I" else self._decode_h(x, self.bases[b])
+
+    def values(self, start: int = 0) -> array:
+        """Entries from `start` as absolute values (for shipping and scans)."""
+        out = array("I")
+        for i in range(start, self.length):
+            out.append(self.get(i))
+        return out
+
+
 class Recorder:
     def __init__(self, base: float, interval: float = 0.1, max_errors: int = 200_000) -> None:
         self.base = base  # wall-clock origin of ledger ack times
@@ -91,7 +159,7 @@ class Recorder:
         self.gaps: list[Gap] = []
         self._open_gap: dict[int, Gap] = {}
         self._last_ok: dict[int, float] = {}
-        self.ledger: dict[int, array] = {}
+        self.ledger: dict[int, LedgerColumn] = {}
         self._ledger_shipped: dict[int, int] = {}
         self.events: list[dict[str, Any]] = []
         self._errors_shipped = 0
@@ -144,16 +212,14 @@ class Recorder:
         self._slot(t).counts[_COL["missed"]] += count
 
     def _ledger_put(self, worker: int, seq: int, t: float, outcome: str) -> None:
-        arr = self.ledger.get(worker)
-        if arr is None:
-            arr = self.ledger[worker] = array("I")
-        while len(arr) < seq:
-            arr.append(LEDGER_UNSET)
+        col = self.ledger.get(worker)
+        if col is None:
+            col = self.ledger[worker] = LedgerColumn()
         if outcome == OK:
             value = max(0, min(LEDGER_UNSET - 1, int((t - self.base) * 1000)))
         else:
             value = LEDGER_FAIL if outcome == FAIL else LEDGER_INFO
-        arr[seq - 1] = value
+        col.set(seq - 1, value)
 
     def event(self, kind: str, t: float, **data: Any) -> None:
         self.events.append({"kind": kind, "t": t, **data})
@@ -202,11 +268,11 @@ class Recorder:
         self._gaps_shipped = len(self.gaps)
         if final:
             batch.gaps = batch.gaps + list(self._open_gap.values())
-        for worker, arr in self.ledger.items():
+        for worker, col in self.ledger.items():
             start = self._ledger_shipped.get(worker, 0)
-            if len(arr) > start:
-                batch.ledger.append((worker, start + 1, arr[start:].tobytes()))
-                self._ledger_shipped[worker] = len(arr)
+            if len(col) > start:
+                batch.ledger.append((worker, start + 1, col.values(start).tobytes()))
+                self._ledger_shipped[worker] = len(col)
         return batch
 
     def merge(self, batch: Batch) -> None:
@@ -222,11 +288,9 @@ class Recorder:
         for worker, first_seq, raw in batch.ledger:
             incoming = array("I")
             incoming.frombytes(raw)
-            arr = self.ledger.setdefault(worker, array("I"))
-            while len(arr) < first_seq - 1:
-                arr.append(LEDGER_UNSET)
-            del arr[first_seq - 1:]
-            arr.extend(incoming)
+            col = self.ledger.setdefault(worker, LedgerColumn())
+            for i, value in enumerate(incoming, start=first_seq - 1):
+                col.set(i, value)
 
     def finish(self) -> None:
         """Close every interval and every open gap (an outage lasting to the end has no first ok)."""
@@ -278,10 +342,10 @@ class Recorder:
     def ledger_acknowledged(self) -> dict[int, list[tuple[int, int]]]:
         """Per worker, the acknowledged sequence numbers as inclusive ranges."""
         out: dict[int, list[tuple[int, int]]] = {}
-        for worker, arr in self.ledger.items():
+        for worker, col in self.ledger.items():
             ranges: list[tuple[int, int]] = []
             start = None
-            for i, v in enumerate(arr):
+            for i, v in enumerate(col.values()):
                 acked = v < LEDGER_UNSET
                 if acked and start is None:
                     start = i + 1
@@ -289,16 +353,16 @@ class Recorder:
                     ranges.append((start, i))
                     start = None
             if start is not None:
-                ranges.append((start, len(arr)))
+                ranges.append((start, len(col)))
             out[worker] = ranges
         return out
 
     def ledger_outcome(self, worker: int, seq: int) -> tuple[str, float | None]:
         """(ok|fail|info|unknown, ack time on the control clock or None)."""
-        arr = self.ledger.get(worker)
-        if arr is None or seq < 1 or seq > len(arr):
+        col = self.ledger.get(worker)
+        if col is None or seq < 1 or seq > len(col):
             return "unknown", None
-        v = arr[seq - 1]
+        v = col.get(seq - 1)
         if v == LEDGER_FAIL:
             return FAIL, None
         if v == LEDGER_INFO:
@@ -309,8 +373,8 @@ class Recorder:
 
     def ledger_keys(self, outcome: str) -> Iterable[tuple[int, int]]:
         target = {FAIL: LEDGER_FAIL, INFO: LEDGER_INFO}.get(outcome)
-        for worker, arr in self.ledger.items():
-            for i, v in enumerate(arr):
+        for worker, col in self.ledger.items():
+            for i, v in enumerate(col.values()):
                 if (target is None and v < LEDGER_UNSET) or v == target:
                     yield worker, i + 1
 

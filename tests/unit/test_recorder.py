@@ -109,3 +109,22 @@ def test_window_stats() -> None:
     w = r.window(BASE, BASE + 1.0)
     assert w["ok"] == 100 and w["tps"] == pytest.approx(100)
     assert w["p50_ms"] == pytest.approx(2, rel=0.02)
+
+
+def test_ledger_column_compact_and_promoted() -> None:
+    from chaoskit.recorder import LEDGER_FAIL, LEDGER_INFO, LEDGER_UNSET, LedgerColumn
+
+    col = LedgerColumn()
+    values = {0: 1000, 1: 1001, 2: LEDGER_FAIL, 3: 1500, 4: LEDGER_INFO, 6: 2000}
+    for i, v in values.items():
+        col.set(i, v)
+    assert col.blocks[0].typecode == "H"  # 2 bytes per entry while the block spans < 65 s
+    assert [col.get(i) for i in range(8)] == [1000, 1001, LEDGER_FAIL, 1500, LEDGER_INFO, LEDGER_UNSET, 2000,
+                                              LEDGER_UNSET]
+    col.set(7, 1000 + 70_000)  # 70 s later in the same block: promoted, nothing lost
+    assert col.blocks[0].typecode == "I"
+    assert [col.get(i) for i in (0, 2, 6, 7)] == [1000, LEDGER_FAIL, 2000, 71_000]
+    col.set(LedgerColumn.BLOCK + 3, 5)  # a new block has its own base
+    assert col.get(LedgerColumn.BLOCK + 3) == 5 and col.get(LedgerColumn.BLOCK) == LEDGER_UNSET
+    assert len(col) == LedgerColumn.BLOCK + 4
+    assert list(col.values(6))[:2] == [2000, 71_000]
