@@ -22,7 +22,7 @@ import sys
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from hdrh.histogram import HdrHistogram
 
@@ -88,8 +88,8 @@ class LedgerColumn:
     """
 
     BLOCK = 4096
-    _H = {LEDGER_FAIL: 0xFFFF, LEDGER_INFO: 0xFFFE, LEDGER_UNSET: 0xFFFD}
-    _H_BACK = {v: k for k, v in _H.items()}
+    _H: ClassVar[dict[int, int]] = {LEDGER_FAIL: 0xFFFF, LEDGER_INFO: 0xFFFE, LEDGER_UNSET: 0xFFFD}
+    _H_BACK: ClassVar[dict[int, int]] = {v: k for k, v in _H.items()}
 
     def __init__(self) -> None:
         self.blocks: list[array] = []
