@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -22,6 +22,8 @@ lab_app = typer.Typer(no_args_is_help=True, help="The local lab (root, Linux).")
 inventory_app = typer.Typer(no_args_is_help=True, help="Inspect an inventory.")
 app.add_typer(lab_app, name="lab")
 app.add_typer(inventory_app, name="inventory")
+fault_app = typer.Typer(no_args_is_help=True, help="Inject, list and revert faults (journaled on the hosts).")
+app.add_typer(fault_app, name="fault")
 
 out = Console()
 err = Console(stderr=True)
@@ -192,6 +194,150 @@ def load(
         out_dir.mkdir(parents=True, exist_ok=True)
         recorder.write_timeline_csv(str(out_dir / "timeline.csv"), t0=runner.t_start)
         out.print(f"timeline: {out_dir / 'timeline.csv'}")
+
+
+def _fault_spec(**fields: object) -> Any:
+    from pydantic import ValidationError
+
+    from chaoskit.faults.models import FaultSpec
+
+    try:
+        return FaultSpec.model_validate({k: v for k, v in fields.items() if v not in (None, (), [])})
+    except ValidationError as exc:
+        e = exc.errors(include_url=False)[0]
+        name = "--" + str(e["loc"][0]).replace("_", "-") if e["loc"] else "--kind"
+        raise InputError(e["msg"].removeprefix("Value error, "), source="command line", field=name) from None
+
+
+@fault_app.command("inject")
+def fault_inject(
+    inventory: InventoryOpt,
+    kind: Annotated[str, typer.Option(help="kill|pause|stop|partition|loss|bandwidth|netem|stress")],
+    target: Annotated[str, typer.Option(help="host, or role:primary|replica|sync_standby|any[@one|@all|@minority]")],
+    cluster: Annotated[str | None, typer.Option(help="Cluster for role targets and process lookup.")] = None,
+    ttl: Annotated[str, typer.Option(help="The host reverts the fault itself after this long.")] = "30s",
+    processes: Annotated[str | None, typer.Option(help="Comma list of member processes (patroni,postgres).")] = None,
+    signal: Annotated[str, typer.Option(help="Signal for kill.")] = "KILL",
+    peers: Annotated[str | None, typer.Option(help="Comma list of hosts/roles the network fault applies to.")] = None,
+    direction: Annotated[str, typer.Option(help="both|in|out")] = "both",
+    action: Annotated[str, typer.Option(help="partition: drop|reject")] = "drop",
+    interface: Annotated[str, typer.Option(help="Interface for tc faults.")] = "eth0",
+    delay_ms: Annotated[float, typer.Option(help="netem delay.")] = 0.0,
+    jitter_ms: Annotated[float, typer.Option(help="netem jitter.")] = 0.0,
+    loss_pct: Annotated[float, typer.Option(help="loss / netem loss percent.")] = 0.0,
+    rate: Annotated[str | None, typer.Option(help="bandwidth rate, e.g. 1mbit.")] = None,
+    cpu: Annotated[int, typer.Option(help="stress: CPU workers.")] = 0,
+    io: Annotated[int, typer.Option(help="stress: IO workers.")] = 0,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the exact commands per host; touch nothing.")
+                       ] = False,
+) -> None:
+    """Inject one fault and exit, leaving it under its TTL (revert with `fault revert` or `recover`)."""
+    from chaoskit.faults.manager import FaultManager
+    from chaoskit.inventory.loader import load_inventory
+
+    try:
+        inv = load_inventory(inventory)
+        spec = _fault_spec(kind=kind, target=target, cluster=cluster, ttl=ttl, signal=signal,
+                           processes=tuple(p for p in (processes or "").split(",") if p),
+                           peers=tuple(p for p in (peers or "").split(",") if p), direction=direction,
+                           action=action, interface=interface, delay_ms=delay_ms, jitter_ms=jitter_ms,
+                           loss_pct=loss_pct, rate=rate, cpu_workers=cpu, io_workers=io)
+        fm = FaultManager(inv)
+        try:
+            if dry_run:
+                fault_id, planned = fm.plan(spec)
+                for p in planned:
+                    out.print(f"# host {p.host} (fault {fault_id}), sent to its root shell:", highlight=False)
+                    sys.stdout.write(p.script + "\n")
+                return
+            faults = fm.inject(spec)
+        finally:
+            fm.close()
+    except ChaoskitError as exc:
+        _fail(exc)
+    for f in faults:
+        out.print(f"{f.id} {f.kind} on {f.host}: in effect at {f.t_effect:.3f}"
+                  f" (±{f.offset_uncertainty_s * 1000:.1f} ms), reverts itself after {spec.ttl:g}s", highlight=False)
+
+
+@fault_app.command("list")
+def fault_list(inventory: InventoryOpt, as_json: JsonOpt = False) -> None:
+    """Every journaled fault on every host, with whether it is in effect and its time left."""
+    from chaoskit.faults.manager import FaultManager
+    from chaoskit.inventory.loader import load_inventory
+
+    try:
+        fm = FaultManager(load_inventory(inventory))
+        try:
+            data = fm.journaled()
+        finally:
+            fm.close()
+    except ChaoskitError as exc:
+        _fail(exc)
+    rows = [e for entries in data.values() if not isinstance(entries, BaseException) for e in entries]
+    errors = {h: str(e) for h, e in data.items() if isinstance(e, BaseException)}
+    if as_json:
+        sys.stdout.write(json.dumps({"faults": rows, "unreachable": errors}) + "\n")
+        return
+    table = Table(title="journaled faults")
+    for col in ("id", "host", "kind", "target", "active", "remaining"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["id"], r.get("host", "?"), r.get("kind", "?"), r.get("target", "?"),
+                      "yes" if r["active"] else "no", f"{r['remaining_s']}s")
+    out.print(table)
+    for host, e in errors.items():
+        err.print(f"unreachable {host}: {e}", highlight=False)
+
+
+@fault_app.command("revert")
+def fault_revert(inventory: InventoryOpt, fault_id: Annotated[str, typer.Argument(help="Fault id.")]) -> None:
+    """Revert one journaled fault wherever it is, and verify it is gone."""
+    from chaoskit.faults.manager import FaultManager
+    from chaoskit.inventory.loader import load_inventory
+
+    try:
+        fm = FaultManager(load_inventory(inventory))
+        try:
+            result = fm.revert_by_id(fault_id)
+        finally:
+            fm.close()
+    except ChaoskitError as exc:
+        _fail(exc)
+    if not result:
+        _fail(InputError(f"no host has a journaled fault {fault_id}", source="command line", field="ID"))
+    for host, what in result.items():
+        out.print(f"{host}: {what}", highlight=False)
+    if any(v != "reverted" for v in result.values()):
+        raise typer.Exit(1)
+
+
+@app.command("recover")
+def recover(inventory: InventoryOpt) -> None:
+    """Revert every journaled fault on every host (after a crashed controller, or to be sure)."""
+    from chaoskit.faults.manager import FaultManager
+    from chaoskit.inventory.loader import load_inventory
+
+    try:
+        fm = FaultManager(load_inventory(inventory))
+        try:
+            report = fm.recover()
+        finally:
+            fm.close()
+    except ChaoskitError as exc:
+        _fail(exc)
+    failed = False
+    for host, done in report.items():
+        if "error" in done:
+            failed = True
+            err.print(f"{host}: unreachable: {done['error']}", highlight=False)
+            continue
+        for fid, what in done.items():
+            failed |= what != "reverted"
+            out.print(f"{host}: {fid} {what}", highlight=False)
+    out.print("recover: done" + (" with failures" if failed else ""))
+    if failed:
+        raise typer.Exit(1)
 
 
 def main() -> None:

@@ -179,7 +179,7 @@ class SshRemote:
                 transport = self.connection().client.get_transport()
                 if transport is None:
                     raise HostUnreachable(self.name, "no SSH transport")
-                self._shell = _Shell(transport, escalate(self.host, "exec sh", sudo=True))
+                self._shell = _Shell(transport, self._shell_command())
             try:
                 exited, out, err, started, finished = self._shell.execute(command, timeout)
             except (OSError, EOFError, paramiko.SSHException, TimeoutError) as exc:
@@ -190,6 +190,15 @@ class SshRemote:
         if check and not result.ok:
             raise RemoteCommandError(self.name, command, result)
         return result
+
+    def _shell_command(self) -> str:
+        """A root shell; SSH_CONNECTION is carried through sudo's env reset (faults exempt the
+        controller's SSH address, which they read from it)."""
+        wrapped = escalate(self.host, "exec sh", sudo=True)
+        if wrapped == "exec sh":
+            return wrapped
+        user = shlex.quote(self.host.become_user)
+        return f'sudo -n -u {user} -- env SSH_CONNECTION="$SSH_CONNECTION" sh'
 
     def close(self) -> None:
         with self._shell_lock:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from chaoskit.errors import LabError
+from chaoskit.faults.journal import JOURNAL_ROOT as FAULT_JOURNAL_ROOT
 from chaoskit.lab import daemons, network
 from chaoskit.lab.procs import alive, netns_pids, read_pid_file, run_launcher, sh, start_time, terminate
 from chaoskit.lab.spec import (
@@ -335,6 +336,8 @@ def _down_locked(spec: LabSpec) -> None:
         raise LabError(f"processes would not die: {left}")
     _remove_shared_memory(spec)
     network.destroy(spec)
+    for host in spec.hosts:  # fault journals of lab hosts (their dead-men died with the namespaces)
+        shutil.rmtree(Path(FAULT_JOURNAL_ROOT) / host.name, ignore_errors=True)
     _remove_user()
     for child in STATE_DIR.glob("*"):
         if child.name in (Paths.cache.name, Paths.lock.name):

@@ -20,6 +20,7 @@ class MemberRole:
     manager_state: str | None
     lag_bytes: int | None
     error: str | None = None
+    sync_standby: bool = False  # the HA manager names this member the synchronous standby
 
 
 def sql_role(driver: Driver, member: Member) -> tuple[str, str | None]:
@@ -58,5 +59,6 @@ def discover_roles(cluster: Cluster, inventory: Inventory) -> list[MemberRole]:
         out.append(MemberRole(
             member=member.host, address=inventory.member_address(member), sql_role=role,
             manager_role=normalise_patroni_role(m["role"]) if "role" in m else None,
-            manager_state=m.get("state"), lag_bytes=lag if isinstance(lag, int) else None, error=error))
+            manager_state=m.get("state"), lag_bytes=lag if isinstance(lag, int) else None, error=error,
+            sync_standby=str(m.get("role", "")).lower() == "sync_standby"))
     return out

@@ -1,0 +1,75 @@
+"""What a fault is, as given on the command line or in a playbook (validated, frozen)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from chaoskit.models import Frozen
+from chaoskit.units import parse_duration
+
+FaultKind = Literal["kill", "pause", "stop", "partition", "loss", "bandwidth", "netem", "stress"]
+PROCESS_KINDS = {"kill", "pause", "stop"}
+NETWORK_KINDS = {"partition", "loss", "bandwidth", "netem"}
+DEFAULT_TTL = 300.0
+MAX_TTL = 24 * 3600.0
+
+
+class FaultSpec(Frozen):
+    """One fault. `target` is a host name, `role:primary|replica|sync_standby|any` (with `cluster`),
+    optionally followed by `@one|@all|@minority` (default one)."""
+
+    kind: FaultKind
+    target: str
+    cluster: str | None = None
+    ttl: float = DEFAULT_TTL
+    # process faults
+    processes: tuple[str, ...] = ()  # names from the member's `processes`; empty = the database server
+    signal: str = "KILL"
+    # network faults
+    peers: tuple[str, ...] = ()  # host names or role:... (resolved); empty = every lab/inventory host
+    direction: Literal["both", "in", "out"] = "both"
+    action: Literal["drop", "reject"] = "drop"
+    interface: str = "eth0"
+    delay_ms: float = 0.0
+    jitter_ms: float = 0.0
+    loss_pct: float = Field(0.0, ge=0, le=100)
+    corrupt_pct: float = Field(0.0, ge=0, le=100)
+    duplicate_pct: float = Field(0.0, ge=0, le=100)
+    rate: str | None = None  # bandwidth, e.g. 1mbit
+    # stress
+    cpu_workers: int = Field(0, ge=0)
+    io_workers: int = Field(0, ge=0)
+    vm_workers: int = Field(0, ge=0)
+    vm_bytes: str = "256M"
+
+    @field_validator("ttl", mode="before")
+    @classmethod
+    def _ttl(cls, value: object) -> float:
+        seconds = parse_duration(value)  # type: ignore[arg-type]
+        if not 0 < seconds <= MAX_TTL:
+            raise ValueError(f"ttl must be within (0, {MAX_TTL:.0f}s]: every fault heals itself in bounded time")
+        return seconds
+
+    @field_validator("signal")
+    @classmethod
+    def _signal(cls, value: str) -> str:
+        name = value.upper().removeprefix("SIG")
+        if name not in {"KILL", "TERM", "INT", "QUIT", "HUP", "ABRT", "SEGV", "STOP"}:
+            raise ValueError(f"unsupported signal {value!r}")
+        return name
+
+    @model_validator(mode="after")
+    def _kind_needs(self) -> FaultSpec:
+        if self.kind == "loss" and not self.loss_pct:
+            raise ValueError("loss needs loss_pct > 0")
+        if self.kind == "bandwidth" and not self.rate:
+            raise ValueError("bandwidth needs rate (e.g. 1mbit)")
+        if self.kind == "netem" and not (self.delay_ms or self.loss_pct or self.corrupt_pct or self.duplicate_pct):
+            raise ValueError("netem needs delay_ms, loss_pct, corrupt_pct or duplicate_pct")
+        if self.kind == "stress" and not (self.cpu_workers or self.io_workers or self.vm_workers):
+            raise ValueError("stress needs cpu_workers, io_workers or vm_workers")
+        if self.target.startswith("role:") and not self.cluster:
+            raise ValueError("a role target needs cluster")
+        return self
