@@ -45,21 +45,26 @@ def qdisc_handle(fault_id: str) -> str:
     return f"{int(fault_id[:4], 16) % 0xFFF0 + 0x10:x}"
 
 
-def _pids_of(names: list[str], facts: HostFacts, descendants: bool = False) -> str:
-    """Shell that records `name pid` lines in $J/$ID.pids for the live processes named (and, for
-    a freeze, every descendant: a postmaster frozen without its backends is not frozen)."""
-    lines = [": > \"$J/$ID.pids\"",
-             "desc() { for c in $(ps -o pid= --ppid \"$1\"); do echo \"$2 $c\"; desc \"$c\" \"$2\"; done; }"]
+def _pids_of(names: list[str], facts: HostFacts) -> str:
+    """Shell that records `name pid` lines in $J/$ID.pids for the live processes named."""
+    lines = [": > \"$J/$ID.pids\""]
     for name in names:
         pid_file = shlex.quote(facts.processes[name].pid_file)
         lines.append(
             f"pid=$(head -1 {pid_file} 2>/dev/null | tr -dc 0-9); "
             f"if [ -n \"$pid\" ] && [ -d /proc/$pid ] && ! grep -q '^State:.*[ZX]' /proc/$pid/status; then "
-            f"echo \"{name} $pid\" >> \"$J/$ID.pids\"; "
-            + (f"desc \"$pid\" {name}-child >> \"$J/$ID.pids\"; " if descendants else "") + "fi")
+            f"echo \"{name} $pid\" >> \"$J/$ID.pids\"; fi")
     lines.append("[ -s \"$J/$ID.pids\" ] || { echo 'no live process found for the fault' >&2; exit 3; }")
     return "\n".join(lines)
 
+
+DESCENDANTS = (
+    "ps -e -o pid=,ppid= | awk -v roots=\"$(cut -d' ' -f2 \"$J/$ID.pids\" | tr '\\n' ' ')\" "
+    "'BEGIN { n = split(roots, r, \" \"); for (i = 1; i <= n; i++) root[r[i]] = 1 } "
+    "{ parent[$1] = $2 } "
+    "END { for (p in parent) { if (p in root) continue; q = parent[p]; "
+    "while (q in parent && !(q in root) && q > 1) q = parent[q]; if (q in root) print \"child \" p } }' "
+    "> \"$J/$ID.pids.children\"")
 
 ALIVE = ("alive() { [ -d /proc/$1 ] && ! grep -q '^State:.*[ZX]' /proc/$1/status 2>/dev/null; }")
 
@@ -105,7 +110,7 @@ def _restart_pending(names: list[str], facts: HostFacts) -> str:
 
 def process_fault(spec: FaultSpec, facts: HostFacts) -> FaultScripts:
     names = _process_names(spec, facts)
-    record = _pids_of(names, facts, descendants=spec.kind == "pause")
+    record = _pids_of(names, facts)
     pids = "$(cut -d' ' -f2 \"$J/$ID.pids\" | tr '\\n' ' ')"
     if spec.kind == "kill":
         return FaultScripts(
@@ -113,8 +118,13 @@ def process_fault(spec: FaultSpec, facts: HostFacts) -> FaultScripts:
             revert=_restart_missing(names, facts),
             active=_restart_pending(names, facts))
     if spec.kind == "pause":
+        # Freeze the named processes first, then every descendant (one ps pass): a postmaster
+        # frozen without its backends is not frozen.
         return FaultScripts(
-            inject=f"{record}\nkill -STOP {pids}",
+            inject=f"{record}\nkill -STOP {pids}\n{DESCENDANTS}\n"
+                   "children=$(cut -d' ' -f2 \"$J/$ID.pids.children\")\n"
+                   "if [ -n \"$children\" ]; then kill -STOP $children 2>/dev/null || true; fi\n"
+                   "cat \"$J/$ID.pids.children\" >> \"$J/$ID.pids\"; rm -f \"$J/$ID.pids.children\"",
             revert=f"[ -f \"$J/$ID.pids\" ] && kill -CONT {pids} 2>/dev/null; true",
             active=("for pid in $(cut -d' ' -f2 \"$J/$ID.pids\" 2>/dev/null); do "
                     "grep -q '^State:.*T' /proc/$pid/status 2>/dev/null && exit 0; done; exit 1"))
