@@ -340,6 +340,125 @@ def recover(inventory: InventoryOpt) -> None:
         raise typer.Exit(1)
 
 
+@app.command("validate")
+def validate(playbook: Annotated[Path, typer.Argument(help="Playbook YAML.")], inventory: InventoryOpt) -> None:
+    """Check a playbook against an inventory without touching any host."""
+    from chaoskit.inventory.loader import load_inventory
+    from chaoskit.playbook.loader import load_playbook
+
+    try:
+        pb = load_playbook(playbook, load_inventory(inventory))
+    except ChaoskitError as exc:
+        _fail(exc)
+    out.print(f"{playbook}: ok ({pb.name}: {len(pb.steps)} steps over {pb.duration:g}s on cluster {pb.cluster})",
+              highlight=False)
+
+
+@app.command("run")
+def run(
+    playbook: Annotated[Path, typer.Argument(help="Playbook YAML.")],
+    inventory: InventoryOpt,
+    out_root: Annotated[Path, typer.Option("--out", help="Where run directories go.")] = Path("reports"),
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate and print the plan; touch nothing.")] = False,
+    allow_production: Annotated[bool, typer.Option("--allow-production", help="Allow production-tagged targets.")
+                                ] = False,
+) -> None:
+    """Run a drill and write its run directory. Exit 0: SLOs held; 1: an SLO or check failed; 3: aborted."""
+    from rich.live import Live
+
+    from chaoskit.inventory.loader import load_inventory
+    from chaoskit.playbook.loader import load_playbook
+    from chaoskit.playbook.runner import ensure_dir, run_drill
+    from chaoskit.report.writer import write_run
+
+    try:
+        inv = load_inventory(inventory)
+        pb = load_playbook(playbook, inv)
+    except ChaoskitError as exc:
+        _fail(exc)
+    if dry_run:
+        out.print(f"{pb.name} on {pb.cluster}: load {pb.load.workload} x {pb.load.workers}, duration {pb.duration:g}s")
+        for step in pb.steps:
+            what = step.fault.model_dump(exclude_defaults=True) if step.fault else step.action.model_dump()  # type: ignore[union-attr]
+            out.print(f"  at {step.at:>6g}s  {'fault' if step.fault else 'action'} {what}", highlight=False)
+        out.print(f"  checks {', '.join(pb.checks)}; SLOs {pb.slo.model_dump(exclude_none=True)}", highlight=False)
+        return
+    with Live(console=err, refresh_per_second=4, transient=True) as live:
+        def progress(ctx: Any, w: dict) -> None:
+            roles = ctx.probe.log.current_roles() if ctx.probe else {}
+            marks = [e for e in ctx.events if e["kind"] in ("fault_injected", "fault_reverted", "action")]
+            last = f"{marks[-1]['kind']} {marks[-1].get('host', '')}" if marks else "-"
+            import time as _t
+
+            live.update(f"t={_t.time() - ctx.t0:6.1f}s  tps={w['tps']:7.0f}  p99={w['p99_ms']:7.1f} ms  "
+                        f"errors={w['fail'] + w['info']}  roles={roles}  last: {last}")
+
+        try:
+            ctx = run_drill(pb, inv, playbook_path=str(playbook), inventory_path=str(inventory),
+                            allow_production=allow_production, progress=progress)
+        except ChaoskitError as exc:
+            live.stop()
+            _fail(exc)
+    run_dir = ensure_dir(out_root, pb, ctx.started)
+    evidence = write_run(ctx, run_dir)
+    res = evidence.get("results") or {}
+    for f in res.get("faults", []):
+        if f.get("outage"):
+            out.print(f"{f['kind']} on {f['target_host']}: RTO {f['rto_s']:.3f}s (write gap {f['write_gap_s']:.3f}s),"
+                      f" phases {f['phases']}", highlight=False)
+        else:
+            out.print(f"{f.get('kind')} on {f.get('target_host')}: no write outage; effect {f.get('effect')}",
+                      highlight=False)
+    if res.get("rpo"):
+        r = res["rpo"]
+        out.print(f"RPO: {r.get('lost_acknowledged')} of {r.get('acknowledged')} acknowledged writes lost; "
+                  f"indeterminate {r.get('indeterminate')} ({r.get('indeterminate_found')} found); phantoms "
+                  f"{r.get('phantoms')}", highlight=False)
+    for name, s_ in res.get("slo", {}).items():
+        out.print(f"SLO {name}: target {s_['target']} measured {s_['measured']} -> {'ok' if s_['ok'] else 'MISSED'}",
+                  highlight=False)
+    out.print(f"verdict: {res.get('verdict')}  report: {run_dir / 'report.html'}", highlight=False)
+    if ctx.aborted:
+        raise typer.Exit(3)
+    raise typer.Exit(0 if res.get("verdict") is True else 1)
+
+
+@app.command("report")
+def report(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) -> None:
+    """Re-render report.html, summary.md and junit.xml from a run directory's files."""
+    from chaoskit.report.writer import render
+
+    if not (run_dir / "run.json").exists():
+        _fail(InputError("no run.json here", source=str(run_dir), field="RUN_DIR"))
+    render(run_dir)
+    out.print(f"rendered {run_dir / 'report.html'}")
+
+
+@app.command("compare")
+def compare(run_dirs: Annotated[list[Path], typer.Argument(help="Run directories.")]) -> None:
+    """A table across runs: verdict, RTO and phases, RPO."""
+    table = Table(title="runs")
+    for col in ("run", "playbook", "verdict", "fault", "RTO s", "detect", "promote", "reconnect", "stabilise",
+                "lost acked", "phantoms"):
+        table.add_column(col)
+    for d in run_dirs:
+        try:
+            ev = json.loads((d / "run.json").read_text())
+        except (OSError, ValueError) as exc:
+            _fail(InputError(f"cannot read run.json: {exc}", source=str(d), field="RUN_DIR"))
+        res = ev.get("results") or {}
+        rpo = res.get("rpo") or {}
+        for f in res.get("faults") or [{}]:
+            ph = f.get("phases") or {}
+            fmt = lambda v: "—" if v is None else f"{v:.3f}"  # noqa: E731
+            table.add_row(d.name, ev["playbook"]["content"]["name"], str(res.get("verdict")),
+                          f"{f.get('kind', '')} {f.get('target_host', '')}", fmt(f.get("rto_s")),
+                          fmt(ph.get("detection_s")), fmt(ph.get("promotion_s")), fmt(ph.get("reconnect_s")),
+                          fmt(ph.get("stabilisation_s")), str(rpo.get("lost_acknowledged", "—")),
+                          str(rpo.get("phantoms", "—")))
+    out.print(table)
+
+
 def main() -> None:
     try:
         app()

@@ -60,6 +60,10 @@ class FaultSpec(Frozen):
             raise ValueError(f"unsupported signal {value!r}")
         return name
 
+    @classmethod
+    def _role_needs_cluster(cls) -> bool:
+        return True
+
     @model_validator(mode="after")
     def _kind_needs(self) -> FaultSpec:
         if self.kind == "loss" and not self.loss_pct:
@@ -70,6 +74,6 @@ class FaultSpec(Frozen):
             raise ValueError("netem needs delay_ms, loss_pct, corrupt_pct or duplicate_pct")
         if self.kind == "stress" and not (self.cpu_workers or self.io_workers or self.vm_workers):
             raise ValueError("stress needs cpu_workers, io_workers or vm_workers")
-        if self.target.startswith("role:") and not self.cluster:
+        if self.target.startswith("role:") and not self.cluster and self._role_needs_cluster():
             raise ValueError("a role target needs cluster")
         return self

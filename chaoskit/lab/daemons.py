@@ -207,7 +207,9 @@ def mariadb_setup(host: LabHost, server_id: int, template: Path | None = None) -
         "log-bin=mysql-bin", "log-slave-updates=1", "binlog-format=ROW", "gtid-strict-mode=1",
         "sync-binlog=1", "innodb-flush-log-at-trx-commit=1",
         "innodb-buffer-pool-size=64M", "innodb-log-file-size=32M", "skip-name-resolve",
-        "max-connections=300", "performance-schema=OFF", "",
+        "max-connections=300", "performance-schema=OFF",
+        *(["read-only=1"] if server_id > 1 else []),  # replicas stay read-only across restarts
+        "",
     ]))
     if not (data / "mysql").exists():
         if template is not None:

@@ -83,8 +83,13 @@ def _read_state() -> dict[str, Any] | None:
 
 
 def _daemons_alive(state: dict[str, Any]) -> bool:
+    """Every daemon runs, judged by its pid file now (a drill may have restarted it)."""
     procs = state.get("daemons", {})
-    return bool(procs) and all(alive(p["pid"], p["start"]) for p in procs.values())
+    for entry in procs.values():
+        pid = read_pid_file(Path(entry["pid_file"])) if entry.get("pid_file") else entry["pid"]
+        if not pid or not alive(pid):
+            return False
+    return bool(procs)
 
 
 def has_leftovers(spec: LabSpec = SPEC) -> bool:
@@ -134,7 +139,7 @@ def _build(spec: LabSpec, flavour: str, timeout: float) -> None:
     def launch(key: str) -> None:
         script, pid_file = launchers[key]
         pid = run_launcher(script, pid_file)
-        started[key] = {"pid": pid, "start": start_time(pid) or 0}
+        started[key] = {"pid": pid, "start": start_time(pid) or 0, "pid_file": str(pid_file)}
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         mariadb_setup_job = pool.submit(_setup_mariadb_nodes, spec)
@@ -157,6 +162,7 @@ def _build(spec: LabSpec, flavour: str, timeout: float) -> None:
         for job in ssh_waits:
             job.result()
     _write_known_hosts(spec)
+    wait_healthy(max(5.0, deadline - time.monotonic()), spec)  # replicas streaming, MariaDB replicating
     Paths.state.write_text(json.dumps({
         "patroni": flavour, "patroni_binary": str(patroni_bin), "created": time.time(),
         "daemons": started,
@@ -311,6 +317,45 @@ def _configure_mariadb(spec: LabSpec, pw: dict[str, str], deadline: float) -> No
 
 def _healthy(spec: LabSpec) -> bool:
     return _patroni_health(spec)[0]
+
+
+def health(spec: LabSpec = SPEC) -> tuple[bool, str]:
+    """The lab as built: 1 Patroni leader + every replica streaming; MariaDB my1 writable, the
+    others read-only and replicating. Used to reset state between tests."""
+    ok, why = _patroni_health(spec)
+    if not ok:
+        return False, f"patroni: {why}"
+    leader = next((m for m in _patroni_members(spec) if m["role"] == "leader"), None)
+    if leader is None:
+        return False, "patroni: no leader"
+    pg = spec.host(leader["name"])
+    res = sh(["psql", "-h", str(pg.dir / "run"), "-U", "postgres", "-Atc",
+              "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'"], check=False, timeout=10)
+    streaming = res.stdout.strip()
+    if streaming != str(len(spec.by_role("pg")) - 1):
+        return False, f"postgres: {streaming or res.stderr.strip()} streaming replicas"
+    nodes = spec.by_role("mariadb")
+    try:
+        if _mariadb_sql(nodes[0], "SELECT @@read_only").strip() != "0":
+            return False, f"mariadb: {nodes[0].name} is read-only"
+        for host in nodes[1:]:
+            status = _mariadb_sql(host, "SHOW SLAVE STATUS", vertical=True)
+            ro = _mariadb_sql(host, "SELECT @@read_only").strip()
+            if ro != "1" or "Slave_IO_Running: Yes" not in status or "Slave_SQL_Running: Yes" not in status:
+                return False, f"mariadb: {host.name} read_only={ro}, not replicating"
+    except LabError as exc:
+        return False, f"mariadb: {exc}"
+    return True, "ok"
+
+
+def wait_healthy(timeout: float = 90.0, spec: LabSpec = SPEC) -> None:
+    deadline = time.monotonic() + timeout
+    ok, why = health(spec)
+    while not ok and time.monotonic() < deadline:
+        time.sleep(0.3)
+        ok, why = health(spec)
+    if not ok:
+        raise LabError(f"lab not healthy after {timeout:g}s: {why}")
 
 
 # -- down -----------------------------------------------------------------------------------

@@ -36,3 +36,23 @@ def lab() -> Iterator[Inventory]:
 def pool(lab: Inventory) -> Iterator[RemotePool]:
     with RemotePool(lab) as p:
         yield p
+
+
+@pytest.fixture(autouse=True)
+def lab_reset(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Reset between tests instead of rebuilding: no journaled fault left, cluster healthy again
+    (a test that failed over or restarted a node leaves it to heal, bounded)."""
+    if "lab" not in request.fixturenames:
+        yield
+        return
+    from chaoskit.faults.manager import FaultManager
+    from chaoskit.lab import manager
+
+    lab_inv = request.getfixturevalue("lab")
+    fm = FaultManager(lab_inv)
+    try:
+        fm.recover()
+    finally:
+        fm.close()
+    manager.wait_healthy(90)
+    yield

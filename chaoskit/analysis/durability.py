@@ -1,0 +1,38 @@
+"""RPO: acknowledged ledger writes missing after the run, indeterminate writes resolved, phantoms.
+
+Compared against the rows present on the writer after recovery, keyed (run, worker, seq):
+- lost_acknowledged: ok in the history, absent now; rpo_s = t_fault - ack time of the earliest
+  lost write (how far back in time the loss reaches);
+- indeterminate (info): found or not found, reported apart (both are legal outcomes);
+- phantoms: present but never acknowledged nor indeterminate (failed or never attempted): always
+  a failure.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chaoskit.recorder import FAIL, INFO, OK, Recorder
+
+
+def rpo_check(rec: Recorder, present: set[tuple[int, int]], t_fault: float | None,
+              max_lost: int | None) -> dict[str, Any]:
+    acked = set(rec.ledger_keys(OK))
+    info = set(rec.ledger_keys(INFO))
+    failed = set(rec.ledger_keys(FAIL))
+    lost = sorted(acked - present)
+    phantoms = sorted(present - acked - info)
+    phantom_failed = [k for k in phantoms if k in failed]
+    lost_ack_times = [t for k in lost if (t := rec.ledger_outcome(*k)[1]) is not None]
+    rpo_s = None
+    if lost_ack_times and t_fault is not None:
+        rpo_s = round(max(0.0, t_fault - min(lost_ack_times)), 3)
+    valid = not phantoms and (max_lost is None or len(lost) <= max_lost)
+    return {
+        "valid": valid, "acknowledged": len(acked), "lost_acknowledged": len(lost),
+        "indeterminate": len(info), "indeterminate_found": len(info & present),
+        "indeterminate_not_found": len(info - present), "phantoms": len(phantoms),
+        "phantoms_that_failed": len(phantom_failed), "rpo_s": rpo_s,
+        "lost_sample": [list(k) for k in lost[:20]], "phantom_sample": [list(k) for k in phantoms[:20]],
+        "lost_ack_window": [min(lost_ack_times), max(lost_ack_times)] if lost_ack_times else None,
+    }

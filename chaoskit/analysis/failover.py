@@ -1,0 +1,179 @@
+"""Failover phases and RTO for one fault, exactly as DESIGN.md defines them (control clock).
+
+- t_fault: the fault took effect on the host (host time, offset-corrected).
+- t_first_err / t_last_ok / t_first_ok: from every worker's outage edges (exact op timestamps)
+  among the gaps that opened at or after t_fault.
+- t_detect: the HA manager acted: Patroni shows a leader other than the old one (or none), or
+  the old leader leaving `running`. Null with a reason where no manager is observable.
+- t_promoted: a node is writable again: the earlier of the role probe seeing it and a client's
+  first successful write (which is itself proof of a writer); which node and which evidence
+  are recorded.
+- t_recovered: throughput (1 s rolling) back to >= fraction x baseline median, held for `hold`.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from chaoskit.recorder import Recorder
+from chaoskit.topology.probe import ProbeLog
+
+ROLL = 1.0  # seconds of the rolling throughput window
+
+
+def rolling_tps(rec: Recorder) -> list[tuple[float, float]]:
+    """(interval end time, ok ops/s over the last ROLL seconds) per interval."""
+    df = rec.to_frame()
+    if df.empty:
+        return []
+    n = max(1, round(ROLL / rec.interval))
+    tps = (df["write_ok"].rolling(n, min_periods=n).sum() / (n * rec.interval)).tolist()
+    ends = (df["t"] + rec.interval).tolist()
+    return [(t, v) for t, v in zip(ends, tps, strict=True) if not math.isnan(v)]
+
+
+def baseline_tps(rec: Recorder, start: float, end: float) -> float | None:
+    values = [v for t, v in rolling_tps(rec) if start + ROLL <= t <= end]
+    return statistics.median(values) if values else None
+
+
+def _role_at(probe: ProbeLog, t: float) -> dict[str, str]:
+    roles: dict[str, str] = {}
+    for ts, member, role in probe.samples:
+        if ts > t:
+            break
+        roles[member] = role
+    return roles
+
+
+def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, baseline: float | None,
+                  window_end: float, tps_fraction: float, hold: float, manager_observable: bool) -> dict[str, Any]:
+    t_fault = fault["t_effect"]
+    gaps = [g for g in rec.gaps if t_fault <= g.first_err < window_end]
+    out: dict[str, Any] = {"id": fault["id"], "kind": fault["kind"], "target_host": fault["host"],
+                           "t_scheduled": fault.get("t_scheduled"), "t_fault": t_fault,
+                           "t_reverted": fault.get("t_reverted"), "notes": []}
+    null_phases = {"detection_s": None, "promotion_s": None, "reconnect_s": None, "stabilisation_s": None}
+    if not gaps:
+        out.update({"outage": False, "t_last_ok": None, "t_first_err": None, "t_detect": None, "t_promoted": None,
+                    "t_first_ok": None, "t_recovered": None, "phases": null_phases, "rto_s": None,
+                    "write_gap_s": None, "per_client_rto_s": {}})
+        out["notes"].append("no write outage observed: no phases; effect is the throughput change below")
+        out["effect"] = _effect(rec, t_fault, fault.get("t_reverted") or window_end, baseline)
+        return out
+    first_gap: dict[int, Any] = {}
+    for g in sorted(gaps, key=lambda g: g.first_err):
+        first_gap.setdefault(g.worker, g)
+    t_first_err = min(g.first_err for g in first_gap.values())
+    lasts = [g.last_ok_before for g in first_gap.values() if g.last_ok_before is not None]
+    t_last_ok = max(lasts) if lasts else None
+    firsts = [g.first_ok_after for g in first_gap.values() if g.first_ok_after is not None]
+    t_first_ok = min(firsts) if firsts else None
+    per_client = {str(w): (g.first_ok_after - t_fault if g.first_ok_after else None)
+                  for w, g in sorted(first_gap.items())}
+
+    before = _role_at(probe, t_fault)
+    old_primary = next((m for m, r in before.items() if r == "primary"), None)
+    t_down = next((t for t, m, r in probe.samples if t >= t_fault and m == old_primary and r != "primary"), None)
+    t_probe_writable, new_primary = None, None
+    if t_down is not None:
+        hit = next(((t, m) for t, m, r in probe.samples if t >= t_down and r == "primary"), None)
+        if hit:
+            t_probe_writable, new_primary = hit
+    candidates = [(t, "probe") for t in [t_probe_writable] if t is not None] + \
+                 [(t, "client") for t in [t_first_ok] if t is not None]
+    t_promoted, evidence = min(candidates) if candidates else (None, None)
+    if t_promoted is None:
+        out["notes"].append("no writable node observed after the fault within the window")
+
+    t_detect, detect_how = _detect(probe, t_fault, old_primary, window_end) if manager_observable else (None, None)
+    if not manager_observable:
+        out["notes"].append("no HA manager signal observable for this cluster (role probe: sql): t_detect is null")
+    elif t_detect is None:
+        out["notes"].append("the HA manager showed no reaction (leader change or leader state change)")
+    if t_detect is not None and t_promoted is not None and t_detect > t_promoted:
+        out["notes"].append(f"manager signal seen {t_detect - t_promoted:.3f}s after the node was writable "
+                            "(poll granularity); t_detect clamped to t_promoted (the manager acted before)")
+        t_detect = t_promoted
+
+    t_recovered = _recovered(rec, t_first_ok, baseline, tps_fraction, hold, window_end) if t_first_ok else None
+    if baseline is None:
+        out["notes"].append("no baseline throughput: t_recovered is null")
+    phases = {
+        "detection_s": _diff(t_detect, t_fault),
+        "promotion_s": _diff(t_promoted, t_detect),
+        "reconnect_s": _diff(t_first_ok, t_promoted),
+        "stabilisation_s": _diff(t_recovered, t_first_ok),
+    }
+    rtos = sorted(v for v in per_client.values() if v is not None)
+    out.update({
+        "outage": True, "t_last_ok": t_last_ok, "t_first_err": t_first_err, "t_detect": t_detect,
+        "detect_signal": detect_how, "t_promoted": t_promoted, "promoted_evidence": evidence,
+        "old_primary": old_primary, "new_primary": new_primary, "t_first_ok": t_first_ok, "t_recovered": t_recovered,
+        "phases": phases, "rto_s": _diff(t_first_ok, t_fault), "write_gap_s": _diff(t_first_ok, t_last_ok),
+        "per_client_rto_s": per_client,
+        "per_client_rto_percentiles_s": {f"p{p}": _pct(rtos, p) for p in (50, 90, 99, 100)} if rtos else {},
+        "workers_in_outage": len(first_gap), "workers_not_recovered": sum(1 for v in per_client.values() if v is None),
+    })
+    out["effect"] = _effect(rec, t_fault, t_recovered or window_end, baseline)
+    return out
+
+
+def _diff(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else round(a - b, 6)
+
+
+def _pct(values: list[float], p: float) -> float:
+    return round(values[min(len(values) - 1, max(0, math.ceil(p / 100 * len(values)) - 1))], 6)
+
+
+def _detect(probe: ProbeLog, t_fault: float, old_primary: str | None,
+            window_end: float) -> tuple[float | None, str | None]:
+    old_leader = None
+    for t, leader, _ in probe.manager:
+        if t <= t_fault:
+            old_leader = leader
+    for t, leader, states in probe.manager:
+        if t < t_fault or t >= window_end:
+            continue
+        if leader != old_leader:
+            return t, f"leader {old_leader} -> {leader}"
+        if old_leader is not None and states.get(old_leader, "").split("/")[-1] not in ("running", "streaming"):
+            return t, f"leader {old_leader} state {states.get(old_leader)}"
+    return None, None
+
+
+def _recovered(rec: Recorder, t_first_ok: float, baseline: float | None, fraction: float, hold: float,
+               window_end: float) -> float | None:
+    if not baseline:
+        return None
+    threshold = fraction * baseline
+    series = [(t, v) for t, v in rolling_tps(rec) if t >= t_first_ok]
+    start = None
+    for t, v in series:
+        if v >= threshold:
+            if start is None:
+                start = t
+            if t - start >= hold:
+                return start
+        else:
+            start = None
+    return None
+
+
+def _effect(rec: Recorder, t0: float, t1: float, baseline: float | None) -> dict[str, Any]:
+    """Throughput during [t0, t1] against baseline: dip depth and transactions lost to it."""
+    series = [(t, v) for t, v in rolling_tps(rec) if t0 <= t <= t1]
+    df = rec.to_frame()
+    sel = df[(df["t"] >= t0) & (df["t"] < t1)]
+    done = int(sel["write_ok"].sum()) if len(sel) else 0
+    out: dict[str, Any] = {"window_s": round(t1 - t0, 3), "writes_ok": done, "baseline_tps": baseline}
+    if baseline and series:
+        low = min(v for _, v in series)
+        mean = done / max(1e-9, t1 - t0)
+        out.update({"min_tps": round(low, 1), "dip_depth": round(1 - low / baseline, 4),
+                    "mean_tps": round(mean, 1), "tps_change": round(mean / baseline - 1, 4),
+                    "transactions_lost_to_dip": max(0, round(baseline * (t1 - t0) - done))})
+    return out

@@ -1,0 +1,1 @@
+"""Playbooks: one drill (load, timed faults and actions, probes, checks, SLOs) and its runner."""

@@ -1,0 +1,116 @@
+"""Playbook models (frozen, no unknown fields). Durations accept `30s`, `100ms`, `2m`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BeforeValidator, Field, model_validator
+
+from chaoskit.faults.models import FaultSpec
+from chaoskit.models import Frozen
+from chaoskit.units import parse_duration
+
+Seconds = Annotated[float, BeforeValidator(parse_duration)]
+CheckName = Literal["rpo", "bank", "replica_convergence", "split_brain"]
+
+
+class LoadConfig(Frozen):
+    workload: str = "ledger"
+    workers: int = Field(4, ge=1, le=2048)
+    rate: float | None = Field(None, gt=0)
+    warmup: Seconds = 5.0
+    op_timeout: Seconds = 2.0
+    connect_timeout: Seconds = 1.0
+    processes: int | None = Field(None, ge=1)
+    table_rows: int = Field(10_000, ge=10)
+
+
+class ProbeConfig(Frozen):
+    interval: Seconds = 0.1
+
+
+class StepFault(FaultSpec):
+    """A fault in a schedule: `duration` reverts it that long after injection (else at heal)."""
+
+    duration: Seconds | None = None
+
+    @classmethod
+    def _role_needs_cluster(cls) -> bool:
+        return False  # the playbook's cluster is the default
+
+
+class Action(Frozen):
+    kind: Literal["switchover"]
+    candidate: str | None = None  # switchover: a member name; default: Patroni chooses
+
+
+class Step(Frozen):
+    at: Seconds
+    fault: StepFault | None = None
+    action: Action | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> Step:
+        if (self.fault is None) == (self.action is None):
+            raise ValueError("a step has exactly one of fault or action")
+        return self
+
+
+class Recovery(Frozen):
+    within: Seconds = 60.0
+    tps_fraction: float = Field(0.9, gt=0, le=1)
+    hold: Seconds = 5.0
+
+
+class Slo(Frozen):
+    rto_max: Seconds | None = None
+    rpo_max_writes: int | None = Field(None, ge=0)
+    max_error_rate_after_recovery: float | None = Field(None, ge=0, le=1)
+
+
+class Abort(Frozen):
+    error_rate_above: float = Field(0.95, gt=0, le=1)
+    for_: Seconds = Field(60.0, alias="for")
+
+
+class PatroniSettings(Frozen):
+    synchronous_mode: bool | None = None
+
+
+class Playbook(Frozen):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = ""
+    cluster: str
+    load: LoadConfig = LoadConfig()
+    probes: ProbeConfig = ProbeConfig()
+    baseline: Seconds = 10.0
+    steps: tuple[Step, ...]
+    duration: Seconds
+    recovery: Recovery = Recovery()
+    checks: tuple[CheckName, ...] = ("rpo", "split_brain", "replica_convergence")
+    slo: Slo = Slo()
+    abort: Abort = Abort()
+    patroni: PatroniSettings | None = None  # set for the drill, restored afterwards
+
+    @model_validator(mode="after")
+    def _schedule(self) -> Playbook:
+        if not self.steps:
+            raise ValueError("a playbook needs at least one step")
+        for i, step in enumerate(self.steps):
+            if step.at < self.baseline:
+                raise ValueError(f"steps[{i}].at ({step.at:g}s) is inside the baseline window ({self.baseline:g}s)")
+            end = step.at + (step.fault.duration or 0 if step.fault else 0)
+            if end > self.duration:
+                raise ValueError(f"steps[{i}] ends at {end:g}s, after the drill's duration ({self.duration:g}s)")
+        if "bank" in self.checks and self.load.workload != "bank":
+            raise ValueError("the bank check needs load.workload: bank")
+        if "rpo" in self.checks and self.load.workload != "ledger":
+            raise ValueError("the rpo check needs load.workload: ledger")
+        return self
+
+    def fault_ttl(self, step: Step) -> float:
+        """Bounded: the step's own TTL if given, else the drill's remaining time plus a margin."""
+        assert step.fault is not None
+        if "ttl" in step.fault.model_fields_set:
+            return step.fault.ttl
+        return self.duration - step.at + self.recovery.within + 60

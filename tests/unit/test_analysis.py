@@ -1,0 +1,125 @@
+"""Failover phases, RPO and split-brain on constructed histories whose answers are known."""
+
+from __future__ import annotations
+
+import pytest
+
+from chaoskit.analysis.checks import split_brain
+from chaoskit.analysis.durability import rpo_check
+from chaoskit.analysis.failover import analyse_fault, baseline_tps
+from chaoskit.analysis.verdict import checked, merge
+from chaoskit.recorder import FAIL, INFO, OK, Recorder
+from chaoskit.topology.probe import ProbeLog
+
+T0 = 1_800_000_000.0
+FAULT = T0 + 20.0
+
+
+def history() -> tuple[Recorder, ProbeLog]:
+    """2 workers writing every 10 ms; the writer dies at +20 s; a new one is writable at +29.5 s."""
+    rec = Recorder(T0)
+    seq = {1: 0, 2: 0}
+    for i in range(4500):
+        t = T0 + i / 100
+        for w in (1, 2):
+            seq[w] += 1
+            tw = t + w * 0.003
+            if tw < FAULT + 0.004:
+                rec.record(w, "write", tw - 0.002, tw, OK, ledger_seq=seq[w])
+            elif tw < T0 + 29.6 + w * 0.1:
+                outcome = INFO if abs(tw - (FAULT + 0.006)) < 0.005 else FAIL
+                rec.record(w, "write", tw - 0.002, tw, outcome, "connection_lost" if outcome == INFO else
+                           "connect_refused", ledger_seq=seq[w])
+            else:
+                rec.record(w, "write", tw - 0.002, tw, OK, ledger_seq=seq[w])
+    rec.finish()
+    probe = ProbeLog()
+    for i in range(450):
+        t = T0 + i / 10
+        probe.samples.append((t, "pg1", "primary" if t < FAULT + 0.05 else "down"))
+        probe.samples.append((t + 0.01, "pg2", "replica" if t < T0 + 29.5 else "primary"))
+        leader = "pg1" if t < T0 + 29.3 else "pg2"
+        probe.manager.append((t + 0.02, leader, {"pg1": "leader/running", "pg2": "replica/running"}))
+    return rec, probe
+
+
+def test_phases_are_exact_and_ordered() -> None:
+    rec, probe = history()
+    base = baseline_tps(rec, T0 + 3, T0 + 15)
+    assert base == pytest.approx(200, rel=0.02)
+    fault = {"id": "f1", "kind": "kill", "host": "pg1", "t_effect": FAULT, "t_reverted": None}
+    r = analyse_fault(fault, rec, probe, baseline=base, window_end=T0 + 45, tps_fraction=0.9, hold=3,
+                      manager_observable=True)
+    assert r["outage"] and r["old_primary"] == "pg1" and r["new_primary"] == "pg2"
+    assert r["t_last_ok"] == pytest.approx(FAULT + 0.003, abs=1e-4)  # worker 1 at +3 ms (t drifts by float sums)
+    assert r["t_first_err"] > FAULT
+    assert r["t_detect"] == pytest.approx(T0 + 29.32, abs=0.001)  # first manager poll showing pg2 as leader
+    assert r["t_promoted"] == pytest.approx(T0 + 29.51, abs=0.001)  # first probe sample: pg2 writable
+    assert r["t_first_ok"] == pytest.approx(T0 + 29.701, abs=0.011)
+    order = [r[k] for k in ("t_fault", "t_detect", "t_promoted", "t_first_ok", "t_recovered")]
+    assert order == sorted(order)
+    assert r["rto_s"] == pytest.approx(r["t_first_ok"] - FAULT, abs=1e-6)  # reported to the microsecond
+    assert r["write_gap_s"] == pytest.approx(r["t_first_ok"] - r["t_last_ok"], abs=1e-6)
+    ph = r["phases"]
+    assert sum(ph.values()) == pytest.approx(r["t_recovered"] - FAULT, abs=1e-6)
+    assert set(r["per_client_rto_s"]) == {"1", "2"}
+    assert r["t_recovered"] == pytest.approx(r["t_first_ok"] + 1.0, abs=0.15)  # rolling 1 s window refills
+
+
+def test_no_manager_signal_gives_null_detect_with_reason() -> None:
+    rec, probe = history()
+    fault = {"id": "f1", "kind": "kill", "host": "pg1", "t_effect": FAULT}
+    r = analyse_fault(fault, rec, probe, baseline=200, window_end=T0 + 45, tps_fraction=0.9, hold=3,
+                      manager_observable=False)
+    assert r["t_detect"] is None and r["phases"]["detection_s"] is None and r["phases"]["promotion_s"] is None
+    assert any("no HA manager signal" in n for n in r["notes"])
+    assert r["rto_s"] is not None
+
+
+def test_fault_without_outage_has_no_phases() -> None:
+    rec, probe = history()
+    fault = {"id": "f2", "kind": "kill", "host": "pg3", "t_effect": T0 + 5, "t_reverted": T0 + 8}
+    r = analyse_fault(fault, rec, probe, baseline=200, window_end=T0 + 10, tps_fraction=0.9, hold=3,
+                      manager_observable=True)
+    assert r["outage"] is False and r["rto_s"] is None and all(v is None for v in r["phases"].values())
+    assert r["effect"]["baseline_tps"] == 200 and "dip_depth" in r["effect"]
+
+
+def test_rpo_lost_indeterminate_phantoms() -> None:
+    rec, _ = history()
+    acked = set(rec.ledger_keys(OK))
+    info = set(rec.ledger_keys(INFO))
+    assert info
+    lost = sorted(k for k in acked if rec.ledger_outcome(*k)[1] > FAULT - 0.5)[:7]  # the last ~0.5 s lost
+    present = (acked - set(lost)) | set(list(info)[:1]) | {(9, 1)}  # one info found, one phantom
+    r = rpo_check(rec, present, FAULT, max_lost=0)
+    assert r["lost_acknowledged"] == 7 and r["phantoms"] == 1 and r["valid"] is False
+    assert r["indeterminate"] == len(info) and r["indeterminate_found"] == 1
+    earliest = min(rec.ledger_outcome(*k)[1] for k in lost)
+    assert r["rpo_s"] == pytest.approx(FAULT - earliest, abs=0.002)
+    clean = rpo_check(rec, acked, FAULT, max_lost=0)
+    assert clean["valid"] is True and clean["lost_acknowledged"] == 0 and clean["rpo_s"] is None
+
+
+def test_split_brain_detects_overlap_only() -> None:
+    log = ProbeLog()
+    for i in range(20):
+        t = T0 + i * 0.1
+        log.samples.append((t, "a", "primary" if i < 10 else "replica"))
+        log.samples.append((t + 0.05, "b", "primary" if i >= 10 else "replica"))
+    assert split_brain(log, 0.1)["valid"] is True
+    log.samples.append((T0 + 0.52, "b", "primary"))  # b writable while a still is
+    log.samples.sort()
+    r = split_brain(log, 0.1)
+    assert r["valid"] is False and r["overlaps"][0]["members"] == ["a", "b"]
+
+
+def test_checker_crash_is_unknown_and_merge_is_worst_first() -> None:
+    def boom() -> dict:
+        raise RuntimeError("kaput")
+
+    v = checked(boom)
+    assert v["valid"] == "unknown" and "kaput" in v["error"]
+    assert merge([True, "unknown", True]) == "unknown"
+    assert merge([True, False, "unknown"]) is False
+    assert merge([True, True]) is True
