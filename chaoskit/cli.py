@@ -387,7 +387,7 @@ def run(
         def progress(ctx: Any, w: dict) -> None:
             roles = ctx.probe.log.current_roles() if ctx.probe else {}
             marks = [e for e in ctx.events if e["kind"] in ("fault_injected", "fault_reverted", "action")]
-            last = f"{marks[-1]['kind']} {marks[-1].get('host', '')}" if marks else "-"
+            last = f"{marks[-1]['kind']} {marks[-1].get('host') or marks[-1].get('leader') or ''}" if marks else "-"
             import time as _t
 
             live.update(f"t={_t.time() - ctx.t0:6.1f}s  tps={w['tps']:7.0f}  p99={w['p99_ms']:7.1f} ms  "

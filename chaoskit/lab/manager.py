@@ -348,12 +348,43 @@ def health(spec: LabSpec = SPEC) -> tuple[bool, str]:
     return True, "ok"
 
 
+def reinitialize_diverged(spec: LabSpec = SPEC) -> list[str]:
+    """Patroni replicas that do not stream (e.g. a diverged old primary that was not rewound)
+    are rebuilt from the leader through Patroni's REST API (POST /reinitialize)."""
+    import urllib.request
+
+    members = _patroni_members(spec)
+    leader = next((m for m in members if m["role"] == "leader"), None)
+    if leader is None:
+        return []
+    streaming = set(sh(["psql", "-h", str(spec.host(leader["name"]).dir / "run"), "-U", "postgres", "-Atc",
+                        "SELECT application_name FROM pg_stat_replication WHERE state = 'streaming'"],
+                       check=False, timeout=10).stdout.split())
+    done = []
+    for m in members:
+        if m["role"] == "replica" and m["name"] not in streaming and m["state"] in ("running", "streaming"):
+            req = urllib.request.Request(f"http://{spec.host(m['name']).address}:{PATRONI_PORT}/reinitialize",
+                                         data=b'{"force": true}', method="POST",
+                                         headers={"Content-Type": "application/json"})
+            try:
+                urllib.request.urlopen(req, timeout=10).close()
+                done.append(m["name"])
+            except OSError:
+                pass
+    return done
+
+
 def wait_healthy(timeout: float = 90.0, spec: LabSpec = SPEC) -> None:
-    deadline = time.monotonic() + timeout
+    """Wait for the lab as built; a replica still not streaming after 15 s is reinitialised."""
+    start = time.monotonic()
+    deadline = start + timeout
+    repaired = False
     ok, why = health(spec)
     while not ok and time.monotonic() < deadline:
         time.sleep(0.3)
         ok, why = health(spec)
+        if not ok and not repaired and time.monotonic() - start > 15 and why.startswith("postgres:"):
+            repaired = bool(reinitialize_diverged(spec))
     if not ok:
         raise LabError(f"lab not healthy after {timeout:g}s: {why}")
 

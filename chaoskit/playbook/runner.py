@@ -18,6 +18,7 @@ from chaoskit.analysis.durability import rpo_check
 from chaoskit.analysis.failover import analyse_fault, baseline_tps
 from chaoskit.analysis.verdict import checked, merge
 from chaoskit.db.base import Driver
+from chaoskit.errors import ChaoskitError
 from chaoskit.faults.manager import FaultManager, InjectedFault
 from chaoskit.inventory.fanout import RemotePool
 from chaoskit.inventory.models import Inventory
@@ -102,6 +103,10 @@ def run_drill(pb: Playbook, inv: Inventory, *, playbook_path: str, inventory_pat
         ctx.aborted = "interrupted (Ctrl-C or SIGTERM)"
     except Aborted as exc:
         ctx.aborted = str(exc)
+    except Exception as exc:  # recorded, then healed and reported like any abort
+        if isinstance(exc, ChaoskitError) and not ctx.t0:
+            raise  # preflight refused or bad input: nothing was started
+        ctx.aborted = f"error: {type(exc).__name__}: {exc}"
     finally:
         failed = fm.revert_all()  # 6: always
         ctx.faults = list(fm.injected)
@@ -230,7 +235,8 @@ def _switchover(ctx: RunContext, step: Step, t_sched: float) -> dict[str, Any]:
     status, text = _request(f"{_patroni_base(ctx, leader)[0]}/switchover", "POST", body)
     record = {"kind": "switchover", "t_scheduled": t_sched, "t_sent": t_sent, "t_answered": time.time(),
               "leader": leader, "candidate": step.action.candidate, "http_status": status, "answer": text[:300]}
-    _event(ctx, "action", t_sent, **{k: v for k, v in record.items() if k != "answer"})
+    _event(ctx, "action", t_sent, action=record["kind"], leader=leader, candidate=step.action.candidate,
+           http_status=status)
     return record
 
 
@@ -281,11 +287,15 @@ def analyse(ctx: RunContext, runner: LoadRunner) -> dict[str, Any]:
     assert rec is not None and probe is not None
     cluster = ctx.inventory.clusters[pb.cluster]
     base = baseline_tps(rec, ctx.t0 + pb.load.warmup, ctx.t0 + pb.baseline)
-    first_at = sorted(ctx.faults, key=lambda f: f.t_effect)
+    # Faults and actions alike: a planned switchover is analysed from the instant it was issued.
+    disturbances = [f.to_dict() for f in ctx.faults] + [
+        {"id": f"action{i}", "kind": a["kind"], "host": a.get("leader"), "t_effect": a["t_sent"],
+         "t_scheduled": a.get("t_scheduled")} for i, a in enumerate(ctx.actions)]
+    first_at = sorted(disturbances, key=lambda f: f["t_effect"])
     faults = []
     for i, f in enumerate(first_at):
-        window_end = first_at[i + 1].t_effect if i + 1 < len(first_at) else ctx.ended
-        faults.append(checked(analyse_fault, f.to_dict(), rec, probe.log, baseline=base, window_end=window_end,
+        window_end = first_at[i + 1]["t_effect"] if i + 1 < len(first_at) else ctx.ended
+        faults.append(checked(analyse_fault, f, rec, probe.log, baseline=base, window_end=window_end,
                               tps_fraction=pb.recovery.tps_fraction, hold=pb.recovery.hold,
                               manager_observable=cluster.role_probe == "patroni"))
     for fa in faults:
@@ -322,9 +332,16 @@ def analyse(ctx: RunContext, runner: LoadRunner) -> dict[str, Any]:
         conv = checks["replica_convergence"]
         old = ctx.preflight.get("primary_before")
         if old and "members" in conv:
+            members = conv["members"]
+            writer = next((d for d in members.values() if d.get("role") == "primary"), {})
+            mine = members.get(old, {})
+            same = "rows" in mine and (mine.get("rows"), mine.get("seq_sum")) == (writer.get("rows"),
+                                                                                  writer.get("seq_sum"))
             checks["replica_convergence"]["old_primary"] = {
-                "host": old, "rejoined": conv["members"].get(old, {}).get("role") in ("replica", "primary"),
-                "role_now": conv["members"].get(old, {}).get("role")}
+                "host": old, "role_now": mine.get("role"),
+                # rejoined = back in the cluster *and* holding exactly the writer's rows
+                "rejoined": mine.get("role") in ("replica", "primary") and same,
+                "diverged": mine.get("role") == "replica" and not same}
     slo = _slo(pb, faults, checks, rec)
     verdict = merge([c.get("valid", "unknown") for c in checks.values()] + [s["ok"] for s in slo.values()])
     if ctx.aborted:
