@@ -25,7 +25,7 @@ app.add_typer(inventory_app, name="inventory")
 fault_app = typer.Typer(no_args_is_help=True, help="Inject, list and revert faults (journaled on the hosts).")
 app.add_typer(fault_app, name="fault")
 
-out = Console()
+out = Console(width=None if sys.stdout.isatty() else 200)  # tables stay whole in files and pipes
 err = Console(stderr=True)
 
 InventoryOpt = Annotated[Path, typer.Option("-i", "--inventory", help="Inventory YAML (own or Ansible shape).")]

@@ -112,7 +112,8 @@ def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, base
         out["notes"].append(f"writes kept succeeding for {t_last_ok - t_fault:.3f}s after the fault before the "
                             "outage: check rpo and split_brain for where they went")
     out.update({
-        "first_err_after_fault_s": round(t_first_err - t_fault, 6), "outage": True, "t_last_ok": t_last_ok, "t_first_err": t_first_err, "t_detect": t_detect,
+        "first_err_after_fault_s": round(t_first_err - t_fault, 6), "outage": True, "t_last_ok": t_last_ok,
+        "t_first_err": t_first_err, "t_detect": t_detect,
         "detect_signal": detect_how, "t_promoted": t_promoted, "promoted_evidence": evidence,
         "old_primary": old_primary, "new_primary": new_primary, "t_first_ok": t_first_ok, "t_recovered": t_recovered,
         "phases": phases, "rto_s": _diff(t_first_ok, t_fault), "write_gap_s": _diff(t_first_ok, t_last_ok),

@@ -10,7 +10,6 @@ from chaoskit.errors import InputError
 from chaoskit.faults.targets import validate_target
 from chaoskit.inventory.models import Inventory
 from chaoskit.playbook.models import Playbook
-from chaoskit.workload.workloads import WORKLOADS
 from chaoskit.yamlsrc import load_yaml, raise_validation
 
 
@@ -22,9 +21,6 @@ def load_playbook(path: str | Path, inventory: Inventory | None = None) -> Playb
         pb = Playbook.model_validate(doc.data)
     except ValidationError as exc:
         raise raise_validation(exc, doc) from None
-    if pb.load.workload not in WORKLOADS:
-        raise doc.error(("load", "workload"), f"unknown workload {pb.load.workload!r}; choose from "
-                                              f"{', '.join(WORKLOADS)}")
     if inventory is not None:
         if pb.cluster not in inventory.clusters:
             raise doc.error(("cluster",), f"unknown cluster {pb.cluster!r}; inventory {inventory.source} has: "

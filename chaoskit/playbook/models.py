@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 from chaoskit.faults.models import FaultSpec
 from chaoskit.models import Frozen
@@ -16,6 +16,16 @@ CheckName = Literal["rpo", "bank", "replica_convergence", "split_brain"]
 
 class LoadConfig(Frozen):
     workload: str = "ledger"
+
+    @field_validator("workload")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        from chaoskit.workload.workloads import WORKLOADS
+
+        if value not in WORKLOADS:
+            raise ValueError(f"unknown workload {value!r}; choose from {', '.join(WORKLOADS)}")
+        return value
+
     workers: int = Field(4, ge=1, le=2048)
     rate: float | None = Field(None, gt=0)
     warmup: Seconds = 5.0
@@ -78,35 +88,46 @@ class PatroniSettings(Frozen):
 
 
 class Playbook(Frozen):
+    """Fields are validated in order: later checks can rely on earlier fields."""
+
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
     cluster: str
     load: LoadConfig = LoadConfig()
     probes: ProbeConfig = ProbeConfig()
     baseline: Seconds = 10.0
-    steps: tuple[Step, ...]
     duration: Seconds
     recovery: Recovery = Recovery()
     checks: tuple[CheckName, ...] = ("rpo", "split_brain", "replica_convergence")
     slo: Slo = Slo()
     abort: Abort = Abort()
     patroni: PatroniSettings | None = None  # set for the drill, restored afterwards
+    steps: tuple[Step, ...]
 
-    @model_validator(mode="after")
-    def _schedule(self) -> Playbook:
-        if not self.steps:
-            raise ValueError("a playbook needs at least one step")
-        for i, step in enumerate(self.steps):
-            if step.at < self.baseline:
-                raise ValueError(f"steps[{i}].at ({step.at:g}s) is inside the baseline window ({self.baseline:g}s)")
-            end = step.at + (step.fault.duration or 0 if step.fault else 0)
-            if end > self.duration:
-                raise ValueError(f"steps[{i}] ends at {end:g}s, after the drill's duration ({self.duration:g}s)")
-        if "bank" in self.checks and self.load.workload != "bank":
+    @field_validator("checks")
+    @classmethod
+    def _checks_fit_workload(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        load = info.data.get("load")
+        workload = load.workload if load else "ledger"
+        if "bank" in value and workload != "bank":
             raise ValueError("the bank check needs load.workload: bank")
-        if "rpo" in self.checks and self.load.workload != "ledger":
+        if "rpo" in value and workload != "ledger":
             raise ValueError("the rpo check needs load.workload: ledger")
-        return self
+        return value
+
+    @field_validator("steps")
+    @classmethod
+    def _schedule(cls, value: tuple[Step, ...], info: ValidationInfo) -> tuple[Step, ...]:
+        if not value:
+            raise ValueError("a playbook needs at least one step")
+        baseline, duration = info.data.get("baseline"), info.data.get("duration")
+        for i, step in enumerate(value):
+            if baseline is not None and step.at < baseline:
+                raise ValueError(f"steps[{i}].at ({step.at:g}s) is inside the baseline window ({baseline:g}s)")
+            end = step.at + ((step.fault.duration or 0) if step.fault else 0)
+            if duration is not None and end > duration:
+                raise ValueError(f"steps[{i}] ends at {end:g}s, after the drill's duration ({duration:g}s)")
+        return value
 
     def fault_ttl(self, step: Step) -> float:
         """Bounded: the step's own TTL if given, else the drill's remaining time plus a margin."""

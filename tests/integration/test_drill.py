@@ -1,0 +1,196 @@
+"""Drills end to end on the lab: files, exact phase ordering, RTO recomputed from the evidence,
+RPO verdicts, SLO exit codes, Ctrl-C heals, the HTML parses, plots are real images."""
+
+from __future__ import annotations
+
+import csv
+import json
+import signal
+import subprocess
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import pytest
+
+from chaoskit.faults.manager import FaultManager
+from chaoskit.inventory.models import Inventory
+
+INV = "inventories/lab.yaml"
+
+
+def drill(playbook: str, out: Path, timeout: float = 300) -> tuple[subprocess.CompletedProcess[str], Path]:
+    res = subprocess.run(["chaoskit", "run", playbook, "-i", INV, "--out", str(out)], capture_output=True,
+                         text=True, timeout=timeout)
+    dirs = sorted(out.glob("*"))
+    assert dirs, res.stdout + res.stderr
+    return res, dirs[-1]
+
+
+class _Collect(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.text: list[str] = []
+        self.images: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        if tag == "img":
+            self.images.append(dict(attrs).get("src") or "")
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+@pytest.fixture(scope="module")
+def kill_primary(lab: Inventory, tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str],
+                                                                                     Path]:
+    return drill("playbooks/pg-kill-primary.yaml", tmp_path_factory.mktemp("runs"))
+
+
+def test_kill_primary_end_to_end(kill_primary: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    res, run_dir = kill_primary
+    assert res.returncode == 0, res.stdout + res.stderr
+    for name in ("run.json", "events.jsonl", "timeline.csv", "report.html", "summary.md", "junit.xml",
+                 "plots/timeline.png", "plots/latency_histogram.png"):
+        assert (run_dir / name).stat().st_size > 0, name
+    ev = json.loads((run_dir / "run.json").read_text())
+    assert ev["schema_version"] == 1 and len(ev["playbook"]["sha256"]) == 64 and len(ev["inventory"]["sha256"]) == 64
+    raw = (run_dir / "run.json").read_text()
+    for secret in Path("/var/lib/chaoskit-lab/secrets").iterdir():  # references are kept, values never
+        assert secret.read_text().strip() not in raw
+    assert ev["ha"]["config"]["ttl"] and ev["server"]["synchronous_commit"]
+    assert all(o["uncertainty_s"] < 0.05 for o in ev["clock_offsets"].values())
+    (f,) = ev["results"]["faults"]
+    marks = [f[k] for k in ("t_fault", "t_detect", "t_promoted", "t_first_ok", "t_recovered")]
+    assert None not in marks and marks == sorted(marks), marks
+    assert f["target_host"] == f["old_primary"] != f["new_primary"]
+    assert 0 < f["rto_s"] < 30 and f["write_gap_s"] >= f["rto_s"] - 0.5
+    assert set(f["phases"]) == {"detection_s", "promotion_s", "reconnect_s", "stabilisation_s"}
+    assert sum(f["phases"].values()) == pytest.approx(f["t_recovered"] - f["t_fault"], abs=1e-5)
+    assert ev["results"]["checks"]["replica_convergence"]["old_primary"]["rejoined"] is True
+    assert ev["results"]["checks"]["split_brain"]["valid"] is True
+    assert ev["results"]["verdict"] is True and all(s["ok"] for s in ev["results"]["slo"].values())
+    assert ev["faults_injected"][0]["revert_verified"] is True
+
+
+def test_rto_recomputed_from_events_and_timeline(kill_primary: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    _, run_dir = kill_primary
+    ev = json.loads((run_dir / "run.json").read_text())
+    f = ev["results"]["faults"][0]
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    injected = next(e for e in events if e["kind"] == "fault_injected")
+    first_ok = next(e for e in events if e["kind"] == "phase_mark" and e["mark"] == "t_first_ok")
+    assert injected["t"] == pytest.approx(f["t_fault"], abs=1e-6)
+    assert first_ok["t"] - injected["t"] == pytest.approx(f["rto_s"], abs=1e-5)
+    # the timeline (100 ms intervals) agrees: no write completes in between, and writes resume there
+    t0 = ev["t0_load_start"]
+    rows = list(csv.DictReader((run_dir / "timeline.csv").open()))
+    def ok_between(a: float, b: float) -> int:
+        return sum(int(r["write_ok"]) for r in rows if a <= float(r["t"]) and float(r["t"]) + 0.1 <= b)
+    assert ok_between(f["t_last_ok"] + 0.1, f["t_first_ok"] - 0.1) == 0
+    resumed = next(float(r["t"]) for r in rows if float(r["t"]) > f["t_last_ok"] + 0.1 and int(r["write_ok"]) > 0)
+    assert resumed == pytest.approx(f["t_first_ok"], abs=0.11)
+    assert float(rows[0]["t_rel_s"]) == pytest.approx(float(rows[0]["t"]) - t0, abs=0.001)
+
+
+def test_report_html_parses_and_plots_are_images(kill_primary: tuple[subprocess.CompletedProcess[str],
+                                                                     Path]) -> None:
+    _, run_dir = kill_primary
+    parser = _Collect()
+    parser.feed((run_dir / "report.html").read_text())
+    parser.close()
+    text = " ".join(parser.text)
+    assert {"html", "table", "img"} <= set(parser.tags)
+    for needle in ("pg-kill-primary", "Faults and actions", "rto_max", "detection", "replica_convergence"):
+        assert needle in text, needle
+    assert len(parser.images) == 2 and all(src.startswith("data:image/png;base64,") for src in parser.images)
+    for png in ("timeline.png", "latency_histogram.png"):
+        img = mpimg.imread(run_dir / "plots" / png)
+        assert img.shape[0] > 200 and img.shape[1] > 400 and img.std() > 0  # a real, non-blank picture
+    junit = (run_dir / "junit.xml").read_text()
+    assert 'failures="0"' in junit and "slo.rto_max" in junit
+    res = subprocess.run(["chaoskit", "report", str(run_dir)], capture_output=True, text=True)
+    assert res.returncode == 0
+    res = subprocess.run(["chaoskit", "compare", str(run_dir), str(run_dir)], capture_output=True, text=True)
+    assert res.returncode == 0 and sum(run_dir.name in line for line in res.stdout.splitlines()) == 2
+
+
+def test_sync_variant_loses_no_acknowledged_write(lab: Inventory, tmp_path: Path) -> None:
+    res, run_dir = drill("playbooks/pg-kill-primary-sync.yaml", tmp_path)
+    ev = json.loads((run_dir / "run.json").read_text())
+    assert res.returncode == 0, res.stdout + res.stderr
+    rpo = ev["results"]["rpo"]
+    assert rpo["lost_acknowledged"] == 0 and rpo["phantoms"] == 0 and rpo["acknowledged"] > 1000
+    assert any(e.get("values") == {"synchronous_mode": True}
+               for e in map(json.loads, (run_dir / "events.jsonl").read_text().splitlines()))
+    assert ev["ha"]["config"]["synchronous_mode"] is False  # read before the drill; restored after it
+
+
+def test_drill_finds_lost_writes_and_fails_rpo(lab: Inventory, tmp_path: Path) -> None:
+    """A frozen Patroni leaves its PostgreSQL writable while a replica is promoted: two writers,
+    acknowledged writes lost. That is the toolkit doing its job: exit 1, loss and split-brain shown."""
+    res, run_dir = drill("playbooks/pg-pause-patroni.yaml", tmp_path)
+    ev = json.loads((run_dir / "run.json").read_text())
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert ev["results"]["rpo"]["lost_acknowledged"] > 0
+    assert ev["results"]["slo"]["rpo_max_writes"]["ok"] is False
+    assert ev["results"]["checks"]["split_brain"]["valid"] is False
+
+
+def test_slo_violation_exits_1(lab: Inventory, tmp_path: Path) -> None:
+    text = Path("playbooks/pg-kill-postmaster.yaml").read_text().replace("rto_max: 15s", "rto_max: 100ms")
+    text = text.replace("name: pg-kill-postmaster", "name: pg-kill-postmaster-strict")
+    pb = tmp_path / "strict.yaml"
+    pb.write_text(text)
+    res, run_dir = drill(str(pb), tmp_path / "runs")
+    assert res.returncode == 1, res.stdout + res.stderr
+    ev = json.loads((run_dir / "run.json").read_text())
+    assert ev["results"]["slo"]["rto_max"]["ok"] is False and ev["results"]["slo"]["rto_max"]["measured"] > 0.1
+    assert 'failures="1"' in (run_dir / "junit.xml").read_text()
+
+
+def test_ctrl_c_heals_every_fault(lab: Inventory, tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    proc = subprocess.Popen(["chaoskit", "run", "playbooks/pg-partition-primary.yaml", "-i", INV, "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    fm = FaultManager(lab)
+    try:
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            entries = [e for es in fm.journaled().values() if isinstance(es, list) for e in es]
+            if entries:
+                break
+            time.sleep(0.3)
+        assert entries, "the partition was never injected"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=180)
+        assert proc.returncode == 3, err
+        assert [e for es in fm.journaled().values() if isinstance(es, list) for e in es] == []
+        assert "CK" not in fm.pool.get(entries[0]["host"]).shell("iptables -S").stdout
+        ev = json.loads((sorted(out.glob("*"))[-1] / "run.json").read_text())
+        assert ev["aborted"] and ev["heal"]["not_verified"] == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        fm.close()
+
+
+@pytest.mark.parametrize(("mutation", "message"), [
+    (("cluster: pg", "cluster: nope"), "cluster: unknown cluster 'nope'"),
+    (("at: 12s", "at: 5s"), "inside the baseline window"),
+    (("processes: [patroni, postgres]", "processes: [patroni, mysqld]"), "no member of pg has a process 'mysqld'"),
+    (("workload: ledger", "workload: nosuch"), "unknown workload"),
+    (("duration: 40s", "duration: forty"), "duration"),
+])
+def test_bad_playbook_is_refused_before_touching_anything(lab: Inventory, tmp_path: Path, mutation: tuple[str, str],
+                                                          message: str) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(Path("playbooks/pg-kill-primary.yaml").read_text().replace(*mutation))
+    for cmd in (["validate", str(bad), "-i", INV], ["run", str(bad), "-i", INV, "--out", str(tmp_path / "r")]):
+        res = subprocess.run(["chaoskit", *cmd], capture_output=True, text=True, timeout=60)
+        assert res.returncode == 2, res.stdout + res.stderr
+        assert message in res.stderr and str(bad) in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()

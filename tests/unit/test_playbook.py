@@ -1,0 +1,48 @@
+"""Playbook validation: every shipped playbook loads; errors name file, line and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chaoskit.errors import InputError
+from chaoskit.inventory import load_inventory
+from chaoskit.playbook.loader import load_playbook
+
+ROOT = Path(__file__).resolve().parents[2]
+LAB = load_inventory(ROOT / "inventories" / "lab.yaml")
+BASE = (ROOT / "playbooks" / "pg-kill-primary.yaml").read_text()
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "playbooks").glob("pg-*.yaml")), ids=lambda p: p.name)
+def test_shipped_playbooks_validate(path: Path) -> None:
+    pb = load_playbook(path, LAB)
+    assert pb.name == path.stem and pb.steps
+
+
+@pytest.mark.parametrize(("old", "new", "at_line_of", "field", "message"), [
+    ("workload: ledger", "workload: nosuch", "load:", "load.workload", "unknown workload"),
+    ("workers: 4", "workers: 0", "load:", "load.workers", "greater than or equal to 1"),
+    ("at: 12s", "at: 5s", "steps:", "steps", "inside the baseline window"),
+    ("duration: 40s", "duration: 20s", "steps:", "steps", "after the drill's duration"),
+    ("duration: 40s", "duration: forty", "duration: forty", "duration", "not a duration"),
+    ("cluster: pg", "cluster: nope", "cluster: nope", "cluster", "unknown cluster"),
+    ("kind: kill", "kind: warp", "fault:", "steps[0].fault.kind", "Input should be"),
+    ("target: \"role:primary\"", "target: \"role:boss\"", "fault:", "steps[0].fault.target", "unknown role"),
+    ("checks: [rpo, split_brain, replica_convergence]", "checks: [rpo, bank]", "checks:", "checks",
+     "bank check needs load.workload: bank"),
+    ("slo: {", "slo: {bogus: 1, ", "slo:", "slo.bogus", "unknown field"),
+])
+def test_errors_name_file_line_field(tmp_path: Path, old: str, new: str, at_line_of: str, field: str,
+                                     message: str) -> None:
+    assert old in BASE
+    text = BASE.replace(old, new, 1)
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if at_line_of in ln)  # where the user looks
+    path = tmp_path / "pb.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError) as info:
+        load_playbook(path, LAB)
+    err = info.value
+    assert (err.source, err.line, err.field) == (str(path), line, field), err.one_line()
+    assert message in err.detail, err.one_line()
