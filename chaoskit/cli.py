@@ -423,6 +423,64 @@ def run(
     raise typer.Exit(0 if res.get("verdict") is True else 1)
 
 
+experiment_app = typer.Typer(no_args_is_help=True, help="Sweeps, load ramps, comparisons.")
+app.add_typer(experiment_app, name="experiment")
+
+
+@experiment_app.command("run")
+def experiment_run(
+    experiment: Annotated[Path, typer.Argument(help="Experiment YAML (kind: sweep | ramp | compare).")],
+    inventory: InventoryOpt,
+    out_root: Annotated[Path, typer.Option("--out", help="Where run directories go.")] = Path("reports"),
+) -> None:
+    """Run an experiment cell by cell (progress with ETA) and write its run directory."""
+    import time as _t
+
+    from pydantic import ValidationError
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from chaoskit.inventory.loader import load_inventory
+    from chaoskit.playbook.experiment import Experiment, run_experiment
+    from chaoskit.report.experiment import write_experiment
+    from chaoskit.yamlsrc import load_yaml, raise_validation
+
+    try:
+        inv = load_inventory(inventory)
+        doc = load_yaml(experiment)
+        try:
+            exp = Experiment.model_validate(doc.data)
+        except ValidationError as exc:
+            raise raise_validation(exc, doc) from None
+        for name in (exp.cluster, *exp.targets):
+            if name not in inv.clusters:
+                raise doc.error(("cluster",), f"unknown cluster {name!r} in {inventory}")
+    except ChaoskitError as exc:
+        _fail(exc)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeRemainingColumn(), console=err, transient=True) as bar:
+        task = bar.add_task("cells", total=None)
+
+        def progress(i: int, n: int, eta: float, what: str) -> None:
+            bar.update(task, total=n, completed=i, description=what)
+
+        result = run_experiment(exp, inv, progress)
+    run_dir = out_root / (_t.strftime("%Y%m%dT%H%M%SZ", _t.gmtime(result["started"])) + f"-{exp.name}")
+    write_experiment(result, run_dir)
+    table = Table(title=f"{exp.name} ({exp.kind})")
+    cols = [k for k in result["cells"][0] if k not in ("tps_min", "tps_max")] if result["cells"] else []
+    for c in cols:
+        table.add_column(c)
+    for c in result["cells"]:
+        table.add_row(*[("—" if c[k] is None else f"{c[k]:.2f}" if isinstance(c[k], float) else str(c[k]))
+                        for k in cols])
+    out.print(table)
+    if result.get("knee"):
+        out.print(f"knee: {result['knee']['shape']}; recommended workers {result['knee']['recommended_workers']}")
+    if result.get("comparison"):
+        out.print(f"comparison: {result['comparison']}", highlight=False)
+    out.print(f"report: {run_dir / 'report.html'}")
+
+
 @app.command("report")
 def report(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) -> None:
     """Re-render report.html, summary.md and junit.xml from a run directory's files."""

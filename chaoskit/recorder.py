@@ -394,8 +394,13 @@ class Recorder:
         df.insert(len(COLUMNS) + 1, "tps", df["ok"] / self.interval)
         return df
 
-    def write_timeline_csv(self, path: str, t0: float | None = None) -> None:
+    def write_timeline_csv(self, path: str, t0: float | None = None,
+                           extra: dict[str, list[Any]] | None = None) -> None:
+        """timeline.csv; `extra` adds columns (one value per interval row), e.g. per-node role and lag."""
         df = self.to_frame()
+        for name, values in (extra or {}).items():
+            if len(values) == len(df):
+                df[name] = values
         origin = t0 if t0 is not None else (df["t"].iloc[0] if len(df) else 0.0)
         df.insert(1, "t_rel_s", (df["t"] - origin).round(3))
         errs = [c for c in df.columns if c.startswith("err_")]

@@ -40,7 +40,7 @@ def inject_script(fault_id: str, scripts: FaultScripts, meta: dict, ttl: float) 
         'if [ "$1" != deadman ]; then pg=$(cat "$J/$ID.deadman" 2>/dev/null); '
         '[ -n "$pg" ] && kill -TERM "-$pg" 2>/dev/null; fi',
         'if sh "$J/$ID.active"; then echo "fault $ID is still in effect after its revert" >&2; exit 1; fi',
-        'rm -f "$J/$ID".*', "date +%s.%N"])
+        'rm -rf "$J/$ID".*', "date +%s.%N"])
     inject = "\n".join(["#!/bin/sh", "set -e", header, scripts.inject, "date +%s.%N"])
     active = "\n".join(["#!/bin/sh", header, scripts.active])
     ttl_s = max(1, round(ttl))

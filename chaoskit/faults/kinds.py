@@ -247,9 +247,65 @@ def stress_fault(spec: FaultSpec) -> FaultScripts:
     return FaultScripts(inject=inject, revert=revert, active=active)
 
 
+def proxy_port(fault_id: str) -> int:
+    return 20000 + int(fault_id[:4], 16) % 20000
+
+
+def latency_fault(fault_id: str, spec: FaultSpec, facts: HostFacts) -> FaultScripts:
+    """Outgoing connections from the host to peer:port are redirected (nat OUTPUT, our own chain)
+    into a local delay proxy run as `proxy_user`, whose own upstream connection is exempt by
+    owner match. Existing connections are reset (ss -K) so they reconnect through the proxy."""
+    from pathlib import Path
+
+    from chaoskit.faults import delay_proxy
+
+    source = Path(delay_proxy.__file__).read_text()
+    chain = chain_name(fault_id, "N")
+    lport = proxy_port(fault_id)
+    user = shlex.quote(spec.proxy_user)
+    port = spec.peer_port
+    lines = [
+        "command -v python3 >/dev/null || { echo 'python3 is needed on the host for the latency proxy' >&2; exit 3; }",
+        f"cat > \"$J/$ID.proxy.py\" <<'CHAOSKIT_PROXY'\n{source}\nCHAOSKIT_PROXY",
+        "mkdir -p \"$J/$ID.proxy.d\"", f"chown {user} \"$J/$ID.proxy.d\"",
+    ]
+    starts = []
+    for i, peer in enumerate(facts.peer_addresses):
+        p = lport + i
+        starts.append(
+            f"setsid setpriv --reuid={user} --regid=$(id -g {user}) --clear-groups /usr/bin/python3 "
+            f"\"$J/$ID.proxy.py\" --port {p} --upstream {peer} --upstream-port {port} --delay-ms {spec.delay_ms:g} "
+            f"--jitter-ms {spec.jitter_ms:g} --stats \"$J/$ID.proxy.d/stats-{peer}.json\""
+            " </dev/null >/dev/null 2>&1 &\n"
+            f"echo \"proxy $!\" >> \"$J/$ID.pids\"\n"
+            f"for i in $(seq 50); do ss -Hltn \"sport = :{p}\" | grep -q . && break; sleep 0.05; done\n"
+            f"ss -Hltn \"sport = :{p}\" | grep -q . || {{ echo 'delay proxy did not start' >&2; exit 3; }}")
+    lines += [": > \"$J/$ID.pids\"", *starts, f"iptables -w -t nat -N {chain}"]
+    for i, peer in enumerate(facts.peer_addresses):
+        lines.append(f"iptables -w -t nat -A {chain} -p tcp -d {peer} --dport {port} -m owner ! --uid-owner {user} "
+                     f"-j REDIRECT --to-ports {lport + i}")
+    lines.append(f"iptables -w -t nat -I OUTPUT 1 -j {chain}")
+    lines += [f"ss -K dst {peer} dport = {port} >/dev/null 2>&1 || true" for peer in facts.peer_addresses]
+    revert = "\n".join([
+        f"while iptables -w -t nat -D OUTPUT -j {chain} 2>/dev/null; do :; done",
+        f"iptables -w -t nat -F {chain} 2>/dev/null; iptables -w -t nat -X {chain} 2>/dev/null",
+        "for pid in $(cut -d' ' -f2 \"$J/$ID.pids\" 2>/dev/null); do kill -TERM \"-$pid\" 2>/dev/null; done",
+        "for i in $(seq 50); do alive=0; for pid in $(cut -d' ' -f2 \"$J/$ID.pids\" 2>/dev/null); do "
+        "kill -0 \"-$pid\" 2>/dev/null && alive=1; done; [ $alive = 0 ] && break; sleep 0.1; done",
+        *[f"ss -K dst {peer} dport = {port} >/dev/null 2>&1" for peer in facts.peer_addresses], "true"])
+    active = (f"iptables -w -t nat -S {chain} >/dev/null 2>&1 && exit 0; "
+              "for pid in $(cut -d' ' -f2 \"$J/$ID.pids\" 2>/dev/null); do "
+              "kill -0 \"-$pid\" 2>/dev/null && exit 0; done; exit 1")
+    return FaultScripts(inject="\n".join(lines), revert=revert, active=active)
+
+
 def scripts_for(fault_id: str, spec: FaultSpec, facts: HostFacts) -> FaultScripts:
     if spec.kind in ("kill", "pause", "stop"):
         return process_fault(spec, facts)
     if spec.kind == "stress":
         return stress_fault(spec)
+    if spec.kind == "latency":
+        if not facts.peer_addresses:
+            raise ValueError(f"{facts.host}: latency needs at least one peer other than the host itself")
+        return latency_fault(fault_id, spec, facts)
     return network_fault(fault_id, spec, facts)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import json
 import os
 import socket
 import time
@@ -20,7 +21,7 @@ from chaoskit.errors import HostUnreachable, InputError, PreflightError, RemoteC
 from chaoskit.faults import journal
 from chaoskit.faults.kinds import FaultScripts, HostFacts, scripts_for
 from chaoskit.faults.models import NETWORK_KINDS, PROCESS_KINDS, FaultSpec
-from chaoskit.faults.targets import member_of, resolve_hosts, validate_target
+from chaoskit.faults.targets import ALL_HOSTS, member_of, resolve_hosts, validate_target
 from chaoskit.inventory.capabilities import probe_capabilities
 from chaoskit.inventory.clock import ClockOffset, measure_offset
 from chaoskit.inventory.fanout import RemotePool, fan_out_pool
@@ -82,7 +83,9 @@ class FaultManager:
                              source=self.inventory.source, field="processes")
         peers: list[str] = []
         for peer in spec.peers:
-            if peer.startswith("role:"):
+            if peer == ALL_HOSTS:
+                peer_hosts = list(self.inventory.hosts)
+            elif peer.startswith("role:"):
                 peer_hosts = resolve_hosts(peer if "@" in peer else peer + "@all", cluster, self.inventory)
             else:
                 peer_hosts = [peer]
@@ -173,6 +176,13 @@ class FaultManager:
         t_host = float(res.stdout.strip().splitlines()[-1])
         fault.t_reverted = self.offset(fault.host).to_control(t_host)
         fault.revert_verified = True
+
+    def proxy_stats(self, fault: InjectedFault) -> list[dict[str, Any]]:
+        """A latency fault's measured added delay (per peer), read on the host before revert."""
+        script = (f"(J={journal.JOURNAL_DIR}; "
+                  f"for f in \"$J/{fault.id}.proxy.d\"/stats-*.json; do [ -f \"$f\" ] && cat \"$f\" && echo; done)")
+        res = self.pool.get(fault.host).shell(script, check=False)
+        return [json.loads(line) for line in res.stdout.splitlines() if line.strip().startswith("{")]
 
     def is_active(self, fault: InjectedFault) -> bool:
         res = self.pool.get(fault.host).shell(journal.active_script(fault.id), check=False)

@@ -9,9 +9,9 @@ from pydantic import Field, field_validator, model_validator
 from chaoskit.models import Frozen
 from chaoskit.units import parse_duration
 
-FaultKind = Literal["kill", "pause", "stop", "partition", "loss", "bandwidth", "netem", "stress"]
+FaultKind = Literal["kill", "pause", "stop", "partition", "loss", "bandwidth", "netem", "stress", "latency"]
 PROCESS_KINDS = {"kill", "pause", "stop"}
-NETWORK_KINDS = {"partition", "loss", "bandwidth", "netem"}
+NETWORK_KINDS = {"partition", "loss", "bandwidth", "netem", "latency"}
 DEFAULT_TTL = 300.0
 MAX_TTL = 24 * 3600.0
 
@@ -38,6 +38,9 @@ class FaultSpec(Frozen):
     corrupt_pct: float = Field(0.0, ge=0, le=100)
     duplicate_pct: float = Field(0.0, ge=0, le=100)
     rate: str | None = None  # bandwidth, e.g. 1mbit
+    # latency (proxy): the link from the target host to `peers` on this port goes through a delay proxy
+    peer_port: int | None = Field(None, ge=1, le=65535)
+    proxy_user: str = "nobody"
     # stress
     cpu_workers: int = Field(0, ge=0)
     io_workers: int = Field(0, ge=0)
@@ -72,6 +75,8 @@ class FaultSpec(Frozen):
             raise ValueError("bandwidth needs rate (e.g. 1mbit)")
         if self.kind == "netem" and not (self.delay_ms or self.loss_pct or self.corrupt_pct or self.duplicate_pct):
             raise ValueError("netem needs delay_ms, loss_pct, corrupt_pct or duplicate_pct")
+        if self.kind == "latency" and not (self.peers and self.peer_port and self.delay_ms):
+            raise ValueError("latency needs peers, peer_port and delay_ms")
         if self.kind == "stress" and not (self.cpu_workers or self.io_workers or self.vm_workers):
             raise ValueError("stress needs cpu_workers, io_workers or vm_workers")
         if self.target.startswith("role:") and not self.cluster and self._role_needs_cluster():

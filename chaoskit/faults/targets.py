@@ -13,6 +13,7 @@ from chaoskit.inventory.models import Cluster, Inventory, Member
 from chaoskit.topology.roles import MemberRole, discover_roles
 
 ROLES = {"primary", "replica", "sync_standby", "any"}
+ALL_HOSTS = "all-hosts"  # as a peer: every other host of the inventory (not the controller)
 COUNTS = {"one", "all", "minority"}
 
 
@@ -39,7 +40,7 @@ def validate_target(spec: FaultSpec, inventory: Inventory, source: str = "comman
         raise InputError(f"unknown host {base!r}; inventory has: {', '.join(sorted(inventory.hosts))}",
                          source=source, field=field)
     for peer in spec.peers:
-        if not peer.startswith("role:") and peer not in inventory.hosts:
+        if peer != ALL_HOSTS and not peer.startswith("role:") and peer not in inventory.hosts:
             raise InputError(f"unknown peer host {peer!r}", source=source, field="--peers")
 
 

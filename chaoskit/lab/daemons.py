@@ -224,3 +224,32 @@ def mariadb_setup(host: LabHost, server_id: int, template: Path | None = None) -
                 raise RuntimeError(f"mariadb-install-db on {host.name} failed: {' | '.join(errors)}")
     return write_launcher(host, "mariadb", f"/usr/sbin/mariadbd --defaults-file={cnf} --user=mysql",
                           host.dir / "mariadb.launch.pid", log=host.dir / "mariadbd.out")
+
+
+# -- a standalone PostgreSQL (no replication): the "single node" side of a comparison -----------
+def single_postgres_setup(host: LabHost, superuser_pw: str) -> Path:
+    data = Paths.single_pg_data(host)
+    run_dir = host.dir / "pgsingle-run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    shutil.chown(run_dir, "postgres", "postgres")
+    if not (data / "PG_VERSION").exists():
+        data.mkdir(mode=0o700, exist_ok=True)
+        shutil.chown(data, "postgres", "postgres")
+        pwfile = host.dir / "pgsingle.pw"
+        pwfile.write_text(superuser_pw + "\n")
+        shutil.chown(pwfile, "postgres", "postgres")
+        pwfile.chmod(0o600)
+        subprocess.run(["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", str(PG_BIN / "initdb"),
+                        "-D", str(data), "-U", "postgres", "--pwfile", str(pwfile), "--auth-local=trust",
+                        "--auth-host=scram-sha-256", "--no-sync", "-E", "UTF8", "--locale=C"],
+                       check=True, capture_output=True, timeout=120)
+        pwfile.unlink()
+        with open(data / "postgresql.conf", "a") as fh:
+            fh.write("\n".join([
+                f"listen_addresses = '{host.address},127.0.0.1'", f"port = {PG_PORT}",
+                f"unix_socket_directories = '{run_dir}'", "dynamic_shared_memory_type = mmap",
+                "shared_buffers = 64MB", "max_connections = 200", "wal_level = replica", ""]))
+        with open(data / "pg_hba.conf", "a") as fh:
+            fh.write(f"host all all {SUBNET_PREFIX}.0/24 scram-sha-256\n")
+    return write_launcher(host, "postgres", f"{PG_BIN / 'postgres'} -D {data}", host.dir / "pgsingle.launch.pid",
+                          log=host.dir / "pgsingle.log", user="postgres")

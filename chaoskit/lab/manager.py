@@ -134,6 +134,8 @@ def _build(spec: LabSpec, flavour: str, timeout: float) -> None:
         launchers[f"{host.name}/sshd"] = (daemons.sshd_setup(host), host.dir / "sshd.pid")
     dcs = spec.jump_host
     launchers[f"{dcs.name}/etcd"] = (daemons.etcd_setup(dcs), dcs.dir / "etcd.pid")
+    launchers[f"{dcs.name}/postgres"] = (daemons.single_postgres_setup(dcs, pw["pg_superuser"]),
+                                         dcs.dir / "pgsingle.launch.pid")
     started: dict[str, dict[str, int]] = {}
 
     def launch(key: str) -> None:
@@ -334,6 +336,10 @@ def health(spec: LabSpec = SPEC) -> tuple[bool, str]:
     streaming = res.stdout.strip()
     if streaming != str(len(spec.by_role("pg")) - 1):
         return False, f"postgres: {streaming or res.stderr.strip()} streaming replicas"
+    single = sh(["psql", "-h", str(spec.jump_host.dir / "pgsingle-run"), "-U", "postgres", "-Atc", "SELECT 1"],
+                check=False, timeout=10)
+    if single.stdout.strip() != "1":
+        return False, f"single postgres: {single.stderr.strip() or 'not answering'}"
     nodes = spec.by_role("mariadb")
     try:
         if _mariadb_sql(nodes[0], "SELECT @@read_only").strip() != "0":
@@ -401,7 +407,8 @@ def down(spec: LabSpec = SPEC) -> float:
 def _down_locked(spec: LabSpec) -> None:
     state = _read_state() or {}
     recorded = [p["pid"] for p in state.get("daemons", {}).values() if alive(p["pid"], p.get("start"))]
-    postmasters = [pid for h in spec.by_role("pg") if (pid := read_pid_file(Paths.pg_data(h) / "postmaster.pid"))
+    data_dirs = [Paths.pg_data(h) for h in spec.by_role("pg")] + [Paths.single_pg_data(spec.jump_host)]
+    postmasters = [pid for d in data_dirs if (pid := read_pid_file(d / "postmaster.pid"))
                    and alive(pid) and _in_lab_netns(pid, spec)]
     in_netns = sorted({pid for ns in network.existing_netns() for pid in netns_pids(ns)})
     # Graceful first (Patroni stops PostgreSQL, MariaDB flushes), then anything left in our namespaces.
@@ -431,9 +438,9 @@ def _in_lab_netns(pid: int, spec: LabSpec) -> bool:
 
 def _remove_shared_memory(spec: LabSpec) -> None:
     """PostgreSQL killed with SIGKILL leaves its SysV segment (key on line 7 of postmaster.pid)."""
-    for host in spec.by_role("pg"):
+    for data in [Paths.pg_data(h) for h in spec.by_role("pg")] + [Paths.single_pg_data(spec.jump_host)]:
         try:
-            lines = (Paths.pg_data(host) / "postmaster.pid").read_text().splitlines()
+            lines = (data / "postmaster.pid").read_text().splitlines()
         except OSError:
             continue
         if len(lines) >= 7 and lines[6].split():

@@ -96,6 +96,10 @@ class Paths:
         return host.dir / f"start-{daemon}"
 
     @staticmethod
+    def single_pg_data(host: LabHost) -> Path:
+        return host.dir / "pgsingle"
+
+    @staticmethod
     def mariadb_cnf(host: LabHost) -> Path:
         return host.dir / "my.cnf"
 

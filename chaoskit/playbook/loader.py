@@ -39,6 +39,11 @@ def load_playbook(path: str | Path, inventory: Inventory | None = None) -> Playb
                         raise doc.error(("steps", i, "fault", "processes"),
                                         f"no member of {pb.cluster} has a process {name!r} (known: "
                                         f"{', '.join(sorted(known)) or 'none'})")
-            if step.action is not None and inventory.clusters[pb.cluster].kind != "postgres-patroni":
-                raise doc.error(("steps", i, "action"), "switchover needs a postgres-patroni cluster")
+            if step.action is not None:
+                cl = inventory.clusters[pb.cluster]
+                if step.action.kind in ("switchover", "rejoin") and cl.kind != "postgres-patroni":
+                    raise doc.error(("steps", i, "action"), f"{step.action.kind} needs a postgres-patroni cluster")
+                if step.action.target and step.action.target not in {m.host for m in cl.members}:
+                    raise doc.error(("steps", i, "action", "target"),
+                                    f"{step.action.target!r} is not a member of cluster {pb.cluster}")
     return pb

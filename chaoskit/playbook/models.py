@@ -50,8 +50,19 @@ class StepFault(FaultSpec):
 
 
 class Action(Frozen):
-    kind: Literal["switchover"]
+    """switchover (Patroni REST, planned); restart: start a member's processes that are not running
+    (its configured start command, over SSH); rejoin: rebuild a member from the leader (Patroni
+    POST /reinitialize), e.g. an old primary that diverged."""
+
+    kind: Literal["switchover", "restart", "rejoin"]
     candidate: str | None = None  # switchover: a member name; default: Patroni chooses
+    target: str | None = None  # restart / rejoin: a member host
+
+    @model_validator(mode="after")
+    def _needs_target(self) -> Action:
+        if self.kind in ("restart", "rejoin") and not self.target:
+            raise ValueError(f"{self.kind} needs target (a member host)")
+        return self
 
 
 class Step(Frozen):

@@ -203,7 +203,8 @@ def _run_step(ctx: RunContext, fm: FaultManager, i: int, step: Step, t_sched: fl
             todo.append((faults[0].t_effect + step.fault.duration, "revert", faults))
             todo.sort(key=lambda x: x[0])
     elif step.action is not None:
-        ctx.actions.append(_switchover(ctx, step, t_sched))
+        handler = {"switchover": _switchover, "restart": _restart, "rejoin": _rejoin}[step.action.kind]
+        ctx.actions.append(handler(ctx, step, t_sched, fm))
 
 
 def _patroni_base(ctx: RunContext, member_host: str | None = None) -> list[str]:
@@ -224,7 +225,36 @@ def _request(url: str, method: str, body: dict[str, Any]) -> tuple[int, str]:
         return exc.code, exc.read().decode(errors="replace")
 
 
-def _switchover(ctx: RunContext, step: Step, t_sched: float) -> dict[str, Any]:
+def _restart(ctx: RunContext, step: Step, t_sched: float, fm: FaultManager) -> dict[str, Any]:
+    """Start every configured process of a member that is not running (same script as a kill's revert)."""
+    from chaoskit.faults.kinds import ALIVE
+
+    assert step.action is not None and step.action.target
+    member = next(m for m in ctx.inventory.clusters[ctx.playbook.cluster].members if m.host == step.action.target)
+    lines = [ALIVE]
+    for ref in member.processes.values():
+        if ref.start:
+            lines.append(f"pid=$(head -1 {ref.pid_file} 2>/dev/null | tr -dc 0-9); "
+                         f"if [ -z \"$pid\" ] || ! alive \"$pid\"; then {ref.start}; fi")
+    t_sent = time.time()
+    res = fm.pool.get(member.host).shell("(" + "\n".join(lines) + ")", check=False, timeout=60)
+    record = {"kind": "restart", "t_scheduled": t_sched, "t_sent": t_sent, "t_answered": time.time(),
+              "leader": member.host, "exit": res.exited, "answer": (res.stderr or res.stdout)[-300:]}
+    _event(ctx, "action", t_sent, action="restart", host=member.host, exit=res.exited)
+    return record
+
+
+def _rejoin(ctx: RunContext, step: Step, t_sched: float, fm: FaultManager) -> dict[str, Any]:
+    assert step.action is not None and step.action.target
+    t_sent = time.time()
+    status, text = _request(f"{_patroni_base(ctx, step.action.target)[0]}/reinitialize", "POST", {"force": True})
+    record = {"kind": "rejoin", "t_scheduled": t_sched, "t_sent": t_sent, "t_answered": time.time(),
+              "leader": step.action.target, "http_status": status, "answer": text[:300]}
+    _event(ctx, "action", t_sent, action="rejoin", host=step.action.target, http_status=status)
+    return record
+
+
+def _switchover(ctx: RunContext, step: Step, t_sched: float, fm: FaultManager | None = None) -> dict[str, Any]:
     """Planned switchover through Patroni's REST API (POST /switchover on the leader)."""
     assert step.action is not None and ctx.probe is not None
     leader = next((m for m, r in ctx.probe.log.current_roles().items() if r == "primary"), None)
@@ -290,7 +320,7 @@ def analyse(ctx: RunContext, runner: LoadRunner) -> dict[str, Any]:
     # Faults and actions alike: a planned switchover is analysed from the instant it was issued.
     disturbances = [f.to_dict() for f in ctx.faults] + [
         {"id": f"action{i}", "kind": a["kind"], "host": a.get("leader"), "t_effect": a["t_sent"],
-         "t_scheduled": a.get("t_scheduled")} for i, a in enumerate(ctx.actions)]
+         "t_scheduled": a.get("t_scheduled")} for i, a in enumerate(ctx.actions) if a["kind"] == "switchover"]
     first_at = sorted(disturbances, key=lambda f: f["t_effect"])
     faults = []
     for i, f in enumerate(first_at):
@@ -341,7 +371,8 @@ def analyse(ctx: RunContext, runner: LoadRunner) -> dict[str, Any]:
                 "host": old, "role_now": mine.get("role"),
                 # rejoined = back in the cluster *and* holding exactly the writer's rows
                 "rejoined": mine.get("role") in ("replica", "primary") and same,
-                "diverged": mine.get("role") == "replica" and not same}
+                "diverged": mine.get("role") == "replica" and not same,
+                "rewind": "unknown: not observable through the HA manager's API (see the node's Patroni log)"}
     slo = _slo(pb, faults, checks, rec)
     verdict = merge([c.get("valid", "unknown") for c in checks.values()] + [s["ok"] for s in slo.values()])
     if ctx.aborted:

@@ -75,12 +75,40 @@ def write_run(ctx: Any, run_dir: Path) -> dict[str, Any]:
         for ev in sorted(ctx.events, key=lambda e: e.get("t") or 0):
             fh.write(json.dumps(_clean(ev), default=str) + "\n")
     if rec is not None:
-        rec.write_timeline_csv(str(run_dir / "timeline.csv"), t0=ctx.t0)
+        node_columns = _node_columns(ctx, rec)
+        rec.write_timeline_csv(str(run_dir / "timeline.csv"), t0=ctx.t0, extra=node_columns)
         with contextlib.suppress(ImportError, ValueError):  # parquet where an engine is installed
             rec.to_frame().to_parquet(run_dir / "timeline.parquet")
         _plots(ctx, run_dir)
     render(run_dir)
     return evidence
+
+
+def _node_columns(ctx: Any, rec: Any) -> dict[str, list[Any]]:
+    """Per node, its role (probe) and replication lag in bytes (HA manager) at each interval's end."""
+    probe = ctx.probe.log if ctx.probe is not None else None
+    if probe is None:
+        return {}
+    ends = [t + rec.interval for t in rec.to_frame()["t"]]
+    members = sorted({m for _, m, _ in probe.samples})
+    cols: dict[str, list[Any]] = {}
+    for m in members:
+        samples = [(t, r) for t, mm, r in probe.samples if mm == m]
+        cols[f"role_{m}"] = _step_values(samples, ends)
+        lags = [(t, lag.get(m)) for t, lag, _ in probe.lag]
+        if lags:
+            cols[f"lag_bytes_{m}"] = _step_values(lags, ends)
+    return cols
+
+
+def _step_values(samples: list[tuple[float, Any]], ends: list[float]) -> list[Any]:
+    out, i, current = [], 0, None
+    for end in ends:
+        while i < len(samples) and samples[i][0] <= end:
+            current = samples[i][1]
+            i += 1
+        out.append(current)
+    return out
 
 
 def _plots(ctx: Any, run_dir: Path) -> None:

@@ -22,6 +22,7 @@ from chaoskit.topology.patroni import fetch_cluster, normalise_patroni_role
 class ProbeLog:
     samples: list[tuple[float, str, str]] = field(default_factory=list)  # (t, member, primary|replica|down)
     manager: list[tuple[float, str | None, dict[str, str]]] = field(default_factory=list)  # (t, leader, states)
+    lag: list[tuple[float, dict[str, int | None], dict[str, int | None]]] = field(default_factory=list)  # lag, timeline
     events: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -105,8 +106,11 @@ class RoleProbe:
                                if normalise_patroni_role(m.get("role", "")) == "leader"), None)
                 states = {m.get("name"): f"{normalise_patroni_role(m.get('role', ''))}/{m.get('state')}"
                           for m in members}
+                lags = {m.get("name"): (m.get("lag") if isinstance(m.get("lag"), int) else None) for m in members}
+                timelines = {m.get("name"): m.get("timeline") for m in members}
                 with self.log.lock:
                     self.log.manager.append((t, leader, states))
+                    self.log.lag.append((t, lags, timelines))
                     if leader != last_leader:
                         self.log.events.append({"kind": "manager_leader", "t": t, "leader": leader,
                                                 "previous": None if last_leader == "?" else last_leader})

@@ -130,14 +130,32 @@ def test_sync_variant_loses_no_acknowledged_write(lab: Inventory, tmp_path: Path
 
 
 def test_drill_finds_lost_writes_and_fails_rpo(lab: Inventory, tmp_path: Path) -> None:
-    """A frozen Patroni leaves its PostgreSQL writable while a replica is promoted: two writers,
-    acknowledged writes lost. That is the toolkit doing its job: exit 1, loss and split-brain shown."""
+    """Async replication, leader cut from etcd and peers while clients still reach it: it keeps
+    acknowledging writes until Patroni demotes it, and they are gone after the failover. With a
+    zero-loss RPO SLO the drill must find that and fail: the toolkit doing its job."""
+    pb = tmp_path / "strict-partition.yaml"
+    pb.write_text(Path("playbooks/pg-partition-primary.yaml").read_text()
+                  .replace("name: pg-partition-primary", "name: pg-partition-primary-rpo0")
+                  .replace("slo: {rto_max: 30s,", "slo: {rto_max: 30s, rpo_max_writes: 0,"))
+    res, run_dir = drill(str(pb), tmp_path / "runs")
+    ev = json.loads((run_dir / "run.json").read_text())
+    assert res.returncode == 1, res.stdout + res.stderr
+    rpo = ev["results"]["rpo"]
+    assert rpo["lost_acknowledged"] > 0 and rpo["phantoms"] == 0
+    assert ev["results"]["slo"]["rpo_max_writes"] == {"target": 0, "measured": rpo["lost_acknowledged"], "ok": False}
+    assert "acknowledged writes lost" in (run_dir / "summary.md").read_text()
+
+
+def test_frozen_patroni_is_reported_as_split_brain(lab: Inventory, tmp_path: Path) -> None:
+    """Patroni 3.0.2 frozen while its PostgreSQL runs: a replica is promoted and the old primary is
+    still writable (which one survives the wake-up is a race): the drill must fail on split-brain."""
     res, run_dir = drill("playbooks/pg-pause-patroni.yaml", tmp_path)
     ev = json.loads((run_dir / "run.json").read_text())
     assert res.returncode == 1, res.stdout + res.stderr
-    assert ev["results"]["rpo"]["lost_acknowledged"] > 0
-    assert ev["results"]["slo"]["rpo_max_writes"]["ok"] is False
-    assert ev["results"]["checks"]["split_brain"]["valid"] is False
+    sb = ev["results"]["checks"]["split_brain"]
+    assert sb["valid"] is False and len(sb["overlaps"][0]["members"]) == 2
+    lost = ev["results"]["rpo"]["lost_acknowledged"]
+    assert ev["results"]["slo"]["rpo_max_writes"]["ok"] is (lost == 0)  # loss, when it happens, is reported
 
 
 def test_slo_violation_exits_1(lab: Inventory, tmp_path: Path) -> None:

@@ -104,3 +104,22 @@ def test_parse_list() -> None:
 def test_spec_validation(fields: dict, message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         FaultSpec.model_validate(fields)
+
+
+def test_latency_proxy_redirect_in_own_nat_chain() -> None:
+    from chaoskit.faults.kinds import proxy_port
+
+    spec = FaultSpec(kind="latency", target="pg2", peers=("pg1",), peer_port=5432, delay_ms=5, ttl=30)
+    facts = HostFacts(host="pg2", processes={}, peer_addresses=("10.0.0.1",))
+    s = scripts_for(FID, spec, facts)
+    chain, lport = chain_name(FID, "N"), proxy_port(FID)
+    assert f"iptables -w -t nat -N {chain}" in s.inject
+    assert (f"-A {chain} -p tcp -d 10.0.0.1 --dport 5432 -m owner ! --uid-owner nobody -j REDIRECT "
+            f"--to-ports {lport}") in s.inject  # the proxy's own upstream connection is not redirected
+    assert "setpriv --reuid=nobody" in s.inject and "--delay-ms 5 " in s.inject
+    assert "CHAOSKIT_PROXY" in s.inject and "async def pump" in s.inject  # the proxy ships inside the script
+    assert s.inject.index("ss -Hltn") < s.inject.index(f"-I OUTPUT 1 -j {chain}")  # redirect only once listening
+    assert "ss -K dst 10.0.0.1 dport = 5432" in s.inject and "ss -K dst 10.0.0.1 dport = 5432" in s.revert
+    assert f"iptables -w -t nat -X {chain}" in s.revert and f"-t nat -S {chain}" in s.active
+    with pytest.raises(ValidationError, match="latency needs peers, peer_port and delay_ms"):
+        FaultSpec(kind="latency", target="pg2", delay_ms=5)

@@ -178,5 +178,5 @@ def test_models_are_frozen(tmp_path: Path) -> None:
 def test_committed_lab_inventory_matches_the_lab_spec() -> None:
     assert REPO_LAB_INVENTORY.read_text() == render(), "regenerate inventories/lab.yaml from chaoskit.lab"
     inv = load_inventory(REPO_LAB_INVENTORY)
-    assert set(inv.clusters) == {"pg", "mariadb"}
+    assert set(inv.clusters) == {"pg", "pg-single", "mariadb"}
     assert inv.hosts["my1"].jump == "dcs1" and inv.hosts["pg1"].become

@@ -46,3 +46,22 @@ def test_errors_name_file_line_field(tmp_path: Path, old: str, new: str, at_line
     err = info.value
     assert (err.source, err.line, err.field) == (str(path), line, field), err.one_line()
     assert message in err.detail, err.one_line()
+
+
+def test_example_staging_inventory_fits_the_shipped_playbooks() -> None:
+    staging = load_inventory(ROOT / "inventories" / "example-staging.yaml")
+    assert staging.hosts["pg-a"].jump == "dba-chaos@192.0.2.5:22" and staging.hosts["pg-a"].become
+    assert staging.clusters["pg"].patroni is not None and staging.clusters["pg"].patroni.scheme == "https"
+    for path in sorted((ROOT / "playbooks").glob("pg-*.yaml")):
+        load_playbook(path, staging)
+
+
+def test_actions_need_known_targets(tmp_path: Path) -> None:
+    path = tmp_path / "pb.yaml"
+    path.write_text(BASE.replace("duration: 40s", "duration: 45s").replace(
+        "duration: 20s}", "duration: 20s}\n  - at: 40s\n    action: {kind: rejoin, target: pg9}"))
+    with pytest.raises(InputError, match="'pg9' is not a member of cluster pg"):
+        load_playbook(path, LAB)
+    path.write_text(BASE.replace("duration: 20s}", "duration: 20s}\n  - at: 35s\n    action: {kind: restart}"))
+    with pytest.raises(InputError, match="restart needs target"):
+        load_playbook(path, LAB)

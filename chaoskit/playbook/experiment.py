@@ -1,0 +1,198 @@
+"""Experiments beyond one drill: `sweep` (a grid), `ramp` (find the knee), `compare` (targets in
+alternation). Each cell is: optional injected latency on a link, a discarded warm-up, a measured
+window, repeated; medians are reported with the spread across repeats, and the durability
+settings read from the servers are stated next to every figure.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+from typing import Any, Literal
+
+from pydantic import Field
+
+from chaoskit.analysis.knee import find_knee
+from chaoskit.faults.manager import FaultManager
+from chaoskit.faults.models import FaultSpec
+from chaoskit.inventory.models import Inventory
+from chaoskit.models import Frozen
+from chaoskit.playbook.models import PatroniSettings, Seconds
+from chaoskit.playbook.preflight import read_ha, read_settings
+from chaoskit.recorder import Recorder
+from chaoskit.workload.runner import LoadRunner, LoadSpec
+from chaoskit.workload.workloads import WorkloadParams
+
+
+class Link(Frozen):
+    """A network link whose latency the proxy backend controls: connections from `source` hosts
+    to `dest` hosts on `port` (e.g. replica -> primary replication)."""
+
+    source: str  # host or role:...@all
+    dest: str  # host or role:...
+    port: int = Field(5432, ge=1, le=65535)
+
+
+class Grid(Frozen):
+    delay_ms: tuple[float, ...] = (0.0,)
+    workers: tuple[int, ...] = (8,)
+    workload: tuple[str, ...] = ("update",)
+    synchronous_mode: tuple[bool, ...] = ()
+
+
+class Experiment(Frozen):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    kind: Literal["sweep", "ramp", "compare"]
+    description: str = ""
+    cluster: str
+    targets: tuple[str, ...] = ()  # compare: cluster names, alternated
+    link: Link | None = None
+    grid: Grid = Grid()
+    warmup: Seconds = 2.0
+    measure: Seconds = 5.0
+    repeats: int = Field(1, ge=1, le=20)
+    table_rows: int = Field(10_000, ge=10)
+    op_timeout: Seconds = 5.0
+    patroni: PatroniSettings | None = None
+
+
+def measure_cell(inv: Inventory, cluster: str, fm: FaultManager, *, workload: str, workers: int, delay_ms: float,
+                 link: Link | None, warmup: float, measure: float, table_rows: int,
+                 op_timeout: float) -> dict[str, Any]:
+    faults = []
+    if delay_ms and link is not None:
+        spec = FaultSpec(kind="latency", target=link.source if "@" in link.source or not link.source.startswith(
+            "role:") else link.source + "@all", cluster=cluster, peers=(link.dest,), peer_port=link.port,
+            delay_ms=delay_ms, ttl=warmup + measure + 120)
+        faults = fm.inject(spec)
+        time.sleep(1.0)  # reconnected links (e.g. walreceiver) are through the proxy again
+    rec = Recorder(base=time.time())
+    runner = LoadRunner(inv.clusters[cluster], inv, LoadSpec(workload=workload, workers=workers,
+                                                                op_timeout=op_timeout,
+                                                                params=WorkloadParams(table_rows=table_rows)), rec)
+    try:
+        runner.setup()
+        runner.run_for(warmup + measure)
+        assert runner.t_start is not None
+        w = rec.window(runner.t_start + warmup, runner.t_start + warmup + measure)
+        proxy = [s for f in faults for s in fm.proxy_stats(f)]
+    finally:
+        for f in faults:
+            fm.revert(f)
+    ops = w["ok"] + w["fail"] + w["info"]
+    added = [s["added_p50_ms"] for s in proxy if s.get("added_p50_ms") is not None]
+    return {"workload": workload, "workers": workers, "delay_ms": delay_ms, "tps": round(w["tps"], 1),
+            "p50_ms": w["p50_ms"], "p99_ms": w["p99_ms"], "p999_ms": w["p99.9_ms"],
+            "error_rate": round((w["fail"] + w["info"]) / ops, 6) if ops else None,
+            "proxy_added_p50_ms": round(statistics.median(added), 3) if added else None,
+            "proxy_added_p99_ms": max((s["added_p99_ms"] for s in proxy if s.get("added_p99_ms")), default=None),
+            "proxy_bytes": sum(s.get("bytes", 0) for s in proxy)}
+
+
+def summarise(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Median per cell over repeats, with the spread (min, max) of TPS."""
+    cells: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        cells.setdefault(tuple(r[k] for k in keys), []).append(r)
+    out = []
+    for key, rs in cells.items():
+        tps = [r["tps"] for r in rs]
+
+        def med(k: str, rs: list[dict[str, Any]] = rs) -> float | None:
+            values = [r[k] for r in rs if r.get(k) is not None]
+            return statistics.median(values) if values else None
+
+        out.append({**dict(zip(keys, key, strict=True)), "repeats": len(rs), "tps": statistics.median(tps),
+                    "tps_min": min(tps), "tps_max": max(tps), "p50_ms": med("p50_ms"), "p99_ms": med("p99_ms"),
+                    "p999_ms": med("p999_ms"), "error_rate": med("error_rate"),
+                    "proxy_added_p50_ms": med("proxy_added_p50_ms"), "proxy_added_p99_ms": med("proxy_added_p99_ms")})
+    return out
+
+
+def run_experiment(exp: Experiment, inv: Inventory, progress: Any = None) -> dict[str, Any]:
+    fm = FaultManager(inv)
+    started = time.time()
+    settings: dict[str, Any] = {}
+    rows: list[dict[str, Any]] = []
+    restore = None
+    try:
+        targets = exp.targets or (exp.cluster,)
+        for t in targets:
+            settings[t] = {"server": read_settings(inv.clusters[t], inv), "ha": read_ha(inv.clusters[t], inv)}
+        if exp.patroni is not None and exp.patroni.synchronous_mode is not None:
+            restore = _patroni_mode(inv, exp.cluster, exp.patroni.synchronous_mode)
+        if exp.kind == "compare":
+            plan = [(t, wl, w, 0.0) for _ in range(exp.repeats) for t in targets for wl in exp.grid.workload
+                    for w in exp.grid.workers]
+        else:
+            plan = [(exp.cluster, wl, w, d) for _ in range(exp.repeats)
+                    for wl, w, d in itertools.product(exp.grid.workload, exp.grid.workers, exp.grid.delay_ms)]
+        per_cell = exp.warmup + exp.measure + 2
+        for i, (target, wl, w, d) in enumerate(plan):
+            if progress is not None:
+                progress(i, len(plan), per_cell * (len(plan) - i), f"{target} {wl} x{w} delay {d:g} ms")
+            cell = measure_cell(inv, target, fm, workload=wl, workers=w, delay_ms=d, link=exp.link,
+                                warmup=exp.warmup, measure=exp.measure, table_rows=exp.table_rows,
+                                op_timeout=exp.op_timeout)
+            rows.append({"target": target, "repeat": i // max(1, len(plan) // exp.repeats), **cell})
+    finally:
+        fm.revert_all()
+        if restore is not None:
+            _patroni_mode(inv, exp.cluster, restore)
+        fm.close()
+    keys = ("target", "workload", "workers") if exp.kind == "compare" else ("workload", "workers", "delay_ms")
+    cells = summarise(rows, keys)
+    result: dict[str, Any] = {"experiment": exp.model_dump(mode="json"), "started": started, "ended": time.time(),
+                              "settings": settings, "rows": rows, "cells": cells}
+    if exp.kind == "ramp":
+        steps = sorted((c for c in cells if c["delay_ms"] == exp.grid.delay_ms[0]), key=lambda c: c["workers"])
+        result["knee"] = find_knee(steps)
+    if exp.kind == "compare" and len(targets) >= 2:
+        result["comparison"] = _compare(rows, targets)
+    return result
+
+
+def _compare(rows: list[dict[str, Any]], targets: tuple[str, ...]) -> dict[str, Any]:
+    """Relative TPS difference of each target against the first, per repeat: median and spread."""
+    base = targets[0]
+    out = {}
+    for t in targets[1:]:
+        ratios = []
+        for rep in sorted({r["repeat"] for r in rows}):
+            a = [r["tps"] for r in rows if r["target"] == base and r["repeat"] == rep]
+            b = [r["tps"] for r in rows if r["target"] == t and r["repeat"] == rep]
+            if a and b and statistics.mean(a):
+                ratios.append(statistics.mean(b) / statistics.mean(a) - 1)
+        out[f"{t}_vs_{base}"] = {"relative_tps_change_median": round(statistics.median(ratios), 4) if ratios else None,
+                                 "min": round(min(ratios), 4) if ratios else None,
+                                 "max": round(max(ratios), 4) if ratios else None, "repeats": len(ratios)}
+    return out
+
+
+def _patroni_mode(inv: Inventory, cluster: str, mode: bool) -> bool | None:
+    import json
+    import urllib.request
+
+    from chaoskit.topology.patroni import get_json
+
+    cl = inv.clusters[cluster]
+    if cl.patroni is None:
+        return None
+    bases = [f"{cl.patroni.scheme}://{inv.member_address(m)}:{cl.patroni.port}" for m in cl.members]
+    previous = None
+    for base in bases:
+        config = get_json(f"{base}/config", timeout=3)
+        if isinstance(config, dict):
+            previous = bool(config.get("synchronous_mode", False))
+            req = urllib.request.Request(f"{base}/config", data=json.dumps({"synchronous_mode": mode}).encode(),
+                                         method="PATCH", headers={"Content-Type": "application/json"})
+            urllib.request.urlopen(req, timeout=10).close()
+            break
+    deadline = time.time() + 30
+    while mode and time.time() < deadline:  # wait until a synchronous standby is named
+        cl_view = next((v for b in bases if (v := get_json(f"{b}/cluster", timeout=2))), {}) or {}
+        if any(m.get("role") == "sync_standby" for m in cl_view.get("members", [])):
+            break
+        time.sleep(0.2)
+    return previous

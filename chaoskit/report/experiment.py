@@ -1,0 +1,95 @@
+"""An experiment's run directory: run.json, results.csv, plots, report.html."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from chaoskit.report.writer import _clean
+
+
+def write_experiment(result: dict[str, Any], run_dir: Path) -> None:
+    (run_dir / "plots").mkdir(parents=True, exist_ok=True)
+    (run_dir / "run.json").write_text(json.dumps(_clean({"schema_version": 1, **result}), indent=2, default=str))
+    cells = result["cells"]
+    if cells:
+        with open(run_dir / "results.csv", "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(cells[0]))
+            writer.writeheader()
+            writer.writerows(cells)
+    kind = result["experiment"]["kind"]
+    if kind in ("sweep", "ramp"):
+        _lines(cells, run_dir / "plots" / "tps_vs_workers.png", "tps", "TPS (median of repeats)", result.get("knee"))
+        _lines(cells, run_dir / "plots" / "p99_vs_workers.png", "p99_ms", "p99 latency (ms)", None)
+        if kind == "sweep":
+            _heatmap(cells, run_dir / "plots" / "heatmap_tps.png")
+    else:
+        _bars(cells, run_dir / "plots" / "compare_tps.png")
+    images = {p.stem: base64.b64encode(p.read_bytes()).decode() for p in sorted((run_dir / "plots").glob("*.png"))}
+    env = jinja2.Environment(loader=jinja2.PackageLoader("chaoskit.report", "templates"),
+                             autoescape=jinja2.select_autoescape(["html"]))
+    (run_dir / "report.html").write_text(env.get_template("experiment.html.j2").render(r=result, images=images))
+
+
+def _lines(cells: list[dict[str, Any]], path: Path, key: str, label: str, knee: dict[str, Any] | None) -> None:
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for delay in sorted({c.get("delay_ms", 0) for c in cells}):
+        pts = sorted((c["workers"], c[key]) for c in cells if c.get("delay_ms", 0) == delay and c[key] is not None)
+        if pts:
+            xs, ys = zip(*pts, strict=True)
+            ax.plot(xs, ys, marker="o", label=f"delay {delay:g} ms")
+            if key == "tps":
+                lo = [c["tps_min"] for c in sorted(cells, key=lambda c: c["workers"]) if c.get("delay_ms", 0) == delay]
+                hi = [c["tps_max"] for c in sorted(cells, key=lambda c: c["workers"]) if c.get("delay_ms", 0) == delay]
+                ax.fill_between(xs, lo, hi, alpha=0.15)
+    if knee and knee.get("saturation") and key == "tps":
+        ax.axvline(knee["saturation"]["workers"], color="red", ls="--", label="knee (recommended)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("workers (concurrency)")
+    ax.set_ylabel(label)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _heatmap(cells: list[dict[str, Any]], path: Path) -> None:
+    delays = sorted({c["delay_ms"] for c in cells})
+    workers = sorted({c["workers"] for c in cells})
+    grid = [[next((c["tps"] for c in cells if c["delay_ms"] == d and c["workers"] == w), 0) for w in workers]
+            for d in delays]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    im = ax.imshow(grid, aspect="auto", cmap="viridis")
+    ax.set_xticks(range(len(workers)), [str(w) for w in workers])
+    ax.set_yticks(range(len(delays)), [f"{d:g}" for d in delays])
+    ax.set_xlabel("workers")
+    ax.set_ylabel("injected delay (ms)")
+    for i, row in enumerate(grid):
+        for j, v in enumerate(row):
+            ax.text(j, i, f"{v:.0f}", ha="center", va="center", color="white", fontsize=8)
+    fig.colorbar(im, label="TPS")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _bars(cells: list[dict[str, Any]], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(8, 4))
+    labels = [f"{c['target']}\n{c['workload']} x{c['workers']}" for c in cells]
+    tps = [c["tps"] for c in cells]
+    err = [[c["tps"] - c["tps_min"] for c in cells], [c["tps_max"] - c["tps"] for c in cells]]
+    ax.bar(range(len(cells)), tps, yerr=err, capsize=4)
+    ax.set_xticks(range(len(cells)), labels, fontsize=8)
+    ax.set_ylabel("TPS (median, min-max over repeats)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,38 @@
+"""Knee detection on constructed curves: flat, monotone, peaked, noisy."""
+
+from __future__ import annotations
+
+from chaoskit.analysis.knee import find_knee
+
+
+def curve(tps: list[float], p99: list[float] | None = None) -> list[dict]:
+    workers = [8, 16, 32, 64, 128, 256][: len(tps)]
+    p99 = p99 or [5.0 * (i + 1) for i in range(len(tps))]
+    return [{"workers": w, "tps": t, "p99_ms": p} for w, t, p in zip(workers, tps, p99, strict=True)]
+
+
+def test_flat_saturates_at_first_step() -> None:
+    k = find_knee(curve([1000, 1010, 1005, 1012, 1008]))
+    assert k["recommended_workers"] == 8 and k["overload"] is None and k["shape"].startswith("saturating")
+
+
+def test_monotone_has_no_knee() -> None:
+    k = find_knee(curve([100, 200, 400, 800, 1600]))
+    assert k["recommended_workers"] is None and k["peak"]["workers"] == 128 and k["shape"].startswith("monotone")
+
+
+def test_peaked_has_saturation_peak_and_overload() -> None:
+    k = find_knee(curve([1000, 1900, 2500, 2600, 2000, 1500]))
+    assert k["saturation"]["workers"] == 32 and k["peak"]["workers"] == 64 and k["overload"]["workers"] == 128
+    assert k["recommended_workers"] == 32 and k["shape"].startswith("peaked")
+
+
+def test_noisy_plateau_is_not_an_overload() -> None:
+    k = find_knee(curve([1000, 1800, 2400, 2450, 2380, 2420]))
+    assert k["recommended_workers"] == 32
+    assert k["overload"] is None  # 2380 is within 5% of the 2450 peak
+
+
+def test_flat_gain_needs_growing_latency() -> None:
+    k = find_knee(curve([1000, 1050, 2000], p99=[10, 8, 12]))  # latency fell: not saturated yet
+    assert k["saturation"] is None or k["saturation"]["workers"] != 8
