@@ -95,8 +95,12 @@ async def serve(listen: str, port: int, upstream: str, upstream_port: int, delay
         except OSError:
             client_w.close()
             return
-        await asyncio.gather(pump(client_r, server_w, up, jitter, stats), pump(server_r, client_w, down, jitter, stats),
-                             return_exceptions=True)
+        try:
+            await asyncio.gather(pump(client_r, server_w, up, jitter, stats),
+                                 pump(server_r, client_w, down, jitter, stats), return_exceptions=True)
+        except asyncio.CancelledError:  # shutting down: drop the connection quietly
+            client_w.close()
+            server_w.close()
 
     server = await asyncio.start_server(handle, listen, port, reuse_address=True)
     stop = asyncio.Event()
