@@ -260,20 +260,25 @@ def fault_inject(
                   f" (±{f.offset_uncertainty_s * 1000:.1f} ms), reverts itself after {spec.ttl:g}s", highlight=False)
 
 
-@fault_app.command("list")
-def fault_list(inventory: InventoryOpt, as_json: JsonOpt = False) -> None:
-    """Every journaled fault on every host, with whether it is in effect and its time left."""
+def _with_faults(inventory: Path, fn: Any) -> Any:
+    """Load the inventory, run fn(FaultManager), always close; input errors exit 2."""
     from chaoskit.faults.manager import FaultManager
     from chaoskit.inventory.loader import load_inventory
 
     try:
         fm = FaultManager(load_inventory(inventory))
         try:
-            data = fm.journaled()
+            return fn(fm)
         finally:
             fm.close()
     except ChaoskitError as exc:
         _fail(exc)
+
+
+@fault_app.command("list")
+def fault_list(inventory: InventoryOpt, as_json: JsonOpt = False) -> None:
+    """Every journaled fault on every host, with whether it is in effect and its time left."""
+    data = _with_faults(inventory, lambda fm: fm.journaled())
     rows = [e for entries in data.values() if not isinstance(entries, BaseException) for e in entries]
     errors = {h: str(e) for h, e in data.items() if isinstance(e, BaseException)}
     if as_json:
@@ -293,17 +298,7 @@ def fault_list(inventory: InventoryOpt, as_json: JsonOpt = False) -> None:
 @fault_app.command("revert")
 def fault_revert(inventory: InventoryOpt, fault_id: Annotated[str, typer.Argument(help="Fault id.")]) -> None:
     """Revert one journaled fault wherever it is, and verify it is gone."""
-    from chaoskit.faults.manager import FaultManager
-    from chaoskit.inventory.loader import load_inventory
-
-    try:
-        fm = FaultManager(load_inventory(inventory))
-        try:
-            result = fm.revert_by_id(fault_id)
-        finally:
-            fm.close()
-    except ChaoskitError as exc:
-        _fail(exc)
+    result = _with_faults(inventory, lambda fm: fm.revert_by_id(fault_id))
     if not result:
         _fail(InputError(f"no host has a journaled fault {fault_id}", source="command line", field="ID"))
     for host, what in result.items():
@@ -315,17 +310,7 @@ def fault_revert(inventory: InventoryOpt, fault_id: Annotated[str, typer.Argumen
 @app.command("recover")
 def recover(inventory: InventoryOpt) -> None:
     """Revert every journaled fault on every host (after a crashed controller, or to be sure)."""
-    from chaoskit.faults.manager import FaultManager
-    from chaoskit.inventory.loader import load_inventory
-
-    try:
-        fm = FaultManager(load_inventory(inventory))
-        try:
-            report = fm.recover()
-        finally:
-            fm.close()
-    except ChaoskitError as exc:
-        _fail(exc)
+    report = _with_faults(inventory, lambda fm: fm.recover())
     failed = False
     for host, done in report.items():
         if "error" in done:

@@ -78,34 +78,31 @@ def _process_names(spec: FaultSpec, facts: HostFacts) -> list[str]:
     return names
 
 
-def _restart_missing(names: list[str], facts: HostFacts) -> str:
-    """Start (with its configured command) each named process that is no longer running."""
+def _startable(names: list[str], facts: HostFacts, then: str) -> str:
+    """For each named process that has a start command and is not running: run `then`
+    ($start is its start command, $pid_file its pid file)."""
     out = [ALIVE]
     for name in names:
         ref = facts.processes[name]
         if not ref.start:
             continue
-        pid_file = shlex.quote(ref.pid_file)
-        out.append(f"pid=$(head -1 {pid_file} 2>/dev/null | tr -dc 0-9); "
-                   f"if [ -z \"$pid\" ] || ! alive \"$pid\"; then {ref.start}; "
-                   # wait (bounded) until it runs: the revert is verified right after
-                   f"for i in $(seq {START_WAIT_S * 10}); do pid=$(head -1 {pid_file} 2>/dev/null | tr -dc 0-9); "
-                   f"[ -n \"$pid\" ] && alive \"$pid\" && break; sleep 0.1; done; fi")
+        out.append(f"pid_file={shlex.quote(ref.pid_file)}; start={shlex.quote(ref.start)}; "
+                   "pid=$(head -1 \"$pid_file\" 2>/dev/null | tr -dc 0-9); "
+                   f"if [ -z \"$pid\" ] || ! alive \"$pid\"; then {then}; fi")
     return "\n".join(out)
+
+
+def restart_missing(names: list[str], facts: HostFacts) -> str:
+    """Start each named process that is no longer running, and wait (bounded) until it runs:
+    a revert is verified right after."""
+    return _startable(names, facts, "sh -c \"$start\"; "
+                      f"for i in $(seq {START_WAIT_S * 10}); do pid=$(head -1 \"$pid_file\" 2>/dev/null | tr -dc 0-9); "
+                      "[ -n \"$pid\" ] && alive \"$pid\" && break; sleep 0.1; done")
 
 
 def _restart_pending(names: list[str], facts: HostFacts) -> str:
     """Active while a process that has a start command is not running."""
-    out = [ALIVE]
-    for name in names:
-        ref = facts.processes[name]
-        if not ref.start:
-            continue
-        pid_file = shlex.quote(ref.pid_file)
-        out.append(f"pid=$(head -1 {pid_file} 2>/dev/null | tr -dc 0-9); "
-                   f"if [ -z \"$pid\" ] || ! alive \"$pid\"; then exit 0; fi")
-    out.append("exit 1")
-    return "\n".join(out)
+    return _startable(names, facts, "exit 0") + "\nexit 1"
 
 
 def process_fault(spec: FaultSpec, facts: HostFacts) -> FaultScripts:
@@ -115,7 +112,7 @@ def process_fault(spec: FaultSpec, facts: HostFacts) -> FaultScripts:
     if spec.kind == "kill":
         return FaultScripts(
             inject=f"{record}\nkill -{spec.signal} {pids}",
-            revert=_restart_missing(names, facts),
+            revert=restart_missing(names, facts),
             active=_restart_pending(names, facts))
     if spec.kind == "pause":
         # Freeze the named processes first, then every descendant (one ps pass): a postmaster
@@ -141,7 +138,7 @@ def process_fault(spec: FaultSpec, facts: HostFacts) -> FaultScripts:
         stops.append(ref.stop or f"pid=$(grep '^{name} ' \"$J/$ID.pids\" | cut -d' ' -f2); kill -TERM $pid; "
                                  f"for i in $(seq 100); do alive $pid || break; sleep 0.1; done")
     return FaultScripts(inject=f"{record}\n{ALIVE}\n" + "\n".join(stops),
-                        revert=_restart_missing(names, facts), active=_restart_pending(names, facts))
+                        revert=restart_missing(names, facts), active=_restart_pending(names, facts))
 
 
 def _iptables_chains(fault_id: str, spec: FaultSpec, facts: HostFacts, target: str) -> FaultScripts:

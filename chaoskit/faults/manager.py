@@ -62,6 +62,9 @@ class FaultManager:
         self.pool = pool or RemotePool(inventory)
         self._own_pool = pool is None
         self.injected: list[InjectedFault] = []
+        # (fault id, host) sent but not yet confirmed: an interrupt can land between the host's
+        # journal entry and our record of it, and revert_all must still undo it
+        self.pending: list[tuple[str, str]] = []
         self.offsets: dict[str, ClockOffset] = {}
         self._capabilities: dict[str, Any] = {}
 
@@ -142,6 +145,7 @@ class FaultManager:
         out = []
         for p in planned:
             remote = self.pool.get(p.host)
+            self.pending.append((fault_id, p.host))
             t_sent = time.time()
             try:
                 res = remote.shell(p.script, timeout=30)
@@ -154,6 +158,7 @@ class FaultManager:
                 t_scheduled=t_scheduled, t_sent=t_sent, t_effect=off.to_control(t_host), t_effect_host=t_host,
                 offset_s=off.offset_s, offset_uncertainty_s=off.uncertainty_s)
             self.injected.append(fault)
+            self.pending.remove((fault_id, p.host))
             out.append(fault)
         return out
 
@@ -189,7 +194,13 @@ class FaultManager:
         return res.exited == 0
 
     def revert_all(self) -> list[InjectedFault]:
-        """Revert everything this controller injected, newest first; never raises."""
+        """Revert everything this controller injected (and anything still in flight), newest first;
+        never raises. The revert uses the same shell channel, so it runs after an interrupted inject."""
+        for fault_id, host in reversed(self.pending):
+            with contextlib.suppress(Exception):
+                res = self.pool.get(host).shell(journal.revert_script(fault_id), timeout=60, check=False)
+                if res.exited in (0, 4):
+                    self.pending.remove((fault_id, host))
         failed = []
         for fault in reversed(self.injected):
             with contextlib.suppress(Exception):

@@ -227,17 +227,13 @@ def _request(url: str, method: str, body: dict[str, Any]) -> tuple[int, str]:
 
 def _restart(ctx: RunContext, step: Step, t_sched: float, fm: FaultManager) -> dict[str, Any]:
     """Start every configured process of a member that is not running (same script as a kill's revert)."""
-    from chaoskit.faults.kinds import ALIVE
+    from chaoskit.faults.kinds import HostFacts, restart_missing
 
     assert step.action is not None and step.action.target
     member = next(m for m in ctx.inventory.clusters[ctx.playbook.cluster].members if m.host == step.action.target)
-    lines = [ALIVE]
-    for ref in member.processes.values():
-        if ref.start:
-            lines.append(f"pid=$(head -1 {ref.pid_file} 2>/dev/null | tr -dc 0-9); "
-                         f"if [ -z \"$pid\" ] || ! alive \"$pid\"; then {ref.start}; fi")
+    script = restart_missing(list(member.processes), HostFacts(host=member.host, processes=dict(member.processes)))
     t_sent = time.time()
-    res = fm.pool.get(member.host).shell("(" + "\n".join(lines) + ")", check=False, timeout=60)
+    res = fm.pool.get(member.host).shell(f"(\n{script}\n)", check=False, timeout=120)
     record = {"kind": "restart", "t_scheduled": t_sched, "t_sent": t_sent, "t_answered": time.time(),
               "leader": member.host, "exit": res.exited, "answer": (res.stderr or res.stdout)[-300:]}
     _event(ctx, "action", t_sent, action="restart", host=member.host, exit=res.exited)
