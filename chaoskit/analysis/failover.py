@@ -51,7 +51,11 @@ def _role_at(probe: ProbeLog, t: float) -> dict[str, str]:
 def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, baseline: float | None,
                   window_end: float, tps_fraction: float, hold: float, manager_observable: bool) -> dict[str, Any]:
     t_fault = fault["t_effect"]
-    gaps = [g for g in rec.gaps if t_fault <= g.first_err < window_end]
+    # The fault took effect somewhere between the host's two timestamps: a client may see its
+    # first error before t_fault (the later one). Admit gaps from the earlier one, less the clock
+    # uncertainty; RTO is still measured from t_fault as defined.
+    t_open = min(t_fault, fault.get("t_apply_start") or t_fault) - (fault.get("offset_uncertainty_s") or 0.0)
+    gaps = [g for g in rec.gaps if t_open <= g.first_err < window_end]
     out: dict[str, Any] = {"id": fault["id"], "kind": fault["kind"], "target_host": fault["host"],
                            "t_scheduled": fault.get("t_scheduled"), "t_fault": t_fault,
                            "t_reverted": fault.get("t_reverted"), "notes": []}

@@ -32,7 +32,7 @@ def _header(fault_id: str) -> str:
 
 
 def inject_script(fault_id: str, scripts: FaultScripts, meta: dict, ttl: float) -> str:
-    """Journal, arm the dead-man, apply; print the host time at which the fault took effect.
+    """Journal, arm the dead-man, apply; print the host times just before and just after applying.
     If applying fails, the revert runs at once and the script fails."""
     header = _header(fault_id)
     revert = "\n".join([
@@ -41,7 +41,8 @@ def inject_script(fault_id: str, scripts: FaultScripts, meta: dict, ttl: float) 
         '[ -n "$pg" ] && kill -TERM "-$pg" 2>/dev/null; fi',
         'if sh "$J/$ID.active"; then echo "fault $ID is still in effect after its revert" >&2; exit 1; fi',
         'rm -rf "$J/$ID".*', "date +%s.%N"])
-    inject = "\n".join(["#!/bin/sh", "set -e", header, scripts.inject, "date +%s.%N"])
+    # timestamps bracket the application: the fault took effect between the two
+    inject = "\n".join(["#!/bin/sh", "set -e", header, "date +%s.%N", scripts.inject, "date +%s.%N"])
     active = "\n".join(["#!/bin/sh", header, scripts.active])
     ttl_s = max(1, round(ttl))
     return "\n".join([

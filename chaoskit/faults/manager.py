@@ -40,6 +40,7 @@ class InjectedFault:
     t_effect: float  # control clock: host time of effect corrected by the measured offset
     t_effect_host: float
     offset_s: float
+    t_apply_start: float  # control clock: host time just before the fault's commands ran
     offset_uncertainty_s: float
     t_reverted: float | None = None
     revert_verified: bool = False
@@ -54,6 +55,11 @@ class InjectedFault:
 class PlannedFault:
     host: str
     script: str
+
+
+def _is_timestamp(word: str) -> bool:
+    head, _, tail = word.partition(".")
+    return head.isdigit() and tail.isdigit() and len(head) >= 9
 
 
 class FaultManager:
@@ -151,12 +157,14 @@ class FaultManager:
                 res = remote.shell(p.script, timeout=30)
             except RemoteCommandError as exc:
                 raise RemoteCommandError(p.host, f"inject {spec.kind} ({fault_id})", exc.result) from None
-            t_host = float(res.stdout.strip().splitlines()[-1])
+            stamps = [float(x) for x in res.stdout.split() if _is_timestamp(x)]
+            t_start_host, t_host = stamps[0], stamps[-1]
             off = self.offsets[p.host]
             fault = InjectedFault(
                 id=fault_id, kind=spec.kind, host=p.host, target=spec.target, spec=spec.model_dump(mode="json"),
                 t_scheduled=t_scheduled, t_sent=t_sent, t_effect=off.to_control(t_host), t_effect_host=t_host,
-                offset_s=off.offset_s, offset_uncertainty_s=off.uncertainty_s)
+                offset_s=off.offset_s, t_apply_start=off.to_control(t_start_host),
+                offset_uncertainty_s=off.uncertainty_s)
             self.injected.append(fault)
             self.pending.remove((fault_id, p.host))
             out.append(fault)

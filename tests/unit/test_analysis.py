@@ -123,3 +123,23 @@ def test_checker_crash_is_unknown_and_merge_is_worst_first() -> None:
     assert merge([True, "unknown", True]) == "unknown"
     assert merge([True, False, "unknown"]) is False
     assert merge([True, True]) is True
+
+
+def test_errors_just_before_t_fault_belong_to_the_fault() -> None:
+    """The host stamps t_fault after applying; a client can fail a few ms earlier. Its gap counts."""
+    rec = Recorder(T0)
+    rec.record(1, "write", FAULT - 0.010, FAULT - 0.009, OK)
+    rec.record(1, "write", FAULT - 0.004, FAULT - 0.002, FAIL, "connection_lost")  # before t_fault
+    rec.record(1, "write", FAULT + 3.0, FAULT + 3.001, OK)  # this worker recovers first
+    rec.record(2, "write", FAULT - 0.010, FAULT - 0.008, OK)
+    rec.record(2, "write", FAULT + 0.001, FAULT + 0.002, FAIL, "connection_lost")
+    rec.record(2, "write", FAULT + 3.5, FAULT + 3.501, OK)
+    rec.finish()
+    probe = ProbeLog()
+    fault = {"id": "f", "kind": "kill", "host": "pg1", "t_effect": FAULT, "t_apply_start": FAULT - 0.003,
+             "offset_uncertainty_s": 0.001}
+    r = analyse_fault(fault, rec, probe, baseline=None, window_end=FAULT + 10, tps_fraction=0.9, hold=1,
+                      manager_observable=False)
+    assert set(r["per_client_rto_s"]) == {"1", "2"}
+    assert r["t_first_ok"] == pytest.approx(FAULT + 3.001) and r["rto_s"] == pytest.approx(3.001, abs=1e-6)
+    assert r["t_first_err"] == pytest.approx(FAULT - 0.002)
