@@ -40,7 +40,7 @@ from chaoskit.lab.spec import (
     LabSpec,
     Paths,
 )
-from chaoskit.topology.patroni import fetch_cluster, normalise_patroni_role
+from chaoskit.topology.patroni import fetch_cluster, normalise_patroni_role, request
 
 USER_COMMENT = "chaoskit lab"
 
@@ -357,8 +357,6 @@ def health(spec: LabSpec = SPEC) -> tuple[bool, str]:
 def reinitialize_diverged(spec: LabSpec = SPEC) -> list[str]:
     """Patroni replicas that do not stream (e.g. a diverged old primary that was not rewound)
     are rebuilt from the leader through Patroni's REST API (POST /reinitialize)."""
-    import urllib.request
-
     members = _patroni_members(spec)
     leader = next((m for m in members if m["role"] == "leader"), None)
     if leader is None:
@@ -369,14 +367,10 @@ def reinitialize_diverged(spec: LabSpec = SPEC) -> list[str]:
     done = []
     for m in members:
         if m["role"] == "replica" and m["name"] not in streaming and m["state"] in ("running", "streaming"):
-            req = urllib.request.Request(f"http://{spec.host(m['name']).address}:{PATRONI_PORT}/reinitialize",
-                                         data=b'{"force": true}', method="POST",
-                                         headers={"Content-Type": "application/json"})
-            try:
-                urllib.request.urlopen(req, timeout=10).close()
+            status, _ = request(f"http://{spec.host(m['name']).address}:{PATRONI_PORT}/reinitialize", "POST",
+                                {"force": True}, timeout=10)
+            if status == 200:
                 done.append(m["name"])
-            except OSError:
-                pass
     return done
 
 

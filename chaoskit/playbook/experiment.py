@@ -21,6 +21,7 @@ from chaoskit.models import Frozen
 from chaoskit.playbook.models import PatroniSettings, Seconds
 from chaoskit.playbook.preflight import read_ha, read_settings
 from chaoskit.recorder import Recorder
+from chaoskit.topology.patroni import apply_config
 from chaoskit.workload.runner import LoadRunner, LoadSpec
 from chaoskit.workload.workloads import WorkloadParams
 
@@ -171,28 +172,8 @@ def _compare(rows: list[dict[str, Any]], targets: tuple[str, ...]) -> dict[str, 
 
 
 def _patroni_mode(inv: Inventory, cluster: str, mode: bool) -> bool | None:
-    import json
-    import urllib.request
-
-    from chaoskit.topology.patroni import get_json
-
-    cl = inv.clusters[cluster]
-    if cl.patroni is None:
+    """Set synchronous_mode for the experiment; the previous value, to restore it afterwards."""
+    if inv.clusters[cluster].patroni is None:
         return None
-    bases = [f"{cl.patroni.scheme}://{inv.member_address(m)}:{cl.patroni.port}" for m in cl.members]
-    previous = None
-    for base in bases:
-        config = get_json(f"{base}/config", timeout=3)
-        if isinstance(config, dict):
-            previous = bool(config.get("synchronous_mode", False))
-            req = urllib.request.Request(f"{base}/config", data=json.dumps({"synchronous_mode": mode}).encode(),
-                                         method="PATCH", headers={"Content-Type": "application/json"})
-            urllib.request.urlopen(req, timeout=10).close()
-            break
-    deadline = time.time() + 30
-    while mode and time.time() < deadline:  # wait until a synchronous standby is named
-        cl_view = next((v for b in bases if (v := get_json(f"{b}/cluster", timeout=2))), {}) or {}
-        if any(m.get("role") == "sync_standby" for m in cl_view.get("members", [])):
-            break
-        time.sleep(0.2)
-    return previous
+    previous = apply_config(inv.clusters[cluster], inv, {"synchronous_mode": mode})
+    return None if previous is None else bool(previous["synchronous_mode"])

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import getpass
-import json
 import signal
 import socket
-import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +22,7 @@ from chaoskit.inventory.models import Inventory
 from chaoskit.playbook.models import Playbook, Step
 from chaoskit.playbook.preflight import run_preflight
 from chaoskit.recorder import Recorder
-from chaoskit.topology.patroni import get_json
+from chaoskit.topology import patroni
 from chaoskit.topology.probe import RoleProbe
 from chaoskit.workload.runner import LoadRunner, LoadSpec
 from chaoskit.workload.workloads import WorkloadParams
@@ -208,21 +205,7 @@ def _run_step(ctx: RunContext, fm: FaultManager, i: int, step: Step, t_sched: fl
 
 
 def _patroni_base(ctx: RunContext, member_host: str | None = None) -> list[str]:
-    cluster = ctx.inventory.clusters[ctx.playbook.cluster]
-    api = cluster.patroni
-    assert api is not None
-    return [f"{api.scheme}://{ctx.inventory.member_address(m)}:{api.port}" for m in cluster.members
-            if member_host is None or m.host == member_host]
-
-
-def _request(url: str, method: str, body: dict[str, Any]) -> tuple[int, str]:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method=method,
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, resp.read().decode(errors="replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(errors="replace")
+    return patroni.api_urls(ctx.inventory.clusters[ctx.playbook.cluster], ctx.inventory, member_host)
 
 
 def _restart(ctx: RunContext, step: Step, t_sched: float, fm: FaultManager) -> dict[str, Any]:
@@ -243,7 +226,7 @@ def _restart(ctx: RunContext, step: Step, t_sched: float, fm: FaultManager) -> d
 def _rejoin(ctx: RunContext, step: Step, t_sched: float, fm: FaultManager) -> dict[str, Any]:
     assert step.action is not None and step.action.target
     t_sent = time.time()
-    status, text = _request(f"{_patroni_base(ctx, step.action.target)[0]}/reinitialize", "POST", {"force": True})
+    status, text = patroni.request(f"{_patroni_base(ctx, step.action.target)[0]}/reinitialize", "POST", {"force": True})
     record = {"kind": "rejoin", "t_scheduled": t_sched, "t_sent": t_sent, "t_answered": time.time(),
               "leader": step.action.target, "http_status": status, "answer": text[:300]}
     _event(ctx, "action", t_sent, action="rejoin", host=step.action.target, http_status=status)
@@ -258,7 +241,7 @@ def _switchover(ctx: RunContext, step: Step, t_sched: float, fm: FaultManager | 
     if step.action.candidate:
         body["candidate"] = step.action.candidate
     t_sent = time.time()
-    status, text = _request(f"{_patroni_base(ctx, leader)[0]}/switchover", "POST", body)
+    status, text = patroni.request(f"{_patroni_base(ctx, leader)[0]}/switchover", "POST", body)
     record = {"kind": "switchover", "t_scheduled": t_sched, "t_sent": t_sent, "t_answered": time.time(),
               "leader": leader, "candidate": step.action.candidate, "http_status": status, "answer": text[:300]}
     _event(ctx, "action", t_sent, action=record["kind"], leader=leader, candidate=step.action.candidate,
@@ -266,28 +249,16 @@ def _switchover(ctx: RunContext, step: Step, t_sched: float, fm: FaultManager | 
     return record
 
 
-def _set_patroni(ctx: RunContext, pb: Playbook) -> dict[str, Any]:
+def _set_patroni(ctx: RunContext, pb: Playbook) -> dict[str, Any] | None:
     assert pb.patroni is not None
-    config = get_json(f"{_patroni_base(ctx)[0]}/config", timeout=3) or {}
-    wanted = pb.patroni.model_dump(exclude_none=True)
-    previous = {k: config.get(k, False) for k in wanted}
-    _patch_patroni(ctx, wanted)
-    if wanted.get("synchronous_mode"):  # wait until a sync standby is named
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            cl = get_json(f"{_patroni_base(ctx)[0]}/cluster", timeout=2) or {}
-            if any(m.get("role") == "sync_standby" for m in cl.get("members", [])):
-                break
-            time.sleep(0.2)
+    return _patch_patroni(ctx, pb.patroni.model_dump(exclude_none=True))
+
+
+def _patch_patroni(ctx: RunContext, values: dict[str, Any]) -> dict[str, Any] | None:
+    previous = patroni.apply_config(ctx.inventory.clusters[ctx.playbook.cluster], ctx.inventory, values)
+    if previous is not None:
+        _event(ctx, "patroni_config", time.time(), values=values)
     return previous
-
-
-def _patch_patroni(ctx: RunContext, values: dict[str, Any]) -> None:
-    for base in _patroni_base(ctx):
-        status, _ = _request(f"{base}/config", "PATCH", values)
-        if status == 200:
-            _event(ctx, "patroni_config", time.time(), values=values)
-            return
 
 
 def _wait_recovery(ctx: RunContext, within: float, progress: Any) -> None:
@@ -415,5 +386,3 @@ def ensure_dir(root: Path, pb: Playbook, started: float) -> Path:
     (d / "plots").mkdir()
     return d
 
-
-threading.excepthook = threading.excepthook  # keep default; worker threads never raise by design
