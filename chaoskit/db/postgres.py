@@ -96,19 +96,31 @@ class PostgresDriver(Driver):
     # which matters when the loader shares the machine's cores with the servers. Errors are
     # raised as the same psycopg exception classes, so classification does not change.
     def execute(self, conn: Any, sql: str, params: tuple | list = ()) -> int:
-        res = self._exec(conn, sql, params)
-        status = res.command_status or b""
-        tail = status.rsplit(b" ", 1)[-1]
-        return int(tail) if tail.isdigit() else -1
+        return self.rowcount(self._exec(conn, sql, params))
 
     def query(self, conn: Any, sql: str, params: tuple | list = ()) -> list[tuple]:
-        res = self._exec(conn, sql, params)
+        return self.rows(self._exec(conn, sql, params))
+
+    @staticmethod
+    def rowcount(res: Any) -> int:
+        tail = (res.command_status or b"").rsplit(b" ", 1)[-1]
+        return int(tail) if tail.isdigit() else -1
+
+    @staticmethod
+    def rows(res: Any) -> list[tuple]:
         return [tuple(None if (v := res.get_value(r, c)) is None else v.decode()
                       for c in range(res.nfields)) for r in range(res.ntuples)]
 
+    @staticmethod
+    def encode_params(params: tuple | list) -> list[bytes | None]:
+        return [None if p is None else str(p).encode() for p in params]
+
+    @staticmethod
+    def numbered(sql: str) -> bytes:
+        return _numbered(sql).encode()
+
     def _exec(self, conn: Any, sql: str, params: tuple | list) -> Any:
         pgconn = conn.pgconn
-        args = [None if p is None else str(p).encode() for p in params]
         if not params:
             res = pgconn.exec_(sql.encode())
         else:
@@ -116,13 +128,14 @@ class PostgresDriver(Driver):
             name = cache.get(sql)
             if name is None:
                 name = f"ck{len(cache)}".encode()
-                self._check(pgconn, pgconn.prepare(name, _numbered(sql).encode(), None))
+                self.check(pgconn, pgconn.prepare(name, _numbered(sql).encode(), None))
                 cache[sql] = name
-            res = pgconn.exec_prepared(name, args)
-        return self._check(pgconn, res)
+            res = pgconn.exec_prepared(name, self.encode_params(params))
+        return self.check(pgconn, res)
 
     @staticmethod
-    def _check(pgconn: Any, res: Any) -> Any:
+    def check(pgconn: Any, res: Any) -> Any:
+        """The result if it succeeded, else the psycopg exception a cursor would have raised."""
         if res.status in (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK, pq.ExecStatus.EMPTY_QUERY):
             return res
         if pgconn.status == pq.ConnStatus.BAD or res.error_field(pq.DiagnosticField.SQLSTATE) is None:

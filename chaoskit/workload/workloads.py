@@ -1,19 +1,39 @@
 """The workloads. Each creates and owns only its own tables (prefixed `chaoskit_`).
 
-A workload's `run` is one operation (one transaction). Before the statement whose completion is
-the commit it calls `ctx.committing()`: an exception after that point leaves the outcome unknown
-(`info`), before it the transaction definitely did not happen (`fail`).
+A workload describes one operation (one transaction) as a generator of statements (`steps`):
+it yields `Stmt`s, BEGIN and COMMIT, and receives each statement's result. Describing rather than
+executing lets two executors share every workload: `run` below executes synchronously through the
+driver (threaded workers: MySQL, DM), and `chaoskit.workload.pg_loop` drives many PostgreSQL
+connections from one thread with non-blocking libpq. Before the statement whose completion is the
+commit a workload calls `ctx.committing()`: an exception after that point leaves the outcome
+unknown (`info`), before it the transaction definitely did not happen (`fail`).
 """
 
 from __future__ import annotations
 
 import random
 import string
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from chaoskit.db.base import Driver
+
+
+class Stmt(NamedTuple):
+    """One statement of an operation, with %s placeholders in the driver's style (a tuple: one is
+    built per statement on the load's hot path)."""
+
+    sql: str
+    params: tuple = ()
+    rows: bool = False  # the result is wanted as rows (else: the affected row count)
+
+
+BEGIN = Stmt("BEGIN")
+COMMIT = Stmt("COMMIT")
+Steps = Generator[Stmt, Any, str]
 
 
 @dataclass
@@ -59,8 +79,34 @@ class Workload(ABC):
         """Build statements (in the process that runs the ops)."""
 
     @abstractmethod
+    def steps(self, ctx: OpContext) -> Steps:
+        """One operation as statements; returns its kind: write or read."""
+
     def run(self, conn: Any, ctx: OpContext) -> str:
-        """One operation; returns its kind: write or read."""
+        """Execute one operation synchronously; a failure inside a transaction rolls it back."""
+        d = self.driver
+        gen = self.steps(ctx)
+        in_tx = False
+        result: Any = None
+        try:
+            while True:
+                stmt = gen.send(result)
+                if stmt is BEGIN:
+                    d.begin(conn)
+                    in_tx, result = True, None
+                elif stmt is COMMIT:
+                    d.commit(conn)
+                    in_tx, result = False, None
+                elif stmt.rows:
+                    result = d.query(conn, stmt.sql, stmt.params)
+                else:
+                    result = d.execute(conn, stmt.sql, stmt.params)
+        except StopIteration as done:
+            return str(done.value)
+        except BaseException:
+            if in_tx:
+                d.rollback(conn)
+            raise
 
     def _fill(self, conn: Any, table: str, columns: str, rows: Any, batch: int = 1000) -> None:
         d = self.driver
@@ -96,13 +142,11 @@ class Ledger(Workload):
             f"INSERT INTO {self.TABLE} (run_id, worker, seq, client_ts, payload) VALUES (%s, %s, %s, %s, %s)")
         self._payload = "x" * self.params.payload_bytes
 
-    def run(self, conn: Any, ctx: OpContext) -> str:
-        import time
-
+    def steps(self, ctx: OpContext) -> Steps:
         ctx.seq += 1
         ctx.ledger_seq = ctx.seq
         ctx.committing()  # autocommit: the INSERT is the commit
-        self.driver.execute(conn, self._insert, (self.run_id, ctx.worker, ctx.seq, time.time(), self._payload))
+        yield Stmt(self._insert, (self.run_id, ctx.worker, ctx.seq, time.time(), self._payload))
         return "write"
 
     def present(self, conn: Any) -> set[tuple[int, int]]:
@@ -129,21 +173,16 @@ class Bank(Workload):
         self._debit = self.driver.q(f"UPDATE {self.TABLE} SET balance = balance - %s WHERE id = %s")
         self._credit = self.driver.q(f"UPDATE {self.TABLE} SET balance = balance + %s WHERE id = %s")
 
-    def run(self, conn: Any, ctx: OpContext) -> str:
+    def steps(self, ctx: OpContext) -> Steps:
         n = self.params.accounts
         src, dst = ctx.rng.sample(range(1, n + 1), 2)
         amount = ctx.rng.randint(1, 10)
-        d = self.driver
-        d.begin(conn)
-        try:
-            # Lock in id order so concurrent transfers do not deadlock.
-            for acct, stmt in sorted([(src, self._debit), (dst, self._credit)]):
-                d.execute(conn, stmt, (amount, acct))
-        except BaseException:
-            d.rollback(conn)
-            raise
+        yield BEGIN
+        # Lock in id order so concurrent transfers do not deadlock.
+        for acct, stmt in sorted([(src, self._debit), (dst, self._credit)]):
+            yield Stmt(stmt, (amount, acct))
         ctx.committing()
-        d.commit(conn)
+        yield COMMIT
         return "write"
 
     def expected_total(self) -> int:
@@ -176,9 +215,9 @@ class Update(_Keyed):
     def prepare(self) -> None:
         self._sql = self.driver.q(f"UPDATE {self.TABLE} SET value = value + 1 WHERE id = %s")
 
-    def run(self, conn: Any, ctx: OpContext) -> str:
+    def steps(self, ctx: OpContext) -> Steps:
         ctx.committing()
-        self.driver.execute(conn, self._sql, (ctx.rng.randint(1, self.params.table_rows),))
+        yield Stmt(self._sql, (ctx.rng.randint(1, self.params.table_rows),))
         return "write"
 
 
@@ -191,8 +230,8 @@ class Read(_Keyed):
     def prepare(self) -> None:
         self._sql = self.driver.q(f"SELECT value FROM {self.TABLE} WHERE id = %s")
 
-    def run(self, conn: Any, ctx: OpContext) -> str:
-        self.driver.query(conn, self._sql, (ctx.rng.randint(1, self.params.table_rows),))
+    def steps(self, ctx: OpContext) -> Steps:
+        yield Stmt(self._sql, (ctx.rng.randint(1, self.params.table_rows),), rows=True)
         return "read"
 
 
@@ -228,32 +267,27 @@ class Oltp(Workload):
         self._delete = q(f"DELETE FROM {t} WHERE id = %s")
         self._insert = q(f"INSERT INTO {t} (id, k, c, pad) VALUES (%s, %s, %s, %s)")
 
-    def run(self, conn: Any, ctx: OpContext) -> str:
-        d, p, rng = self.driver, self.params, ctx.rng
+    def steps(self, ctx: OpContext) -> Steps:
+        p, rng = self.params, ctx.rng
         rid = lambda: rng.randint(1, p.table_rows)  # noqa: E731
-        d.begin(conn)
-        try:
-            if self.reads_enabled:
-                for _ in range(p.point_selects):
-                    d.query(conn, self._point, (rid(),))
-                for stmt in (self._simple, self._sum, self._order, self._distinct):
-                    lo = rng.randint(1, max(1, p.table_rows - p.range_size))
-                    d.query(conn, stmt, (lo, lo + p.range_size - 1))
-            if self.writes_enabled:
-                # writes touch only this worker's ids, so two transactions never lock the same rows
-                d.execute(conn, self._upd_index, (self._own_id(ctx),))
-                d.execute(conn, self._upd_nonindex, (_chars(rng, 119), self._own_id(ctx)))
-                victim = self._own_id(ctx)
-                d.execute(conn, self._delete, (victim,))
-                d.execute(conn, self._insert, (victim, rid(), _chars(rng, 119), _chars(rng, 59)))
-        except BaseException:
-            d.rollback(conn)
-            raise
+        yield BEGIN
+        if self.reads_enabled:
+            for _ in range(p.point_selects):
+                yield Stmt(self._point, (rid(),), rows=True)
+            for stmt in (self._simple, self._sum, self._order, self._distinct):
+                lo = rng.randint(1, max(1, p.table_rows - p.range_size))
+                yield Stmt(stmt, (lo, lo + p.range_size - 1), rows=True)
+        if self.writes_enabled:
+            # writes touch only this worker's ids, so two transactions never lock the same rows
+            yield Stmt(self._upd_index, (self._own_id(ctx),))
+            yield Stmt(self._upd_nonindex, (_chars(rng, 119), self._own_id(ctx)))
+            victim = self._own_id(ctx)
+            yield Stmt(self._delete, (victim,))
+            yield Stmt(self._insert, (victim, rid(), _chars(rng, 119), _chars(rng, 59)))
         if self.writes_enabled:
             ctx.committing()
-        d.commit(conn)
+        yield COMMIT
         return "write" if self.writes_enabled else "read"
-
 
     def _own_id(self, ctx: OpContext) -> int:
         """An id only this worker deletes and re-inserts (ids ≡ worker mod workers): concurrent

@@ -159,3 +159,87 @@ def test_driver_reaches_writer_after_standby_only_endpoint(lab: Inventory) -> No
         assert driver.is_writable(conn)
     finally:
         conn.close()
+
+
+# -- PostgreSQL through the event loop (the engine every PostgreSQL load uses by default) ----------
+def _pg_single(lab: Inventory, pool: RemotePool) -> tuple[object, str, str]:
+    member = lab.clusters["pg-single"].members[0]
+    proc = member.processes["postgres"]
+    assert proc.start
+    return pool.get(member.host), proc.pid_file, proc.start
+
+
+def _postmaster_and_children(pid_file: str) -> str:
+    return f"pm=$(head -1 {pid_file}); kids=$(ps -o pid= --ppid $pm | tr '\\n' ' ')"
+
+
+def _ensure_running(remote: object, pid_file: str, start: str) -> None:
+    remote.run(f"kill -CONT $(head -1 {pid_file}) $(ps -o pid= --ppid $(head -1 {pid_file})) 2>/dev/null; "  # type: ignore[attr-defined]
+               f"kill -0 $(head -1 {pid_file} 2>/dev/null) 2>/dev/null || {start}", sudo=True, check=False)
+
+
+def test_pg_loop_survives_kill_and_restart(lab: Inventory, pool: RemotePool) -> None:
+    remote, pid_file, start = _pg_single(lab, pool)
+    marks: dict[str, float] = {}
+
+    def crash_and_restart(runner: LoadRunner) -> None:
+        time.sleep(2.5)
+        marks["kill"] = time.time()
+        # kill -9 the postmaster, wait for its backends to notice and exit, then start it again
+        remote.run(f"{_postmaster_and_children(pid_file)}; kill -9 $pm; for i in $(seq 100); do "  # type: ignore[attr-defined]
+                   "alive=0; for k in $kids; do kill -0 $k 2>/dev/null && alive=1; done; "
+                   "[ $alive = 0 ] && break; sleep 0.05; done", sudo=True)
+        time.sleep(1.5)
+        marks["restart"] = time.time()
+        remote.run(start, sudo=True)  # type: ignore[attr-defined]
+
+    spec = LoadSpec(workload="ledger", workers=6, params=PARAMS, op_timeout=3)
+    assert spec.uses_loop("postgres")
+    try:
+        runner, rec = run_load(lab, "pg-single", spec, 12, during=crash_and_restart)
+    finally:
+        _ensure_running(remote, pid_file, start)
+    classes = {e[4] for e in rec.errors}
+    assert classes and classes <= {"connect_refused", "connection_lost", "timeout"}, classes
+    assert {"connect_refused", "connection_lost"} <= classes, classes
+    assert all(e[0] >= marks["kill"] for e in rec.errors)
+    workers_ok_after = {g.worker for g in rec.gaps if g.first_ok_after and g.first_ok_after > marks["restart"]}
+    assert workers_ok_after == set(range(1, 7)), rec.gaps  # every worker came back by itself
+    tail = rec.to_frame()
+    assert tail[tail["t"] > marks["restart"] + 3]["ok"].sum() > 50
+    conn = runner.driver.connect_writer()
+    try:
+        present = runner.workload.present(conn)  # type: ignore[attr-defined]
+    finally:
+        Driver.close_quietly(conn)
+    acked = {(w, s) for w, r in rec.ledger_acknowledged().items() for lo, hi in r for s in range(lo, hi + 1)}
+    assert acked and acked <= present, f"{len(acked - present)} acknowledged rows missing"
+    assert present <= acked | set(rec.ledger_keys(INFO)), "phantom rows"
+
+
+def test_pg_loop_frozen_server_yields_timeouts_not_a_hang(lab: Inventory, pool: RemotePool) -> None:
+    remote, pid_file, start = _pg_single(lab, pool)
+    marks: dict[str, float] = {}
+
+    def freeze(runner: LoadRunner) -> None:
+        time.sleep(1.5)
+        marks["stop"] = time.time()
+        remote.run(f"{_postmaster_and_children(pid_file)}; kill -STOP $pm $kids", sudo=True)  # type: ignore[attr-defined]
+        time.sleep(4)
+        marks["cont"] = time.time()
+        remote.run(f"{_postmaster_and_children(pid_file)}; kill -CONT $pm $kids", sudo=True)  # type: ignore[attr-defined]
+
+    spec = LoadSpec(workload="update", workers=4, params=PARAMS, op_timeout=1.5, connect_timeout=1)
+    try:
+        _, rec = run_load(lab, "pg-single", spec, 10, during=freeze)
+    finally:
+        _ensure_running(remote, pid_file, start)
+    errors = rec.errors
+    assert errors and {e[4] for e in errors} <= {"timeout", "connection_lost", "connect_refused"}, errors[:3]
+    # the ops in flight when the server froze end at the client deadline (op_timeout + 0.25 s), as timeouts
+    first = min(e[0] for e in errors)
+    assert marks["stop"] + 1.5 <= first <= marks["stop"] + 1.75 + 0.5, (first - marks["stop"], errors[:3])
+    assert errors[0][4] == "timeout" and errors[0][3] == INFO  # an update in flight: outcome unknown
+    gaps = [g for g in rec.gaps if g.first_ok_after]
+    assert {g.worker for g in gaps} == {1, 2, 3, 4}
+    assert all(g.first_ok_after - marks["cont"] < 3 for g in gaps), gaps

@@ -128,3 +128,22 @@ def test_ledger_column_compact_and_promoted() -> None:
     assert col.get(LedgerColumn.BLOCK + 3) == 5 and col.get(LedgerColumn.BLOCK) == LEDGER_UNSET
     assert len(col) == LedgerColumn.BLOCK + 4
     assert list(col.values(6))[:2] == [2000, 71_000]
+
+
+def test_bucketed_latencies_give_the_same_histogram_as_recording_each_value() -> None:
+    import random
+
+    from hdrh.histogram import HdrHistogram
+
+    rng = random.Random(3)
+    rec = Recorder(base=0.0)
+    direct = HdrHistogram(1, 120_000_000, 2)
+    for _ in range(20_000):
+        t_done = 10.0 + rng.lognormvariate(7, 2) / 1e6
+        direct.record_value(min(120_000_000, max(1, int((t_done - 10.0) * 1e6))))
+        rec.record(1, "write", 10.0, t_done, "ok")
+    rec.finish()
+    merged = rec.latency_hist()
+    assert merged.get_total_count() == direct.get_total_count() == 20_000
+    for p in (1, 25, 50, 90, 99, 99.9, 100):
+        assert merged.get_value_at_percentile(p) == direct.get_value_at_percentile(p), p
