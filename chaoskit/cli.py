@@ -439,6 +439,9 @@ def experiment_run(
         for name in (exp.cluster, *exp.targets):
             if name not in inv.clusters:
                 raise doc.error(("cluster",), f"unknown cluster {name!r} in {inventory}")
+        if exp.grid.synchronous_mode and inv.clusters[exp.cluster].patroni is None:
+            raise doc.error(("grid", "synchronous_mode"),
+                            f"cluster {exp.cluster!r} has no Patroni API to switch synchronous_mode")
     except ChaoskitError as exc:
         _fail(exc)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),

@@ -28,3 +28,16 @@ def format_duration(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:g}s"
     return f"{seconds / 60:g}m"
+
+
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(bit|kbit|mbit|gbit|bps|kbps|mbps|gbps)\s*$", re.IGNORECASE)
+_RATE_BYTES = {"bit": 1 / 8, "kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8,
+               "bps": 1.0, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9}
+
+
+def parse_rate(value: str) -> float:
+    """Bytes per second from a rate in tc's units: `1mbit`, `512kbit` (bits/s) or `2mbps` (bytes/s)."""
+    match = _RATE.match(str(value))
+    if not match or float(match.group(1)) <= 0:
+        raise ValueError(f"not a rate: {value!r} (expected e.g. 1mbit, 512kbit, 2mbps)")
+    return float(match.group(1)) * _RATE_BYTES[match.group(2).lower()]

@@ -60,6 +60,15 @@ class Driver(ABC):
     def member_endpoint(self, member: Member) -> tuple[str, int]:
         return self.inventory.member_address(member), member.db_port or self.cluster.port
 
+    def endpoints(self) -> list[tuple[str, int]]:
+        """Where clients connect, in order (the members unless the cluster names endpoints)."""
+        return [self.member_endpoint(m) for m in self.cluster.members]
+
+    def through(self, endpoints: list[tuple[str, int]]) -> Cluster:
+        """The cluster as seen through relays: the same writer search over other endpoints."""
+        raise InputError(f"a client link cannot reroute a {self.cluster.kind} cluster", source=self.inventory.source,
+                         field=f"clusters.{self.cluster.name}.kind")
+
     @abstractmethod
     def connect_writer(self) -> Any: ...
 

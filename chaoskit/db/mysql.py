@@ -16,7 +16,7 @@ import pymysql
 import pymysql.err
 
 from chaoskit.db.base import Driver, ErrorClass
-from chaoskit.inventory.models import Member
+from chaoskit.inventory.models import Cluster, Member
 
 # Server and client error numbers, grouped.
 _REFUSED = {2003, 2002, 2005, 1040, 1045, 1129, 1130, 1053, 2026, 1927}  # 1927: connection killed at start
@@ -46,6 +46,9 @@ class MySQLDriver(Driver):
                 out.append((host or ep, int(port) if host else self.cluster.port))
             return out
         return [self.member_endpoint(m) for m in self.cluster.members]
+
+    def through(self, endpoints: list[tuple[str, int]]) -> Cluster:
+        return self.cluster.model_copy(update={"endpoints": tuple(f"{h}:{p}" for h, p in endpoints)})
 
     def connect_params(self, host: str, port: int) -> dict[str, Any]:
         params: dict[str, Any] = {

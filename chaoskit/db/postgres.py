@@ -19,7 +19,7 @@ from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from chaoskit.db.base import Driver, ErrorClass
-from chaoskit.inventory.models import Member
+from chaoskit.inventory.models import Cluster, Member
 
 _LOST_MARKERS = ("server closed the connection", "connection is lost", "consuming input failed",
                  "terminating connection", "ssl syscall", "connection reset", "broken pipe",
@@ -80,6 +80,20 @@ class PostgresDriver(Driver):
                     "target_session_attrs": "read-write"}
         base.setdefault("dbname", self.cluster.database)
         return make_conninfo(**{**self._params(), **base})
+
+    def endpoints(self) -> list[tuple[str, int]]:
+        if not self.cluster.dsn:
+            return super().endpoints()
+        info = conninfo_to_dict(self.cluster.dsn)
+        hosts = str(info.get("host") or info.get("hostaddr") or "localhost").split(",")
+        ports = str(info.get("port") or self.cluster.port).split(",")
+        return [(h, int(ports[i] if len(ports) > 1 else ports[0])) for i, h in enumerate(hosts)]
+
+    def through(self, endpoints: list[tuple[str, int]]) -> Cluster:
+        info = conninfo_to_dict(self.cluster.dsn) if self.cluster.dsn else {"target_session_attrs": "read-write"}
+        info.pop("hostaddr", None)
+        info.update(host=",".join(h for h, _ in endpoints), port=",".join(str(p) for _, p in endpoints))
+        return self.cluster.model_copy(update={"dsn": make_conninfo(**info)})
 
     def member_conninfo(self, member: Member) -> str:
         host, port = self.member_endpoint(member)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from chaoskit.faults.models import FaultSpec
+from chaoskit.faults.models import PROXY_KINDS, FaultSpec, proxy_toxic_args
 from chaoskit.inventory.models import ProcessRef
 
 START_WAIT_S = 60  # how long a revert waits for a restarted process to run
@@ -248,10 +248,11 @@ def proxy_port(fault_id: str) -> int:
     return 20000 + int(fault_id[:4], 16) % 20000
 
 
-def latency_fault(fault_id: str, spec: FaultSpec, facts: HostFacts) -> FaultScripts:
+def proxy_fault(fault_id: str, spec: FaultSpec, facts: HostFacts) -> FaultScripts:
     """Outgoing connections from the host to peer:port are redirected (nat OUTPUT, our own chain)
-    into a local delay proxy run as `proxy_user`, whose own upstream connection is exempt by
-    owner match. Existing connections are reset (ss -K) so they reconnect through the proxy."""
+    into a local relay with the fault's toxics, run as `proxy_user`, whose own upstream connection
+    is exempt by owner match. Existing connections are reset (ss -K) so they reconnect through it.
+    A `down` relay listens nowhere: the redirected connections are refused."""
     from pathlib import Path
 
     from chaoskit.faults import delay_proxy
@@ -261,6 +262,7 @@ def latency_fault(fault_id: str, spec: FaultSpec, facts: HostFacts) -> FaultScri
     lport = proxy_port(fault_id)
     user = shlex.quote(spec.proxy_user)
     port = spec.peer_port
+    toxics = " ".join(shlex.quote(a) for a in proxy_toxic_args(spec))
     lines = [
         "command -v python3 >/dev/null || { echo 'python3 is needed on the host for the latency proxy' >&2; exit 3; }",
         f"cat > \"$J/$ID.proxy.py\" <<'CHAOSKIT_PROXY'\n{source}\nCHAOSKIT_PROXY",
@@ -271,12 +273,13 @@ def latency_fault(fault_id: str, spec: FaultSpec, facts: HostFacts) -> FaultScri
         p = lport + i
         starts.append(
             f"setsid setpriv --reuid={user} --regid=$(id -g {user}) --clear-groups /usr/bin/python3 "
-            f"\"$J/$ID.proxy.py\" --port {p} --upstream {peer} --upstream-port {port} --delay-ms {spec.delay_ms:g} "
-            f"--jitter-ms {spec.jitter_ms:g} --stats \"$J/$ID.proxy.d/stats-{peer}.json\""
+            f"\"$J/$ID.proxy.py\" --port {p} --upstream {peer} --upstream-port {port} {toxics} "
+            f"--ttl {spec.ttl + 60:g} --stats \"$J/$ID.proxy.d/stats-{peer}.json\""
             " </dev/null >/dev/null 2>&1 &\n"
             f"echo \"proxy $!\" >> \"$J/$ID.pids\"\n"
-            f"for i in $(seq 50); do ss -Hltn \"sport = :{p}\" | grep -q . && break; sleep 0.05; done\n"
-            f"ss -Hltn \"sport = :{p}\" | grep -q . || {{ echo 'delay proxy did not start' >&2; exit 3; }}")
+            + ("sleep 0.2; kill -0 $! 2>/dev/null || { echo 'link proxy did not start' >&2; exit 3; }" if spec.down else
+               f"for i in $(seq 50); do ss -Hltn \"sport = :{p}\" | grep -q . && break; sleep 0.05; done\n"
+               f"ss -Hltn \"sport = :{p}\" | grep -q . || {{ echo 'link proxy did not start' >&2; exit 3; }}"))
     lines += [": > \"$J/$ID.pids\"", *starts, f"iptables -w -t nat -N {chain}"]
     for i, peer in enumerate(facts.peer_addresses):
         lines.append(f"iptables -w -t nat -A {chain} -p tcp -d {peer} --dport {port} -m owner ! --uid-owner {user} "
@@ -301,8 +304,8 @@ def scripts_for(fault_id: str, spec: FaultSpec, facts: HostFacts) -> FaultScript
         return process_fault(spec, facts)
     if spec.kind == "stress":
         return stress_fault(spec)
-    if spec.kind == "latency":
+    if spec.kind in PROXY_KINDS:
         if not facts.peer_addresses:
-            raise ValueError(f"{facts.host}: latency needs at least one peer other than the host itself")
-        return latency_fault(fault_id, spec, facts)
+            raise ValueError(f"{facts.host}: {spec.kind} needs at least one peer other than the host itself")
+        return proxy_fault(fault_id, spec, facts)
     return network_fault(fault_id, spec, facts)

@@ -6,14 +6,16 @@ settings read from the servers are stated next to every figure.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import statistics
 import time
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from chaoskit.analysis.knee import find_knee
+from chaoskit.faults.client_link import ClientLink
 from chaoskit.faults.manager import FaultManager
 from chaoskit.faults.models import FaultSpec
 from chaoskit.inventory.models import Inventory
@@ -28,11 +30,20 @@ from chaoskit.workload.workloads import WorkloadParams
 
 class Link(Frozen):
     """A network link whose latency the proxy backend controls: connections from `source` hosts
-    to `dest` hosts on `port` (e.g. replica -> primary replication)."""
+    to `dest` hosts on `port` (e.g. replica -> primary replication), or `source: client`: the
+    load's own connections, through relays on the control node (e.g. a managed database)."""
 
-    source: str  # host or role:...@all
-    dest: str  # host or role:...
+    source: str  # client, a host, or role:...@all
+    dest: str | None = None  # host or role:... (not for client)
     port: int = Field(5432, ge=1, le=65535)
+    stream: Literal["both", "upstream", "downstream"] = "both"
+    jitter_ms: float = Field(0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _dest(self) -> Link:
+        if self.source != "client" and not self.dest:
+            raise ValueError("a host link needs dest (e.g. role:primary); or use source: client")
+        return self
 
 
 class Grid(Frozen):
@@ -57,30 +68,49 @@ class Experiment(Frozen):
     op_timeout: Seconds = 5.0
     patroni: PatroniSettings | None = None
 
+    @model_validator(mode="after")
+    def _one_mode_source(self) -> Experiment:
+        if self.grid.synchronous_mode and self.patroni is not None and self.patroni.synchronous_mode is not None:
+            raise ValueError("synchronous_mode is either fixed (patroni) or a grid axis, not both")
+        if self.grid.synchronous_mode and self.kind == "compare":
+            raise ValueError("compare alternates targets; sweep synchronous_mode with kind: sweep")
+        return self
+
 
 def measure_cell(inv: Inventory, cluster: str, fm: FaultManager, *, workload: str, workers: int, delay_ms: float,
                  link: Link | None, warmup: float, measure: float, table_rows: int,
                  op_timeout: float) -> dict[str, Any]:
     faults = []
-    if delay_ms and link is not None:
-        spec = FaultSpec(kind="latency", target=link.source if "@" in link.source or not link.source.startswith(
-            "role:") else link.source + "@all", cluster=cluster, peers=(link.dest,), peer_port=link.port,
-            delay_ms=delay_ms, ttl=warmup + measure + 120)
-        faults = fm.inject(spec)
-        time.sleep(1.0)  # reconnected links (e.g. walreceiver) are through the proxy again
-    rec = Recorder(base=time.time())
-    runner = LoadRunner(inv.clusters[cluster], inv, LoadSpec(workload=workload, workers=workers,
-                                                                op_timeout=op_timeout,
-                                                                params=WorkloadParams(table_rows=table_rows)), rec)
-    try:
+    target = inv.clusters[cluster]
+    with contextlib.ExitStack() as stack:
+        client_link = None
+        if delay_ms and link is not None:
+            ttl = warmup + measure + 120
+            if link.source == "client":
+                spec = FaultSpec(kind="latency", target="client", peers=("client",), peer_port=link.port,
+                                 delay_ms=delay_ms, jitter_ms=link.jitter_ms, stream=link.stream, ttl=ttl)
+                client_link = stack.enter_context(ClientLink(target, inv, spec))
+                target = client_link.cluster
+            else:
+                source = link.source if "@" in link.source or not link.source.startswith("role:") \
+                    else link.source + "@all"
+                spec = FaultSpec(kind="latency", target=source, cluster=cluster, peers=(link.dest or "",),
+                                 peer_port=link.port, delay_ms=delay_ms, jitter_ms=link.jitter_ms, stream=link.stream,
+                                 ttl=ttl)
+                faults = fm.inject(spec)
+                stack.callback(lambda: [fm.revert(f) for f in faults])
+                time.sleep(1.0)  # reconnected links (e.g. walreceiver) are through the proxy again
+        rec = Recorder(base=time.time())
+        runner = LoadRunner(target, inv, LoadSpec(workload=workload, workers=workers, op_timeout=op_timeout,
+                                                  params=WorkloadParams(table_rows=table_rows)), rec)
         runner.setup()
         runner.run_for(warmup + measure)
         assert runner.t_start is not None
         w = rec.window(runner.t_start + warmup, runner.t_start + warmup + measure)
         proxy = [s for f in faults for s in fm.proxy_stats(f)]
-    finally:
-        for f in faults:
-            fm.revert(f)
+        if client_link is not None:
+            time.sleep(1.1)  # the relays write their figures every second
+            proxy = client_link.stats()
     ops = w["ok"] + w["fail"] + w["info"]
     added = [s["added_p50_ms"] for s in proxy if s.get("added_p50_ms") is not None]
     return {"workload": workload, "workers": workers, "delay_ms": delay_ms, "tps": round(w["tps"], 1),
@@ -123,26 +153,42 @@ def run_experiment(exp: Experiment, inv: Inventory, progress: Any = None) -> dic
             settings[t] = {"server": read_settings(inv.clusters[t], inv), "ha": read_ha(inv.clusters[t], inv)}
         if exp.patroni is not None and exp.patroni.synchronous_mode is not None:
             restore = _patroni_mode(inv, exp.cluster, exp.patroni.synchronous_mode)
+        modes: tuple[bool | None, ...] = exp.grid.synchronous_mode or (None,)
         if exp.kind == "compare":
-            plan = [(t, wl, w, 0.0) for _ in range(exp.repeats) for t in targets for wl in exp.grid.workload
+            plan = [(t, wl, w, 0.0, None) for _ in range(exp.repeats) for t in targets for wl in exp.grid.workload
                     for w in exp.grid.workers]
-        else:
-            plan = [(exp.cluster, wl, w, d) for _ in range(exp.repeats)
-                    for wl, w, d in itertools.product(exp.grid.workload, exp.grid.workers, exp.grid.delay_ms)]
+        else:  # the mode outermost: one Patroni reconfiguration per mode and repeat
+            plan = [(exp.cluster, wl, w, d, m) for _ in range(exp.repeats)
+                    for m, wl, w, d in itertools.product(modes, exp.grid.workload, exp.grid.workers,
+                                                         exp.grid.delay_ms)]
         per_cell = exp.warmup + exp.measure + 2
-        for i, (target, wl, w, d) in enumerate(plan):
+        current: bool | None = None
+        for i, (target, wl, w, d, m) in enumerate(plan):
+            if m is not None and m != current:
+                previous = _patroni_mode(inv, exp.cluster, m)
+                restore = previous if restore is None else restore
+                current = m
+                settings[f"{exp.cluster} synchronous_mode={str(m).lower()}"] = {
+                    "server": read_settings(inv.clusters[exp.cluster], inv),
+                    "ha": read_ha(inv.clusters[exp.cluster], inv)}
             if progress is not None:
-                progress(i, len(plan), per_cell * (len(plan) - i), f"{target} {wl} x{w} delay {d:g} ms")
+                mode = "" if m is None else (" sync" if m else " async")
+                progress(i, len(plan), per_cell * (len(plan) - i), f"{target} {wl} x{w} delay {d:g} ms{mode}")
             cell = measure_cell(inv, target, fm, workload=wl, workers=w, delay_ms=d, link=exp.link,
                                 warmup=exp.warmup, measure=exp.measure, table_rows=exp.table_rows,
                                 op_timeout=exp.op_timeout)
+            if m is not None:
+                cell["synchronous_mode"] = m
             rows.append({"target": target, "repeat": i // max(1, len(plan) // exp.repeats), **cell})
     finally:
         fm.revert_all()
         if restore is not None:
             _patroni_mode(inv, exp.cluster, restore)
         fm.close()
-    keys = ("target", "workload", "workers") if exp.kind == "compare" else ("workload", "workers", "delay_ms")
+    keys: tuple[str, ...] = ("target", "workload", "workers") if exp.kind == "compare" \
+        else ("workload", "workers", "delay_ms")
+    if exp.grid.synchronous_mode and exp.kind != "compare":
+        keys = ("synchronous_mode", *keys)
     cells = summarise(rows, keys)
     result: dict[str, Any] = {"experiment": exp.model_dump(mode="json"), "started": started, "ended": time.time(),
                               "settings": settings, "rows": rows, "cells": cells}

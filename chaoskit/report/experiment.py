@@ -40,17 +40,32 @@ def write_experiment(result: dict[str, Any], run_dir: Path) -> None:
     (run_dir / "report.html").write_text(env.get_template("experiment.html.j2").render(r=result, images=images))
 
 
+def _series(cells: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Cells grouped into one line per everything but concurrency: delay, then the sync/async
+    mode and the workload where the grid varies them."""
+    modes = {c.get("synchronous_mode") for c in cells}
+    workloads = {c.get("workload") for c in cells}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for c in sorted(cells, key=lambda c: (str(c.get("synchronous_mode")), str(c.get("workload")),
+                                         c.get("delay_ms", 0), c["workers"])):
+        label = f"delay {c.get('delay_ms', 0):g} ms"
+        if len(modes) > 1:
+            label += ", sync" if c.get("synchronous_mode") else ", async"
+        if len(workloads) > 1:
+            label += f", {c.get('workload')}"
+        out.setdefault(label, []).append(c)
+    return out
+
+
 def _lines(cells: list[dict[str, Any]], path: Path, key: str, label: str, knee: dict[str, Any] | None) -> None:
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    for delay in sorted({c.get("delay_ms", 0) for c in cells}):
-        pts = sorted((c["workers"], c[key]) for c in cells if c.get("delay_ms", 0) == delay and c[key] is not None)
+    for name, series in _series(cells).items():
+        pts = [c for c in series if c[key] is not None]
         if pts:
-            xs, ys = zip(*pts, strict=True)
-            ax.plot(xs, ys, marker="o", label=f"delay {delay:g} ms")
+            xs = [c["workers"] for c in pts]
+            ax.plot(xs, [c[key] for c in pts], marker="o", label=name)
             if key == "tps":
-                lo = [c["tps_min"] for c in sorted(cells, key=lambda c: c["workers"]) if c.get("delay_ms", 0) == delay]
-                hi = [c["tps_max"] for c in sorted(cells, key=lambda c: c["workers"]) if c.get("delay_ms", 0) == delay]
-                ax.fill_between(xs, lo, hi, alpha=0.15)
+                ax.fill_between(xs, [c["tps_min"] for c in pts], [c["tps_max"] for c in pts], alpha=0.15)
     if knee and knee.get("saturation") and key == "tps":
         ax.axvline(knee["saturation"]["workers"], color="red", ls="--", label="knee (recommended)")
     ax.set_xscale("log", base=2)
@@ -63,16 +78,14 @@ def _lines(cells: list[dict[str, Any]], path: Path, key: str, label: str, knee: 
 
 
 def _heatmap(cells: list[dict[str, Any]], path: Path) -> None:
-    delays = sorted({c["delay_ms"] for c in cells})
+    series = _series(cells)
     workers = sorted({c["workers"] for c in cells})
-    grid = [[next((c["tps"] for c in cells if c["delay_ms"] == d and c["workers"] == w), 0) for w in workers]
-            for d in delays]
-    fig, ax = plt.subplots(figsize=(6, 4))
+    grid = [[next((c["tps"] for c in row if c["workers"] == w), 0) for w in workers] for row in series.values()]
+    fig, ax = plt.subplots(figsize=(6.5, max(3.0, 0.5 * len(series) + 1.5)))
     im = ax.imshow(grid, aspect="auto", cmap="viridis")
     ax.set_xticks(range(len(workers)), [str(w) for w in workers])
-    ax.set_yticks(range(len(delays)), [f"{d:g}" for d in delays])
+    ax.set_yticks(range(len(series)), list(series))
     ax.set_xlabel("workers")
-    ax.set_ylabel("injected delay (ms)")
     for i, row in enumerate(grid):
         for j, v in enumerate(row):
             ax.text(j, i, f"{v:.0f}", ha="center", va="center", color="white", fontsize=8)

@@ -82,3 +82,46 @@ def test_shipped_experiments_validate(name: str) -> None:
     from chaoskit.playbook.experiment import Experiment
 
     Experiment.model_validate(yaml.safe_load(Path("playbooks", name).read_text()))
+
+
+def test_client_link_latency_sweep(lab: Inventory, tmp_path: Path) -> None:
+    result = experiment("""
+name: client-sweep
+kind: sweep
+cluster: pg
+link: {source: client, port: 5432}
+grid: {delay_ms: [0, 10], workers: [4], workload: [update]}
+warmup: 1s
+measure: 3s
+""", tmp_path)
+    cells = {c["delay_ms"]: c for c in result["cells"]}
+    fast, slow = cells[0.0], cells[10.0]
+    assert slow["p50_ms"] >= fast["p50_ms"] + 20, (fast, slow)  # request and reply each cross the delayed link
+    assert slow["tps"] < 0.3 * fast["tps"]
+    assert 10 <= slow["proxy_added_p50_ms"] <= 14, slow
+    assert slow["error_rate"] == 0 and fast["error_rate"] == 0
+
+
+def test_sweep_over_sync_and_async_replication(lab: Inventory, tmp_path: Path) -> None:
+    from chaoskit.topology.patroni import api_urls, get_json
+
+    def sync_mode() -> bool:
+        return bool(next(c for b in api_urls(lab.clusters["pg"], lab) if (c := get_json(f"{b}/config", timeout=3)))
+                    .get("synchronous_mode", False))
+
+    before = sync_mode()
+    result = experiment("""
+name: sync-async
+kind: sweep
+cluster: pg
+link: {source: "role:replica@all", dest: "role:primary", port: 5432}
+grid: {synchronous_mode: [false, true], delay_ms: [20], workers: [4], workload: [update]}
+warmup: 1s
+measure: 3s
+""", tmp_path)
+    cells = {c["synchronous_mode"]: c for c in result["cells"]}
+    assert cells[False]["tps"] > 3 * cells[True]["tps"], cells  # only synchronous commit waits for the far standby
+    assert cells[True]["p50_ms"] > 40 > cells[False]["p50_ms"], cells
+    modes = {k: v["server"]["synchronous_standby_names"] for k, v in result["settings"].items() if "=" in k}
+    assert modes["pg synchronous_mode=false"] == "" and modes["pg synchronous_mode=true"] != ""
+    assert sync_mode() == before  # restored

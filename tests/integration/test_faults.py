@@ -310,3 +310,49 @@ def test_dry_run_prints_commands_and_touches_nothing(lab: Inventory) -> None:
 def test_unknown_role_member_raises_input_error(lab: Inventory, pool: RemotePool, fm: FaultManager) -> None:
     with pytest.raises(InputError):
         fm.inject(FaultSpec(kind="pause", target="role:sync_standby", cluster="pg", ttl=10))
+
+
+def _streaming_replicas(lab: Inventory, primary: str) -> set[str]:
+    from chaoskit.db.base import Driver, driver_for
+
+    cluster = lab.clusters["pg"]
+    driver = driver_for(cluster, lab)
+    conn = driver.connect_member(next(m for m in cluster.members if m.host == primary))
+    try:
+        return {r[0] for r in driver.query(conn, "SELECT application_name FROM pg_stat_replication "
+                                                 "WHERE state = 'streaming'")}
+    finally:
+        Driver.close_quietly(conn)
+
+
+def test_proxy_link_down_then_reset_on_a_replica_link(lab: Inventory, pool: RemotePool, fm: FaultManager) -> None:
+    roles = pg_roles(lab)
+    primary = next(h for h, r in roles.items() if r == "primary")
+    replica = sorted(h for h, r in roles.items() if r == "replica")[0]
+    address = lab.hosts[primary].address
+    assert replica in _streaming_replicas(lab, primary)
+    (down,) = fm.inject(FaultSpec(kind="proxy", target=replica, peers=(primary,), peer_port=5432, down=True, ttl=60))
+    assert not can_connect(pool, replica, address, 5432)  # redirected to a port nobody listens on: refused
+    assert can_connect(pool, replica, address, 8008)  # only the chosen link is cut
+    assert wait_for(lambda: replica not in _streaming_replicas(lab, primary), 15)  # the walreceiver lost it
+    fm.revert(down)
+    assert can_connect(pool, replica, address, 5432)
+    assert wait_for(lambda: replica in _streaming_replicas(lab, primary), 30)
+
+    (reset,) = fm.inject(FaultSpec(kind="proxy", target=replica, peers=(primary,), peer_port=5432,
+                                   reset_after_ms=400, ttl=60))
+    probe = textwrap.dedent(f"""
+        import socket, time
+        s = socket.create_connection(('{address}', 5432), timeout=3)
+        time.sleep(1.0)
+        try:
+            s.sendall(b'x' * 8); print('got', s.recv(16))
+        except ConnectionResetError:
+            print('reset')
+    """)
+    res = pool.get(replica).shell(f"python3 -c \"{probe}\"", check=False)
+    assert res.stdout.strip() == "reset", res.stdout + res.stderr
+    time.sleep(1.2)  # the relay writes its figures every second
+    assert sum(s["resets"] for s in fm.proxy_stats(reset)) >= 1
+    fm.revert(reset)
+    assert wait_for(lambda: replica in _streaming_replicas(lab, primary), 30)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -9,6 +10,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+import pytest
 
 import chaoskit.faults.delay_proxy as proxy_module
 
@@ -33,7 +36,7 @@ def _echo_server() -> tuple[int, threading.Event]:
                 conn, _ = srv.accept()
             except TimeoutError:
                 continue
-            with conn:
+            with conn, contextlib.suppress(ConnectionResetError):  # the reset toxic cuts links with RST
                 while data := conn.recv(65536):
                     conn.sendall(data)
         srv.close()
@@ -59,20 +62,31 @@ def _rtt_ms(port: int, n: int = 30) -> tuple[list[float], bytes]:
     return sorted(rtts), echoed
 
 
+def _start_proxy(echo_port: int, *toxics: str, stats: Path | None = None) -> tuple[subprocess.Popen, int]:
+    port = _free_port()
+    cmd = [sys.executable, proxy_module.__file__, "--port", str(port), "--upstream", "127.0.0.1",
+           "--upstream-port", str(echo_port), *toxics]
+    if stats is not None:
+        cmd += ["--stats", str(stats)]
+    proc = subprocess.Popen(cmd)
+    if "--down" in toxics:
+        time.sleep(0.5)
+        return proc, port
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    return proc, port
+
+
 def test_proxy_adds_requested_delay_both_ways(tmp_path: Path) -> None:
     echo_port, done = _echo_server()
-    port = _free_port()
     stats = tmp_path / "stats.json"
-    proc = subprocess.Popen([sys.executable, proxy_module.__file__, "--port", str(port), "--upstream", "127.0.0.1",
-                             "--upstream-port", str(echo_port), "--delay-ms", "10", "--stats", str(stats)])
+    proc, port = _start_proxy(echo_port, "--delay-ms", "10", stats=stats)
     try:
-        deadline = time.time() + 5
-        while time.time() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
         rtts, echoed = _rtt_ms(port)
         assert echoed == b"".join(f"{i:04d}".encode() for i in range(30))  # in order, intact
         p50 = rtts[len(rtts) // 2]
@@ -85,3 +99,90 @@ def test_proxy_adds_requested_delay_both_ways(tmp_path: Path) -> None:
         proc.wait(5)
         done.set()
     assert proc.returncode == 0  # SIGTERM is a clean stop
+
+
+def test_delay_per_stream(tmp_path: Path) -> None:
+    echo_port, done = _echo_server()
+    proc, port = _start_proxy(echo_port, "--delay-up-ms", "15", "--delay-down-ms", "0")
+    try:
+        rtts, _ = _rtt_ms(port, 20)
+        assert 14.5 <= rtts[len(rtts) // 2] <= 22, rtts  # one way delayed only
+    finally:
+        proc.terminate()
+        proc.wait(5)
+        done.set()
+
+
+def test_bandwidth_paces_a_stream() -> None:
+    echo_port, done = _echo_server()
+    proc, port = _start_proxy(echo_port, "--rate-down-bps", "200000")  # 200 kB/s server -> client
+    try:
+        c = socket.create_connection(("127.0.0.1", port), timeout=10)
+        payload = b"x" * 300_000
+        t = time.perf_counter()
+        threading.Thread(target=c.sendall, args=(payload,), daemon=True).start()
+        got = 0
+        while got < len(payload):
+            got += len(c.recv(65536))
+        elapsed = time.perf_counter() - t
+        c.close()
+        assert 1.3 <= elapsed <= 2.5, elapsed  # 300 kB at 200 kB/s: 1.5 s (the first chunk leaves at once)
+    finally:
+        proc.terminate()
+        proc.wait(5)
+        done.set()
+
+
+def test_reset_after_cuts_every_connection_with_rst(tmp_path: Path) -> None:
+    echo_port, done = _echo_server()
+    stats = tmp_path / "stats.json"
+    proc, port = _start_proxy(echo_port, "--reset-after-ms", "300", stats=stats)
+    try:
+        c = socket.create_connection(("127.0.0.1", port), timeout=5)
+        c.sendall(b"ping")
+        assert c.recv(16) == b"ping"  # the link works until the reset
+        t = time.perf_counter()
+        with pytest.raises(ConnectionResetError):
+            while True:
+                c.sendall(b"more")
+                if not c.recv(16):
+                    break
+                time.sleep(0.02)
+        assert time.perf_counter() - t < 1.0
+        time.sleep(1.2)
+        assert json.loads(stats.read_text())["resets"] == 1
+    finally:
+        proc.terminate()
+        proc.wait(5)
+        done.set()
+
+
+def test_down_refuses_connections_and_ttl_ends_the_relay() -> None:
+    echo_port, done = _echo_server()
+    proc, port = _start_proxy(echo_port, "--down", "--ttl", "1.5")
+    try:
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=2)
+        assert proc.wait(5) == 0  # gone by itself after its TTL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        done.set()
+
+
+def test_relay_ends_with_its_parent(tmp_path: Path) -> None:
+    echo_port, done = _echo_server()
+    port = _free_port()
+    pid_file = tmp_path / "relay.pid"
+    # a parent shell starts the relay in the background, records its pid and dies at once
+    script = (f"{sys.executable} {proxy_module.__file__} --port {port} --upstream 127.0.0.1 "
+              f"--upstream-port {echo_port} --delay-ms 1 --parent-pid $$ & echo $! > {pid_file}; sleep 0.5")
+    subprocess.run(["sh", "-c", script], check=True)
+    relay = int(pid_file.read_text())
+    try:
+        deadline = time.time() + 5
+        while time.time() < deadline and Path(f"/proc/{relay}").exists():
+            time.sleep(0.1)
+        assert not Path(f"/proc/{relay}").exists() or "Z" in Path(f"/proc/{relay}/stat").read_text().split()[2]
+    finally:
+        done.set()

@@ -116,10 +116,40 @@ def test_latency_proxy_redirect_in_own_nat_chain() -> None:
     assert f"iptables -w -t nat -N {chain}" in s.inject
     assert (f"-A {chain} -p tcp -d 10.0.0.1 --dport 5432 -m owner ! --uid-owner nobody -j REDIRECT "
             f"--to-ports {lport}") in s.inject  # the proxy's own upstream connection is not redirected
-    assert "setpriv --reuid=nobody" in s.inject and "--delay-ms 5 " in s.inject
+    assert "setpriv --reuid=nobody" in s.inject and "--delay-up-ms 5 --delay-down-ms 5 " in s.inject
+    assert "--ttl 90 " in s.inject  # the relay ends itself a minute after the fault's TTL
     assert "CHAOSKIT_PROXY" in s.inject and "async def pump" in s.inject  # the proxy ships inside the script
     assert s.inject.index("ss -Hltn") < s.inject.index(f"-I OUTPUT 1 -j {chain}")  # redirect only once listening
     assert "ss -K dst 10.0.0.1 dport = 5432" in s.inject and "ss -K dst 10.0.0.1 dport = 5432" in s.revert
     assert f"iptables -w -t nat -X {chain}" in s.revert and f"-t nat -S {chain}" in s.active
     with pytest.raises(ValidationError, match="latency needs peers, peer_port and delay_ms"):
         FaultSpec(kind="latency", target="pg2", delay_ms=5)
+
+
+@pytest.mark.parametrize(("fields", "expected"), [
+    ({"rate": "1mbit", "stream": "downstream"},
+     ["--delay-up-ms", "0", "--delay-down-ms", "0", "--rate-up-bps", "0", "--rate-down-bps", "125000"]),
+    ({"delay_ms": 3, "jitter_ms": 1, "stream": "upstream"},
+     ["--delay-up-ms", "3", "--delay-down-ms", "0", "--jitter-ms", "1"]),
+    ({"reset_after_ms": 500}, ["--delay-up-ms", "0", "--delay-down-ms", "0", "--reset-after-ms", "500"]),
+    ({"down": True}, ["--delay-up-ms", "0", "--delay-down-ms", "0", "--down"]),
+])
+def test_proxy_toxics_become_relay_arguments(fields: dict, expected: list[str]) -> None:
+    from chaoskit.faults.models import proxy_toxic_args
+
+    spec = FaultSpec(kind="proxy", target="pg2", peers=("pg1",), peer_port=5432, **fields)
+    assert proxy_toxic_args(spec) == expected
+    s = scripts_for(FID, spec, HostFacts(host="pg2", processes={}, peer_addresses=("10.0.0.1",)))
+    assert " ".join(expected) in s.inject
+    if fields.get("down"):
+        assert "ss -Hltn" not in s.inject  # a down link listens nowhere: redirected connects are refused
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({}, "proxy needs a toxic"),
+    ({"rate": "fast"}, "not a rate"),
+    ({"reset_after_ms": -1}, "greater than or equal to 0"),
+])
+def test_proxy_fault_validation(fields: dict, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        FaultSpec(kind="proxy", target="pg2", peers=("pg1",), peer_port=5432, **fields)

@@ -65,3 +65,44 @@ def test_actions_need_known_targets(tmp_path: Path) -> None:
     path.write_text(BASE.replace("duration: 20s}", "duration: 20s}\n  - at: 35s\n    action: {kind: restart}"))
     with pytest.raises(InputError, match="restart needs target"):
         load_playbook(path, LAB)
+
+
+EXPERIMENTS = ["latency-sweep", "ramp", "compare-single-vs-replicated", "client-latency-sweep", "sync-vs-async"]
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_shipped_experiments_validate(name: str) -> None:
+    from chaoskit.playbook.experiment import Experiment
+    from chaoskit.yamlsrc import load_yaml
+
+    exp = Experiment.model_validate(load_yaml(ROOT / "playbooks" / f"{name}.yaml").data)
+    assert exp.name == name and exp.cluster in LAB.clusters
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ("link: {source: pg2}\n", "a host link needs dest"),
+    ("patroni: {synchronous_mode: true}\ngrid: {synchronous_mode: [false, true]}\n", "either fixed"),
+    ("link: {source: client, stream: sideways}\n", "Input should be"),
+])
+def test_experiment_errors(tmp_path: Path, extra: str, message: str) -> None:
+    import subprocess
+    import sys
+
+    path = tmp_path / "exp.yaml"
+    path.write_text("name: x\nkind: sweep\ncluster: pg\n" + extra)
+    res = subprocess.run([sys.executable, "-m", "chaoskit.cli", "experiment", "run", str(path), "-i",
+                          str(ROOT / "inventories" / "lab.yaml")], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res.stdout + res.stderr
+    (line,) = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert line.startswith(f"error: {path}:") and message in line, line
+
+
+def test_sync_axis_needs_patroni(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = tmp_path / "exp.yaml"
+    path.write_text("name: x\nkind: sweep\ncluster: pg-single\ngrid: {synchronous_mode: [false, true]}\n")
+    res = subprocess.run([sys.executable, "-m", "chaoskit.cli", "experiment", "run", str(path), "-i",
+                          str(ROOT / "inventories" / "lab.yaml")], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and f"{path}:4: grid.synchronous_mode" in res.stderr, res.stderr
