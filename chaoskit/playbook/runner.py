@@ -360,8 +360,7 @@ def _slo(pb: Playbook, faults: list[dict[str, Any]], checks: dict[str, Any], rec
         out["rpo_max_writes"] = {"target": pb.slo.rpo_max_writes, "measured": lost,
                                  "ok": lost is not None and lost <= pb.slo.rpo_max_writes}
     if pb.slo.max_error_rate_after_recovery is not None:
-        ends = [f.get("t_recovered") for f in faults if f.get("outage")]
-        start = max((e for e in ends if e), default=None)
+        start, anchor = _recovery_start([f for f in faults if f.get("outage")])
         rate = None
         if start is not None:
             w = rec.window(start, rec.index(time.time()) * rec.interval + 10)
@@ -371,9 +370,29 @@ def _slo(pb: Playbook, faults: list[dict[str, Any]], checks: dict[str, Any], rec
             totals = rec.totals()
             ops = totals["ok"] + totals["fail"] + totals["info"]
             rate = round((totals["fail"] + totals["info"]) / ops, 6) if ops else 0.0
+            anchor = "whole run (no outage)"
         out["max_error_rate_after_recovery"] = {"target": pb.slo.max_error_rate_after_recovery, "measured": rate,
+                                                "from": anchor,
                                                 "ok": rate is not None and rate <= pb.slo.max_error_rate_after_recovery}
     return out
+
+
+def _recovery_start(outages: list[dict[str, Any]]) -> tuple[float | None, str]:
+    """Where "after recovery" starts: the latest T_recovered; where throughput never got back to
+    its threshold (a real finding, reported as stabilisation null), the moment every client had
+    written again, so the error-rate SLO still judges the errors and not the throughput. None if
+    a client never came back."""
+    if not outages:
+        return None, ""
+    if all(f.get("t_recovered") for f in outages):
+        return max(f["t_recovered"] for f in outages), "t_recovered"
+    backs = []
+    for f in outages:
+        per_client = f.get("per_client_rto_s") or {}
+        if f.get("t_fault") is None or not per_client or any(v is None for v in per_client.values()):
+            return None, "a client never wrote again"
+        backs.append(f["t_recovered"] or f["t_fault"] + max(per_client.values()))
+    return max(backs), "every client writing again (throughput did not reach the recovery threshold)"
 
 
 def run_dir_name(pb: Playbook, started: float) -> str:

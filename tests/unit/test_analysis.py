@@ -143,3 +143,16 @@ def test_errors_just_before_t_fault_belong_to_the_fault() -> None:
     assert set(r["per_client_rto_s"]) == {"1", "2"}
     assert r["t_first_ok"] == pytest.approx(FAULT + 3.001) and r["rto_s"] == pytest.approx(3.001, abs=1e-6)
     assert r["t_first_err"] == pytest.approx(FAULT - 0.002)
+
+
+def test_error_rate_slo_starts_where_service_is_back() -> None:
+    from chaoskit.playbook.runner import _recovery_start
+
+    recovered = {"t_fault": 100.0, "t_recovered": 112.0, "per_client_rto_s": {"1": 3.0, "2": 4.0}}
+    slow = {"t_fault": 100.0, "t_recovered": None, "per_client_rto_s": {"1": 3.0, "2": 4.5}}
+    stuck = {"t_fault": 100.0, "t_recovered": None, "per_client_rto_s": {"1": 3.0, "2": None}}
+    assert _recovery_start([recovered]) == (112.0, "t_recovered")
+    start, anchor = _recovery_start([slow])  # throughput never back to 90 %: judge errors from all clients back
+    assert start == 104.5 and anchor.startswith("every client writing again")
+    assert _recovery_start([stuck]) == (None, "a client never wrote again")
+    assert _recovery_start([recovered, slow])[0] == 112.0
