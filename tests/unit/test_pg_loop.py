@@ -58,7 +58,7 @@ def test_frozen_server_ends_at_the_client_deadline_as_unknown_outcome() -> None:
     ((t_done, _worker, _kind, outcome, cls, message),) = rec.errors
     assert (outcome, cls) == (INFO, "timeout") and "client deadline" in message  # the commit may have happened
     (gap,) = rec.gaps
-    assert 0.55 <= t_done - gap.last_ok_before <= 0.65  # op_timeout + 0.25 s after the op started
+    assert 0.55 <= t_done - gap.last_ok_before <= 0.8  # op_timeout + 0.25 s after the op started (+ a tick)
     assert driver.connections[0].closed and driver.connects == 2  # dropped, then a fresh connection
     assert rec.totals()["ok"] > 20
 
@@ -91,9 +91,9 @@ def test_constraint_error_in_autocommit_keeps_the_connection() -> None:
 
 def test_open_loop_keeps_its_rate() -> None:
     driver = FakePgDriver(lambda sql, params, conn: OK)
-    rec, t0 = run_loop(driver, "update", 1.0, workers=2, rate=200)
-    w = rec.window(t0, t0 + 1.0)
-    assert 190 <= w["ok"] <= 202 and w["missed"] == 0, w
+    rec, _ = run_loop(driver, "update", 1.0, workers=2, rate=200)
+    totals = rec.totals()  # arrivals due in the 1 s run (+ up to one 20 ms tick before the stop is seen)
+    assert 196 <= totals["ok"] <= 206 and totals["missed"] == 0, totals
 
 
 def test_open_loop_counts_arrivals_it_could_not_start() -> None:
