@@ -12,7 +12,7 @@ as a JSON summary to `--stats` every second, so a report states the latency real
 to the one requested. The proxy ends itself after `--ttl` seconds, and when `--parent-pid` is
 gone (a proxy on the control node dies with its controller): no toxic outlives its fault.
 
-This file runs on the fault's host with only the standard library (/usr/bin/python3): it is
+This file runs on the fault's host with only the standard library (python3 >= 3.7): it is
 shipped there as a script by the `latency`/`proxy` fault, and run locally for client links.
 """
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import json
 import os
@@ -63,54 +64,190 @@ class Toxics:
         self.rate = rate
 
 
-async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, toxics: Toxics, stats: Stats) -> None:
-    """Forward in order; each chunk leaves no earlier than its read time + delay, and no faster
-    than the stream's rate allows."""
-    queue: asyncio.Queue[tuple[float, float, bytes]] = asyncio.Queue()
-    loop = asyncio.get_running_loop()
-    chunk = 65536 if not toxics.rate else max(512, min(65536, int(toxics.rate / 50)))  # ~20 ms of bytes
-
-    async def sender() -> None:
-        last_due = 0.0
-        link_free = 0.0
-        while True:
-            read_at, due, data = await queue.get()
-            if not data:
-                break
-            due = max(due, last_due)  # never reorder
-            if toxics.rate:
-                due = max(due, link_free)
-                link_free = due + len(data) / toxics.rate
-            wait = due - loop.time()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            writer.write(data)
-            await writer.drain()
-            stats.record(loop.time() - read_at, len(data))
-            last_due = due
-        writer.close()
-
-    task = asyncio.create_task(sender())
-    try:
-        while True:
-            data = await reader.read(chunk)
-            now = loop.time()
-            extra = random.gauss(0, toxics.jitter) if toxics.jitter else 0.0
-            await queue.put((now, now + max(0.0, toxics.delay + extra), data))
-            if not data:
-                break
-    except (ConnectionError, OSError):
-        await queue.put((loop.time(), loop.time(), b""))
-    await task
+HIGH_WATER = 4 * 1024 * 1024  # bytes held back in one stream before its source stops being read
+LOW_WATER = 1024 * 1024
 
 
-def _reset(writer: asyncio.StreamWriter) -> None:
+class Stream:
+    """One direction of one connection. Each chunk is due at its read time + delay (+ jitter),
+    never before the previous chunk (order kept) and never faster than the rate; one timer
+    for the head of the queue, and no timer at all when nothing is delayed."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, toxics: Toxics, stats: Stats) -> None:
+        self.loop = loop
+        self.toxics = toxics
+        self.stats = stats
+        self.source: asyncio.Transport | None = None
+        self.out: asyncio.Transport | None = None
+        self.pending: collections.deque[tuple[float, float, bytes]] = collections.deque()
+        self.pending_bytes = 0
+        self.last_due = 0.0
+        self.link_free = 0.0
+        self.timer: asyncio.TimerHandle | None = None
+        self.eof = False
+        self.paused = False
+
+    def feed(self, data: bytes) -> None:
+        now = self.loop.time()
+        t = self.toxics
+        due = now + t.delay + (random.gauss(0, t.jitter) if t.jitter else 0.0)
+        due = max(due, self.last_due)  # never reorder
+        if t.rate:
+            due = max(due, self.link_free)
+            self.link_free = due + len(data) / t.rate
+        self.last_due = due
+        if due <= now and not self.pending and self.out is not None:
+            self.out.write(data)
+            self.stats.record(0.0, len(data))
+            return
+        self.pending.append((due, now, data))
+        self.pending_bytes += len(data)
+        if self.pending_bytes > HIGH_WATER and self.source is not None and not self.paused:
+            self.paused = True
+            self.source.pause_reading()
+        self._arm()
+
+    def finish(self) -> None:
+        """The source is done: close the far side once everything held back has left."""
+        self.eof = True
+        self._arm()
+
+    def connected(self, out: asyncio.Transport) -> None:
+        self.out = out
+        self._arm()
+
+    def _arm(self) -> None:
+        if self.timer is not None or self.out is None:
+            return
+        if self.pending:
+            self.timer = self.loop.call_at(self.pending[0][0], self._flush)
+        elif self.eof:
+            self.out.close()
+
+    def _flush(self) -> None:
+        self.timer = None
+        now = self.loop.time()
+        out = self.out
+        assert out is not None
+        while self.pending and self.pending[0][0] <= now:
+            _, read_at, data = self.pending.popleft()
+            self.pending_bytes -= len(data)
+            out.write(data)
+            self.stats.record(now - read_at, len(data))
+        if self.paused and self.pending_bytes < LOW_WATER and self.source is not None:
+            self.paused = False
+            self.source.resume_reading()
+        self._arm()
+
+    def cancel(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.pending.clear()
+
+
+def _reset(transport: asyncio.BaseTransport | None) -> None:
     """Close with SO_LINGER 0: the peer gets a RST (connection reset by peer), not a FIN."""
-    sock = writer.get_extra_info("socket")
+    if transport is None:
+        return
+    sock = transport.get_extra_info("socket")
     if sock is not None:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    writer.transport.abort()
+    transport.abort()
+
+
+class _Side(asyncio.Protocol):
+    """One socket of a relayed connection: what it reads feeds `inbound`, and it is the
+    destination of `outbound`."""
+
+    def __init__(self, inbound: Stream, outbound: Stream) -> None:
+        self.inbound = inbound
+        self.outbound = outbound
+        self.transport: asyncio.Transport | None = None
+        self.peer: _Side | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.inbound.source = transport
+        self.outbound.connected(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.inbound.feed(data)
+
+    def eof_received(self) -> bool:
+        self.inbound.finish()
+        return True  # keep our sending half open until the other stream is done
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.inbound.finish()
+        self.outbound.cancel()
+
+    def pause_writing(self) -> None:  # our socket is full: stop reading the side that feeds it
+        if self.outbound.source is not None:
+            self.outbound.source.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.outbound.source is not None and not self.outbound.paused:
+            self.outbound.source.resume_reading()
+
+
+class _Client(_Side):
+    """The accepted side: opens the upstream connection, and resets both after `reset_after`."""
+
+    def __init__(self, relay: Relay) -> None:
+        loop = asyncio.get_running_loop()
+        super().__init__(Stream(loop, relay.up, relay.stats), Stream(loop, relay.down, relay.stats))
+        self.relay = relay
+        self.server: _Side | None = None
+        self.connecting: asyncio.Future | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        assert self.transport is not None
+        self.relay.stats.connections += 1
+        self.transport.pause_reading()  # until the upstream is there (data waits in the kernel)
+        self.connecting = asyncio.ensure_future(self._connect())
+        if self.relay.reset_after is not None:
+            asyncio.get_running_loop().call_later(self.relay.reset_after, self._reset_both)
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            _, server = await loop.create_connection(lambda: _Side(self.outbound, self.inbound),
+                                                     self.relay.upstream, self.relay.upstream_port)
+        except OSError:
+            _reset(self.transport)
+            return
+        self.server = server
+        if self.transport is None or self.transport.is_closing():
+            _reset(server.transport)
+            return
+        self.transport.resume_reading()
+
+    def _reset_both(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.relay.stats.resets += 1
+            self.inbound.cancel()
+            self.outbound.cancel()
+            _reset(self.transport)
+            _reset(self.server.transport if self.server is not None else None)
+
+
+class Relay:
+    def __init__(self, upstream: str, upstream_port: int, up: Toxics, down: Toxics, reset_after: float | None,
+                 stats: Stats) -> None:
+        self.upstream = upstream
+        self.upstream_port = upstream_port
+        self.up = up
+        self.down = down
+        self.reset_after = reset_after
+        self.stats = stats
 
 
 async def serve(listen: str, port: int, upstream: str, upstream_port: int, up: Toxics, down: Toxics,
@@ -118,37 +255,7 @@ async def serve(listen: str, port: int, upstream: str, upstream_port: int, up: T
                 parent_pid: int | None) -> None:
     stats = Stats()
     loop = asyncio.get_running_loop()
-
-    async def handle(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-        stats.connections += 1
-        try:
-            server_r, server_w = await asyncio.open_connection(upstream, upstream_port)
-        except OSError:
-            _reset(client_w)
-            return
-        for w in (client_w, server_w):
-            sock = w.get_extra_info("socket")
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        relay = asyncio.gather(pump(client_r, server_w, up, stats), pump(server_r, client_w, down, stats),
-                               return_exceptions=True)
-        try:
-            if reset_after is None:
-                await relay
-            else:
-                done, _ = await asyncio.wait([relay], timeout=reset_after)
-                if not done:
-                    stats.resets += 1
-                    _reset(client_w)
-                    _reset(server_w)
-                    relay.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await relay
-        except asyncio.CancelledError:  # shutting down: drop the connection quietly
-            client_w.close()
-            server_w.close()
-
+    relay = Relay(upstream, upstream_port, up, down, reset_after, stats)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -165,13 +272,13 @@ async def serve(listen: str, port: int, upstream: str, upstream_port: int, up: T
                 stop.set()
             if parent_pid is not None and os.getppid() != parent_pid:
                 stop.set()  # the controller that started us is gone
-            with contextlib.suppress(TimeoutError):
+            with contextlib.suppress(asyncio.TimeoutError):  # a distinct class before Python 3.11
                 await asyncio.wait_for(stop.wait(), 1.0)
 
     if link_down:
         await housekeeping()
         return
-    server = await asyncio.start_server(handle, listen, port, reuse_address=True)
+    server = await loop.create_server(lambda: _Client(relay), listen, port, reuse_address=True)
     async with server:
         await housekeeping()
 

@@ -264,7 +264,8 @@ def proxy_fault(fault_id: str, spec: FaultSpec, facts: HostFacts) -> FaultScript
     port = spec.peer_port
     toxics = " ".join(shlex.quote(a) for a in proxy_toxic_args(spec))
     lines = [
-        "command -v python3 >/dev/null || { echo 'python3 is needed on the host for the latency proxy' >&2; exit 3; }",
+        "/usr/bin/python3 -c 'import sys; sys.exit(sys.version_info < (3, 7))' 2>/dev/null || "
+        "{ echo 'python3 >= 3.7 (/usr/bin/python3) is needed on the host for the link relay' >&2; exit 3; }",
         f"cat > \"$J/$ID.proxy.py\" <<'CHAOSKIT_PROXY'\n{source}\nCHAOSKIT_PROXY",
         "mkdir -p \"$J/$ID.proxy.d\"", f"chown {user} \"$J/$ID.proxy.d\"",
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -124,4 +125,7 @@ measure: 3s
     assert cells[True]["p50_ms"] > 40 > cells[False]["p50_ms"], cells
     modes = {k: v["server"]["synchronous_standby_names"] for k, v in result["settings"].items() if "=" in k}
     assert modes["pg synchronous_mode=false"] == "" and modes["pg synchronous_mode=true"] != ""
+    deadline = time.time() + 15  # each member's /config is its last read of the DCS: allow a loop or two
+    while sync_mode() != before and time.time() < deadline:
+        time.sleep(0.5)
     assert sync_mode() == before  # restored

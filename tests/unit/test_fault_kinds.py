@@ -118,7 +118,7 @@ def test_latency_proxy_redirect_in_own_nat_chain() -> None:
             f"--to-ports {lport}") in s.inject  # the proxy's own upstream connection is not redirected
     assert "setpriv --reuid=nobody" in s.inject and "--delay-up-ms 5 --delay-down-ms 5 " in s.inject
     assert "--ttl 90 " in s.inject  # the relay ends itself a minute after the fault's TTL
-    assert "CHAOSKIT_PROXY" in s.inject and "async def pump" in s.inject  # the proxy ships inside the script
+    assert "CHAOSKIT_PROXY" in s.inject and "class Stream" in s.inject  # the proxy ships inside the script
     assert s.inject.index("ss -Hltn") < s.inject.index(f"-I OUTPUT 1 -j {chain}")  # redirect only once listening
     assert "ss -K dst 10.0.0.1 dport = 5432" in s.inject and "ss -K dst 10.0.0.1 dport = 5432" in s.revert
     assert f"iptables -w -t nat -X {chain}" in s.revert and f"-t nat -S {chain}" in s.active
