@@ -339,7 +339,7 @@ def analyse(ctx: RunContext, runner: LoadRunner) -> dict[str, Any]:
                 # rejoined = back in the cluster *and* holding exactly the writer's rows
                 "rejoined": mine.get("role") in ("replica", "primary") and same,
                 "diverged": mine.get("role") == "replica" and not same,
-                "rewind": "unknown: not observable through the HA manager's API (see the node's Patroni log)"}
+                "rewind": _rewind_note(cluster, mine.get("role"))}
     slo = _slo(pb, faults, checks, rec)
     verdict = merge([c.get("valid", "unknown") for c in checks.values()] + [s["ok"] for s in slo.values()])
     if ctx.aborted:
@@ -375,6 +375,14 @@ def _slo(pb: Playbook, faults: list[dict[str, Any]], checks: dict[str, Any], rec
                                                 "from": anchor,
                                                 "ok": rate is not None and rate <= pb.slo.max_error_rate_after_recovery}
     return out
+
+
+def _rewind_note(cluster: Any, role_now: str | None) -> str:
+    if role_now == "primary":
+        return "not needed: the old primary is the writer again"
+    if cluster.patroni is None:
+        return "not applicable: no HA manager rejoins nodes in this cluster"
+    return "unknown: not observable through Patroni's REST API (see the node's Patroni log)"
 
 
 def _recovery_start(outages: list[dict[str, Any]]) -> tuple[float | None, str]:

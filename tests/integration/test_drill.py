@@ -129,6 +129,21 @@ def test_sync_variant_loses_no_acknowledged_write(lab: Inventory, tmp_path: Path
     assert ev["ha"]["config"]["synchronous_mode"] is False  # read before the drill; restored after it
 
 
+def test_mariadb_crash_and_restart_without_a_manager(lab: Inventory, tmp_path: Path) -> None:
+    res, run_dir = drill("playbooks/mariadb-crash-primary.yaml", tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    ev = json.loads((run_dir / "run.json").read_text())
+    (fault,) = ev["results"]["faults"]
+    assert fault["old_primary"] == fault["new_primary"] == "my1"  # the same node came back
+    assert fault["t_detect"] is None and any("no HA manager signal" in n for n in fault["notes"])
+    assert 5.0 <= fault["rto_s"] <= 12, fault  # down for the 5 s of the fault, then restart + InnoDB recovery
+    rpo = ev["results"]["rpo"]
+    assert rpo["lost_acknowledged"] == 0 and rpo["phantoms"] == 0 and rpo["acknowledged"] > 1000
+    conv = ev["results"]["checks"]["replica_convergence"]
+    assert conv["valid"] is True and set(conv["members"]) == {"my1", "my2"}
+    assert conv["old_primary"]["rewind"].startswith("not needed")
+
+
 def test_drill_finds_lost_writes_and_fails_rpo(lab: Inventory, tmp_path: Path) -> None:
     """Async replication, leader cut from etcd and peers while clients still reach it: it keeps
     acknowledging writes until Patroni demotes it, and they are gone after the failover. With a

@@ -15,7 +15,10 @@ LAB = load_inventory(ROOT / "inventories" / "lab.yaml")
 BASE = (ROOT / "playbooks" / "pg-kill-primary.yaml").read_text()
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "playbooks").glob("pg-*.yaml")), ids=lambda p: p.name)
+DRILLS = sorted([*(ROOT / "playbooks").glob("pg-*.yaml"), *(ROOT / "playbooks").glob("mariadb-*.yaml")])
+
+
+@pytest.mark.parametrize("path", DRILLS, ids=lambda p: p.name)
 def test_shipped_playbooks_validate(path: Path) -> None:
     pb = load_playbook(path, LAB)
     assert pb.name == path.stem and pb.steps
