@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -34,16 +35,22 @@ def _free_port() -> int:
 
 
 class ClientLink:
-    """`with ClientLink(cluster, inventory, spec) as link:` run the load against `link.cluster`."""
+    """`with ClientLink(cluster, inventory, spec) as link:` run the load against `link.cluster`.
+    Without a spec the relays start clean, and `apply(spec)` / `clear()` change their toxics
+    while the load runs (a drill's client-link fault), returning the instant they took effect."""
 
-    def __init__(self, cluster: Cluster, inventory: Inventory, spec: FaultSpec) -> None:
+    def __init__(self, cluster: Cluster, inventory: Inventory, spec: FaultSpec | None = None,
+                 ttl: float | None = None) -> None:
         self.source = cluster
         self.inventory = inventory
-        self.spec = spec
+        self.toxics = proxy_toxic_args(spec) if spec is not None else []
+        self.down = bool(spec is not None and spec.down)
+        self.ttl = ttl if ttl is not None else (spec.ttl if spec is not None else 3600.0)
         self.driver = driver_for(cluster, inventory)
         self.procs: list[subprocess.Popen] = []
         self.stats_dir = Path(tempfile.mkdtemp(prefix="chaoskit-link-"))
         self.cluster = cluster
+        self.active = spec is not None
 
     def __enter__(self) -> ClientLink:
         relays: list[tuple[str, int]] = []
@@ -51,25 +58,29 @@ class ClientLink:
             for i, (host, port) in enumerate(self.driver.endpoints()):
                 lport = _free_port()
                 cmd = [sys.executable, delay_proxy.__file__, "--listen", "127.0.0.1", "--port", str(lport),
-                       "--upstream", host, "--upstream-port", str(port), *proxy_toxic_args(self.spec),
-                       "--ttl", f"{self.spec.ttl:g}", "--parent-pid", str(os.getpid()),
-                       "--stats", str(self.stats_dir / f"stats-{i}.json")]
+                       "--upstream", host, "--upstream-port", str(port), *self.toxics,
+                       "--ttl", f"{self.ttl:g}", "--parent-pid", str(os.getpid()),
+                       "--stats", str(self.stats_dir / f"stats-{i}.json"),
+                       "--control", str(self.stats_dir / f"control-{i}.json")]
                 self.procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                                    stderr=subprocess.DEVNULL))
                 relays.append(("127.0.0.1", lport))
-                self._wait_ready(self.procs[-1], lport)
+                self._wait_ready(self.procs[-1], lport, i)
         except BaseException:
             self.close()
             raise
         self.cluster = self.driver.through(relays)
         return self
 
-    def _wait_ready(self, proc: subprocess.Popen, port: int) -> None:
+    def _wait_ready(self, proc: subprocess.Popen, port: int, i: int) -> None:
         deadline = time.time() + 5
         while time.time() < deadline:
             if proc.poll() is not None:
                 raise RuntimeError(f"client link relay exited with {proc.returncode}")
-            if self.spec.down:
+            if self._relay_stats(i) is None:
+                time.sleep(0.05)
+                continue
+            if self.down:
                 time.sleep(0.3)
                 if proc.poll() is None:
                     return  # a down relay listens nowhere: it is up once it has survived its start
@@ -80,6 +91,44 @@ class ClientLink:
             except OSError:
                 time.sleep(0.05)
         raise RuntimeError("client link relay did not start listening")
+
+    def apply(self, spec: FaultSpec) -> float:
+        t = self._set(proxy_toxic_args(spec))
+        self.active = True
+        return t
+
+    def clear(self) -> float:
+        t = self._set([])
+        self.active = False
+        return t
+
+    def _set(self, toxics: list[str]) -> float:
+        """Hand every relay new toxics (control file + SIGHUP); the latest instant they took effect."""
+        before = {}
+        for i, proc in enumerate(self.procs):
+            before[i] = (self._relay_stats(i) or {}).get("generation", 0)
+            tmp = self.stats_dir / f"control-{i}.json.tmp"
+            tmp.write_text(json.dumps(toxics))
+            os.replace(tmp, self.stats_dir / f"control-{i}.json")
+            proc.send_signal(signal.SIGHUP)
+        applied = []
+        deadline = time.time() + 5
+        for i in range(len(self.procs)):
+            while True:
+                stats = self._relay_stats(i) or {}
+                if stats.get("generation", 0) > before[i]:
+                    applied.append(float(stats["applied_at"]))
+                    break
+                if time.time() > deadline:
+                    raise RuntimeError("a client link relay did not acknowledge its new toxics")
+                time.sleep(0.005)
+        return max(applied, default=time.time())
+
+    def _relay_stats(self, i: int) -> dict[str, Any] | None:
+        try:
+            return json.loads((self.stats_dir / f"stats-{i}.json").read_text())
+        except (OSError, ValueError):
+            return None
 
     def stats(self) -> list[dict[str, Any]]:
         out = []

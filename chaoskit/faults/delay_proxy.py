@@ -59,6 +59,9 @@ class Toxics:
     """What one stream does to its bytes: delay/jitter in seconds, rate in bytes/s (0 = unlimited)."""
 
     def __init__(self, delay: float = 0.0, jitter: float = 0.0, rate: float = 0.0) -> None:
+        self.set(delay, jitter, rate)
+
+    def set(self, delay: float, jitter: float, rate: float) -> None:
         self.delay = delay
         self.jitter = jitter
         self.rate = rate
@@ -206,15 +209,29 @@ class _Client(_Side):
         self.relay = relay
         self.server: _Side | None = None
         self.connecting: asyncio.Future | None = None
+        self.reset_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         assert self.transport is not None
         self.relay.stats.connections += 1
+        self.relay.clients.add(self)
         self.transport.pause_reading()  # until the upstream is there (data waits in the kernel)
         self.connecting = asyncio.ensure_future(self._connect())
-        if self.relay.reset_after is not None:
-            asyncio.get_running_loop().call_later(self.relay.reset_after, self._reset_both)
+        self.schedule_reset(self.relay.reset_after)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self.relay.clients.discard(self)
+        self.schedule_reset(None)
+
+    def schedule_reset(self, after: float | None) -> None:
+        """Reset this connection `after` seconds from now (None: never)."""
+        if self.reset_timer is not None:
+            self.reset_timer.cancel()
+            self.reset_timer = None
+        if after is not None:
+            self.reset_timer = asyncio.get_running_loop().call_later(after, self.reset_both)
 
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
@@ -230,7 +247,7 @@ class _Client(_Side):
             return
         self.transport.resume_reading()
 
-    def _reset_both(self) -> None:
+    def reset_both(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.relay.stats.resets += 1
             self.inbound.cancel()
@@ -240,55 +257,106 @@ class _Client(_Side):
 
 
 class Relay:
-    def __init__(self, upstream: str, upstream_port: int, up: Toxics, down: Toxics, reset_after: float | None,
-                 stats: Stats) -> None:
-        self.upstream = upstream
-        self.upstream_port = upstream_port
-        self.up = up
-        self.down = down
-        self.reset_after = reset_after
-        self.stats = stats
+    """The listener, its toxics and its live connections. Toxics can change while it runs
+    (`--control`: a JSON list of toxic arguments, read on SIGHUP): a client-link fault in a drill
+    is applied to relays the load has been using from the start, at the fault's instant."""
+
+    def __init__(self, a: argparse.Namespace) -> None:
+        self.listen = a.listen
+        self.port = a.port
+        self.upstream = a.upstream
+        self.upstream_port = a.upstream_port
+        self.stats_path = a.stats
+        self.control = a.control
+        self.stats = Stats()
+        self.up = Toxics()
+        self.down = Toxics()
+        self.reset_after: float | None = None
+        self.link_down = False
+        self.clients: set[_Client] = set()
+        self.server: asyncio.AbstractServer | None = None
+        self.generation = 0
+        self.applied_at: float | None = None
+        self.set_toxics(a)
+
+    def set_toxics(self, a: argparse.Namespace) -> None:
+        jitter = a.jitter_ms / 1000
+        delay_up = (a.delay_up_ms if a.delay_up_ms is not None else a.delay_ms) / 1000
+        delay_down = (a.delay_down_ms if a.delay_down_ms is not None else a.delay_ms) / 1000
+        # in place: every stream holds its direction's Toxics; jitter varies delayed streams only
+        self.up.set(delay_up, jitter if delay_up else 0.0, a.rate_up_bps)
+        self.down.set(delay_down, jitter if delay_down else 0.0, a.rate_down_bps)
+        self.reset_after = a.reset_after_ms / 1000 if a.reset_after_ms is not None else None
+        self.link_down = a.down
+
+    async def apply(self) -> None:
+        """New toxics from the control file, effective for every live connection now."""
+        with open(self.control) as fh:
+            args = toxic_parser().parse_args(json.load(fh))
+        self.set_toxics(args)
+        for client in list(self.clients):
+            client.schedule_reset(self.reset_after)
+        if self.link_down:
+            await self.stop_listening()
+            for client in list(self.clients):
+                client.reset_both()
+        else:
+            await self.start_listening()
+        self.generation += 1
+        self.applied_at = time.time()
+        self.write_stats()
+
+    async def start_listening(self) -> None:
+        if self.server is None and not self.link_down:
+            self.server = await asyncio.get_running_loop().create_server(
+                lambda: _Client(self), self.listen, self.port, reuse_address=True)
+
+    async def stop_listening(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+            self.server = None
+
+    def write_stats(self) -> None:
+        if self.stats_path:
+            tmp = self.stats_path + ".tmp"
+            with open(tmp, "w") as fh:
+                json.dump({**self.stats.summary(), "generation": self.generation, "applied_at": self.applied_at}, fh)
+            os.replace(tmp, self.stats_path)
 
 
-async def serve(listen: str, port: int, upstream: str, upstream_port: int, up: Toxics, down: Toxics,
-                reset_after: float | None, link_down: bool, stats_path: str | None, ttl: float | None,
-                parent_pid: int | None) -> None:
-    stats = Stats()
+async def serve(a: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
-    relay = Relay(upstream, upstream_port, up, down, reset_after, stats)
+    relay = Relay(a)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    deadline = time.time() + ttl if ttl else None
+    tasks: set[asyncio.Future] = set()
 
-    async def housekeeping() -> None:
+    def reload() -> None:
+        task = asyncio.ensure_future(relay.apply())
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    if relay.control:
+        loop.add_signal_handler(signal.SIGHUP, reload)
+    deadline = time.time() + a.ttl if a.ttl else None
+    await relay.start_listening()
+    try:
         while not stop.is_set():
-            if stats_path:
-                tmp = stats_path + ".tmp"
-                with open(tmp, "w") as fh:
-                    json.dump(stats.summary(), fh)
-                os.replace(tmp, stats_path)
+            relay.write_stats()
             if deadline is not None and time.time() >= deadline:
                 stop.set()
-            if parent_pid is not None and os.getppid() != parent_pid:
+            if a.parent_pid is not None and os.getppid() != a.parent_pid:
                 stop.set()  # the controller that started us is gone
             with contextlib.suppress(asyncio.TimeoutError):  # a distinct class before Python 3.11
                 await asyncio.wait_for(stop.wait(), 1.0)
-
-    if link_down:
-        await housekeeping()
-        return
-    server = await loop.create_server(lambda: _Client(relay), listen, port, reuse_address=True)
-    async with server:
-        await housekeeping()
+    finally:
+        await relay.stop_listening()
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--listen", default="127.0.0.1")
-    ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--upstream", required=True)
-    ap.add_argument("--upstream-port", type=int, required=True)
+def toxic_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(add_help=False)
     ap.add_argument("--delay-ms", type=float, default=0.0, help="added to each direction")
     ap.add_argument("--delay-up-ms", type=float, default=None, help="client -> server, if different")
     ap.add_argument("--delay-down-ms", type=float, default=None, help="server -> client, if different")
@@ -297,19 +365,20 @@ def main() -> None:
     ap.add_argument("--rate-down-bps", type=float, default=0.0, help="server -> client bytes/s (0: unlimited)")
     ap.add_argument("--reset-after-ms", type=float, default=None, help="reset every connection after this long")
     ap.add_argument("--down", action="store_true", help="no listener: connections are refused")
+    return ap
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], parents=[toxic_parser()])
+    ap.add_argument("--listen", default="127.0.0.1")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--upstream", required=True)
+    ap.add_argument("--upstream-port", type=int, required=True)
     ap.add_argument("--stats", default=None)
+    ap.add_argument("--control", default=None, help="JSON list of toxic arguments, applied on SIGHUP")
     ap.add_argument("--ttl", type=float, default=None, help="end after this many seconds")
     ap.add_argument("--parent-pid", type=int, default=None, help="end when this parent process is gone")
-    a = ap.parse_args()
-    jitter = a.jitter_ms / 1000
-    delay_up = (a.delay_up_ms if a.delay_up_ms is not None else a.delay_ms) / 1000
-    delay_down = (a.delay_down_ms if a.delay_down_ms is not None else a.delay_ms) / 1000
-    # jitter varies the delay of the delayed streams only
-    up = Toxics(delay_up, jitter if delay_up else 0.0, a.rate_up_bps)
-    down = Toxics(delay_down, jitter if delay_down else 0.0, a.rate_down_bps)
-    reset_after = a.reset_after_ms / 1000 if a.reset_after_ms is not None else None
-    asyncio.run(serve(a.listen, a.port, a.upstream, a.upstream_port, up, down, reset_after, a.down, a.stats, a.ttl,
-                      a.parent_pid))
+    asyncio.run(serve(ap.parse_args()))
 
 
 if __name__ == "__main__":

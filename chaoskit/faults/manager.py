@@ -15,17 +15,20 @@ import socket
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chaoskit.errors import HostUnreachable, InputError, PreflightError, RemoteCommandError
 from chaoskit.faults import journal
 from chaoskit.faults.kinds import FaultScripts, HostFacts, scripts_for
 from chaoskit.faults.models import NETWORK_KINDS, PROCESS_KINDS, FaultSpec
-from chaoskit.faults.targets import ALL_HOSTS, member_of, resolve_hosts, validate_target
+from chaoskit.faults.targets import ALL_HOSTS, CLIENT, member_of, resolve_hosts, split_target, validate_target
 from chaoskit.inventory.capabilities import probe_capabilities
 from chaoskit.inventory.clock import ClockOffset, measure_offset
 from chaoskit.inventory.fanout import RemotePool, fan_out_pool
 from chaoskit.inventory.models import Cluster, Inventory
+
+if TYPE_CHECKING:
+    from chaoskit.faults.client_link import ClientLink
 
 
 @dataclass
@@ -73,6 +76,8 @@ class FaultManager:
         self.pending: list[tuple[str, str]] = []
         self.offsets: dict[str, ClockOffset] = {}
         self._capabilities: dict[str, Any] = {}
+        # relays between the load and the database on this machine, when a drill targets `client`
+        self.client_link: ClientLink | None = None
 
     # -- planning (no host touched except read-only topology queries) ---------------------
     def _cluster_for(self, spec: FaultSpec, host: str | None = None) -> Cluster | None:
@@ -144,6 +149,8 @@ class FaultManager:
                 raise PreflightError(f"{host}: stress-ng is not installed; stress faults need it")
 
     def inject(self, spec: FaultSpec, t_scheduled: float | None = None) -> list[InjectedFault]:
+        if split_target(spec.target)[0] == CLIENT:
+            return [self._inject_client(spec, t_scheduled)]
         fault_id, planned = self.plan(spec)
         self.preflight(spec, [p.host for p in planned])
         for p in planned:
@@ -170,9 +177,32 @@ class FaultManager:
             out.append(fault)
         return out
 
+    def _inject_client(self, spec: FaultSpec, t_scheduled: float | None) -> InjectedFault:
+        """Toxics on the load's own relays: on this machine, so its clock, with no offset."""
+        validate_target(spec, self.inventory)
+        if self.client_link is None:
+            raise InputError("target client needs the load to run through a client link (a drill step with "
+                             "target: client sets one up)", source="command line", field="--target")
+        t_sent = time.time()
+        t_effect = self.client_link.apply(spec)
+        fault = InjectedFault(
+            id=uuid.uuid4().hex[:12], kind=spec.kind, host=CLIENT, target=spec.target,
+            spec=spec.model_dump(mode="json"), t_scheduled=t_scheduled, t_sent=t_sent, t_effect=t_effect,
+            t_effect_host=t_effect, offset_s=0.0, t_apply_start=t_sent, offset_uncertainty_s=0.0)
+        self.injected.append(fault)
+        return fault
+
     # -- reverting ---------------------------------------------------------------------------
     def revert(self, fault: InjectedFault) -> None:
         if fault.t_reverted is not None:
+            return
+        if fault.host == CLIENT:
+            try:
+                assert self.client_link is not None
+                fault.t_reverted = self.client_link.clear()
+                fault.revert_verified = True
+            except Exception as exc:  # the relays end with this controller anyway
+                fault.revert_error = str(exc)
             return
         try:
             res = self.pool.get(fault.host).shell(journal.revert_script(fault.id), timeout=60, check=False)
@@ -192,12 +222,16 @@ class FaultManager:
 
     def proxy_stats(self, fault: InjectedFault) -> list[dict[str, Any]]:
         """A latency fault's measured added delay (per peer), read on the host before revert."""
+        if fault.host == CLIENT:
+            return self.client_link.stats() if self.client_link is not None else []
         script = (f"(J={journal.JOURNAL_DIR}; "
                   f"for f in \"$J/{fault.id}.proxy.d\"/stats-*.json; do [ -f \"$f\" ] && cat \"$f\" && echo; done)")
         res = self.pool.get(fault.host).shell(script, check=False)
         return [json.loads(line) for line in res.stdout.splitlines() if line.strip().startswith("{")]
 
     def is_active(self, fault: InjectedFault) -> bool:
+        if fault.host == CLIENT:
+            return self.client_link is not None and self.client_link.active
         res = self.pool.get(fault.host).shell(journal.active_script(fault.id), check=False)
         return res.exited == 0
 

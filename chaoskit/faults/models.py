@@ -19,7 +19,8 @@ MAX_TTL = 24 * 3600.0
 
 class FaultSpec(Frozen):
     """One fault. `target` is a host name, `role:primary|replica|sync_standby|any` (with `cluster`),
-    optionally followed by `@one|@all|@minority` (default one)."""
+    optionally followed by `@one|@all|@minority` (default one), or `client`: the load's own link
+    to the database (latency/proxy toxics on relays of the control node)."""
 
     kind: FaultKind
     target: str
@@ -81,9 +82,10 @@ class FaultSpec(Frozen):
             raise ValueError("bandwidth needs rate (e.g. 1mbit)")
         if self.kind == "netem" and not (self.delay_ms or self.loss_pct or self.corrupt_pct or self.duplicate_pct):
             raise ValueError("netem needs delay_ms, loss_pct, corrupt_pct or duplicate_pct")
-        if self.kind == "latency" and not (self.peers and self.peer_port and self.delay_ms):
+        client = self.target == "client"
+        if self.kind == "latency" and not ((client or (self.peers and self.peer_port)) and self.delay_ms):
             raise ValueError("latency needs peers, peer_port and delay_ms")
-        if self.kind == "proxy" and not (self.peers and self.peer_port):
+        if self.kind == "proxy" and not (client or (self.peers and self.peer_port)):
             raise ValueError("proxy needs peers and peer_port")
         if self.kind == "proxy" and not (self.delay_ms or self.rate or self.reset_after_ms is not None or self.down):
             raise ValueError("proxy needs a toxic: delay_ms, rate, reset_after_ms or down")

@@ -8,13 +8,14 @@ of the cluster with that role right now (SQL view; sync_standby from Patroni), t
 from __future__ import annotations
 
 from chaoskit.errors import InputError
-from chaoskit.faults.models import FaultSpec
+from chaoskit.faults.models import PROXY_KINDS, FaultSpec
 from chaoskit.inventory.models import Cluster, Inventory, Member
 from chaoskit.topology.roles import MemberRole, discover_roles
 
 ROLES = {"primary", "replica", "sync_standby", "any"}
 ALL_HOSTS = "all-hosts"  # as a peer: every other host of the inventory (not the controller)
 COUNTS = {"one", "all", "minority"}
+CLIENT = "client"  # as a target: the load's own link to the database, through relays on the control node
 
 
 def split_target(target: str) -> tuple[str, str]:
@@ -26,6 +27,11 @@ def validate_target(spec: FaultSpec, inventory: Inventory, source: str = "comman
                     field: str = "--target") -> None:
     """Static checks (no host touched): names exist, roles and counts are known."""
     base, count = split_target(spec.target)
+    if base == CLIENT:
+        if spec.kind not in PROXY_KINDS:
+            raise InputError(f"target client is the load's own link: it takes latency or proxy faults, not "
+                             f"{spec.kind}", source=source, field=field)
+        return
     if count not in COUNTS:
         raise InputError(f"unknown count {count!r} (expected one, all or minority)", source=source, field=field)
     if spec.cluster is not None and spec.cluster not in inventory.clusters:

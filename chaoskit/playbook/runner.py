@@ -14,9 +14,11 @@ from chaoskit.analysis.checks import replica_convergence, split_brain
 from chaoskit.analysis.durability import rpo_check
 from chaoskit.analysis.failover import analyse_fault, baseline_tps
 from chaoskit.analysis.verdict import checked, merge
-from chaoskit.db.base import Driver
+from chaoskit.db.base import Driver, driver_for
 from chaoskit.errors import ChaoskitError
+from chaoskit.faults.client_link import ClientLink
 from chaoskit.faults.manager import FaultManager, InjectedFault
+from chaoskit.faults.targets import CLIENT, split_target
 from chaoskit.inventory.fanout import RemotePool
 from chaoskit.inventory.models import Inventory
 from chaoskit.playbook.models import Playbook, Step
@@ -76,6 +78,7 @@ def run_drill(pb: Playbook, inv: Inventory, *, playbook_path: str, inventory_pat
     fm = FaultManager(inv, pool)
     restore_patroni: dict[str, Any] | None = None
     runner: LoadRunner | None = None
+    link: ClientLink | None = None
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
         ctx.preflight = run_preflight(pb, inv, pool, allow_production)  # 2
@@ -89,7 +92,16 @@ def run_drill(pb: Playbook, inv: Inventory, *, playbook_path: str, inventory_pat
                         connect_timeout=pb.load.connect_timeout,
                         params=WorkloadParams(table_rows=pb.load.table_rows))
         ctx.run_id = spec.run_id
-        runner = LoadRunner(cluster, inv, spec, ctx.recorder)
+        load_cluster = cluster
+        if any(st.fault is not None and split_target(st.fault.target)[0] == CLIENT for st in pb.steps):
+            # the load runs through clean relays from the start; the step changes their toxics
+            link = ClientLink(cluster, inv, ttl=pb.duration + pb.recovery.within + 600).__enter__()
+            fm.client_link = link
+            load_cluster = link.cluster
+            _event(ctx, "client_link", time.time(), relays=link.driver.endpoints(),
+                   note="the load reaches the database through relays on the control node for the whole drill; "
+                        "the baseline includes their overhead")
+        runner = LoadRunner(load_cluster, inv, spec, ctx.recorder)
         runner.setup()
         ctx.probe = RoleProbe(cluster, inv, pb.probes.interval)
         ctx.probe.start()
@@ -102,6 +114,8 @@ def run_drill(pb: Playbook, inv: Inventory, *, playbook_path: str, inventory_pat
         ctx.aborted = str(exc)
     except Exception as exc:  # recorded, then healed and reported like any abort
         if isinstance(exc, ChaoskitError) and not ctx.t0:
+            if link is not None:
+                link.__exit__(None, None, None)
             raise  # preflight refused or bad input: nothing was started
         ctx.aborted = f"error: {type(exc).__name__}: {exc}"
     finally:
@@ -123,6 +137,8 @@ def run_drill(pb: Playbook, inv: Inventory, *, playbook_path: str, inventory_pat
     finally:
         if runner is not None:
             runner.stop()  # 8
+        if link is not None:
+            link.__exit__(None, None, None)
         if ctx.probe is not None:
             ctx.probe.stop()
             ctx.events.extend(ctx.probe.log.events)
@@ -303,8 +319,10 @@ def analyse(ctx: RunContext, runner: LoadRunner) -> dict[str, Any]:
     outage_faults = [f for f in faults if f.get("outage")]
     t_fault = outage_faults[0]["t_fault"] if outage_faults else (faults[0]["t_fault"] if faults else None)
     writer = None
+    # the ground truth is read from the cluster itself, never through the load's relays
+    truth = driver_for(cluster, ctx.inventory, connect_timeout=pb.load.connect_timeout, op_timeout=60.0)
     try:
-        writer = runner.driver.connect_writer()
+        writer = truth.connect_writer()
         if "rpo" in pb.checks:
             present = checked(lambda: {"rows": runner.workload.present(writer)})  # type: ignore[attr-defined]
             checks["rpo"] = rpo_check(rec, present["rows"], t_fault, pb.slo.rpo_max_writes) if "rows" in present \
@@ -324,7 +342,7 @@ def analyse(ctx: RunContext, runner: LoadRunner) -> dict[str, Any]:
     if "split_brain" in pb.checks:
         checks["split_brain"] = checked(split_brain, probe.log, pb.probes.interval)
     if "replica_convergence" in pb.checks and pb.load.workload == "ledger":
-        checks["replica_convergence"] = checked(replica_convergence, runner.driver, cluster, ctx.inventory,
+        checks["replica_convergence"] = checked(replica_convergence, truth, cluster, ctx.inventory,
                                                 ctx.run_id, pb.recovery.within)
         conv = checks["replica_convergence"]
         old = ctx.preflight.get("primary_before")

@@ -227,3 +227,34 @@ def test_bad_playbook_is_refused_before_touching_anything(lab: Inventory, tmp_pa
         assert res.returncode == 2, res.stdout + res.stderr
         assert message in res.stderr and str(bad) in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "r").exists()
+
+
+def test_client_link_cut_and_restored(lab: Inventory, tmp_path: Path) -> None:
+    import glob
+
+    links_before = set(glob.glob("/tmp/chaoskit-link-*"))
+    proc = subprocess.Popen(["chaoskit", "run", "playbooks/pg-client-link-down.yaml", "-i", INV, "--out",
+                             str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out + err
+    (run_dir,) = sorted(tmp_path.glob("*"))
+    ev = json.loads((run_dir / "run.json").read_text())
+    (fault,) = ev["results"]["faults"]
+    assert 5.0 <= fault["rto_s"] <= 6.5, fault  # the 5 s the link was down, then a reconnect
+    assert fault["t_detect"] is None  # no failover: the database never noticed
+    assert fault["new_primary"] in (None, fault["old_primary"])  # the same writer throughout
+    rpo = ev["results"]["rpo"]
+    assert rpo["valid"] is True and rpo["lost_acknowledged"] == 0 and rpo["phantoms"] == 0
+    (injected,) = ev["faults_injected"]
+    assert injected["host"] == "client" and injected["revert_verified"] is True
+    # the relays ended with the drill, and nothing of them is left on this machine
+    assert set(glob.glob("/tmp/chaoskit-link-*")) == links_before
+    marker = f"--parent-pid\0{proc.pid}\0".encode()
+    assert not [p for p in Path("/proc").glob("[0-9]*") if _cmdline(p).find(marker) >= 0]
+
+
+def _cmdline(proc_dir: Path) -> bytes:
+    try:
+        return (proc_dir / "cmdline").read_bytes()
+    except OSError:
+        return b""

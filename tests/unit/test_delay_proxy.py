@@ -186,3 +186,52 @@ def test_relay_ends_with_its_parent(tmp_path: Path) -> None:
         assert not Path(f"/proc/{relay}").exists() or "Z" in Path(f"/proc/{relay}/stat").read_text().split()[2]
     finally:
         done.set()
+
+
+def test_toxics_change_at_runtime_on_sighup(tmp_path: Path) -> None:
+    import os
+    import signal
+
+    echo_port, done = _echo_server()
+    stats, control = tmp_path / "stats.json", tmp_path / "control.json"
+    proc, port = _start_proxy(echo_port, "--control", str(control), stats=stats)
+
+    def apply(*toxics: str) -> None:
+        before = json.loads(stats.read_text())["generation"] if stats.exists() else 0
+        control.write_text(json.dumps(list(toxics)))
+        os.kill(proc.pid, signal.SIGHUP)
+        deadline = time.time() + 3
+        while time.time() < deadline:
+            with contextlib.suppress(OSError, ValueError):
+                if json.loads(stats.read_text())["generation"] == before + 1:
+                    return
+            time.sleep(0.02)
+        raise AssertionError("the relay did not acknowledge the new toxics")
+
+    try:
+        time.sleep(1.1)  # first stats written
+        c = socket.create_connection(("127.0.0.1", port), timeout=5)
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def rtt() -> float:
+            t = time.perf_counter()
+            c.sendall(b"ping")
+            assert c.recv(16) == b"ping"
+            return (time.perf_counter() - t) * 1000
+
+        assert rtt() < 10
+        apply("--delay-ms", "15")  # the live connection is slowed from now on
+        assert 29 <= min(rtt() for _ in range(3)) <= 45
+        apply("--down")  # the live connection is cut and new ones are refused
+        with pytest.raises((ConnectionResetError, BrokenPipeError, AssertionError)):
+            rtt()
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=2)
+        apply()  # healed: a new connection works without delay
+        c = socket.create_connection(("127.0.0.1", port), timeout=5)
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        assert rtt() < 10
+    finally:
+        proc.terminate()
+        proc.wait(5)
+        done.set()

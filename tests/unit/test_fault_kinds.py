@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
@@ -153,3 +155,15 @@ def test_proxy_toxics_become_relay_arguments(fields: dict, expected: list[str]) 
 def test_proxy_fault_validation(fields: dict, message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         FaultSpec(kind="proxy", target="pg2", peers=("pg1",), peer_port=5432, **fields)
+
+
+def test_client_target_takes_link_toxics_only() -> None:
+    from chaoskit.errors import InputError
+    from chaoskit.faults.targets import validate_target
+    from chaoskit.inventory import load_inventory
+
+    lab = load_inventory(Path(__file__).resolve().parents[2] / "inventories" / "lab.yaml")
+    validate_target(FaultSpec(kind="proxy", target="client", down=True), lab)  # no peers needed: the load's link
+    validate_target(FaultSpec(kind="latency", target="client", delay_ms=5), lab)
+    with pytest.raises(InputError, match="takes latency or proxy faults"):
+        validate_target(FaultSpec(kind="kill", target="client"), lab)
