@@ -5,6 +5,7 @@ Pure function of the measured steps so it can be tested on constructed curves.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -13,7 +14,8 @@ def find_knee(steps: list[dict[str, Any]], flat_gain: float = 0.10, drop: float 
 
     - peak: the step with the highest TPS;
     - saturation: the first step after which adding workers raises TPS by less than `flat_gain`
-      (relative, per step) while p99 grows: the recommended concurrency;
+      per doubling of concurrency (so a 1, 4, 16, 64 ladder is judged like 1, 2, 4, 8) while p99
+      grows: the recommended concurrency;
     - overload: the first step after the peak whose TPS is more than `drop` below the peak.
     """
     if not steps:
@@ -22,7 +24,8 @@ def find_knee(steps: list[dict[str, Any]], flat_gain: float = 0.10, drop: float 
     saturation_i = None
     for i in range(len(steps) - 1):
         a, b = steps[i], steps[i + 1]
-        gain = (b["tps"] - a["tps"]) / a["tps"] if a["tps"] else 0.0
+        doublings = max(1.0, math.log2(b["workers"] / a["workers"])) if a["workers"] else 1.0
+        gain = (b["tps"] / a["tps"]) ** (1 / doublings) - 1 if a["tps"] else 0.0
         latency_grows = (b.get("p99_ms") or 0) >= (a.get("p99_ms") or 0)
         if gain < flat_gain and latency_grows:
             saturation_i = i
