@@ -3,7 +3,8 @@ not reachable over SSH at all, e.g. a managed service): the Toxiproxy idea, kept
 
 Toxics, per stream (upstream = client -> server, downstream = server -> client):
 - latency: each chunk read from one side is forwarded at `read time + delay (+ jitter)`, in order;
-- bandwidth: chunks are paced so a stream never exceeds `rate` bytes/s;
+- bandwidth: a stream carries at most `rate` bytes/s: each ~20 ms piece is delivered once the
+  link has had the time to carry it;
 - reset: every connection is reset (RST, both sides) `reset_after_ms` after it was opened;
 - down: no listener at all, so redirected connections are refused (the link is cut).
 
@@ -95,15 +96,22 @@ class Stream:
         t = self.toxics
         due = now + t.delay + (random.gauss(0, t.jitter) if t.jitter else 0.0)
         due = max(due, self.last_due)  # never reorder
-        if t.rate:
-            due = max(due, self.link_free)
-            self.link_free = due + len(data) / t.rate
-        self.last_due = due
-        if due <= now and not self.pending and self.out is not None:
+        if not t.rate and due <= now and not self.pending and self.out is not None:
             self.out.write(data)
             self.stats.record(0.0, len(data))
+            self.last_due = due
             return
-        self.pending.append((due, now, data))
+        if t.rate:  # a piece is delivered once the link has carried all of it (~20 ms pieces)
+            size = max(512, int(t.rate / 50))
+            pieces = [data[i:i + size] for i in range(0, len(data), size)]
+        else:
+            pieces = [data]
+        for piece in pieces:
+            if t.rate:
+                due = max(due, self.link_free) + len(piece) / t.rate
+                self.link_free = due
+            self.pending.append((due, now, piece))
+        self.last_due = due
         self.pending_bytes += len(data)
         if self.pending_bytes > HIGH_WATER and self.source is not None and not self.paused:
             self.paused = True

@@ -126,7 +126,7 @@ def test_bandwidth_paces_a_stream() -> None:
             got += len(c.recv(65536))
         elapsed = time.perf_counter() - t
         c.close()
-        assert 1.3 <= elapsed <= 2.5, elapsed  # 300 kB at 200 kB/s: 1.5 s (the first chunk leaves at once)
+        assert 1.45 <= elapsed <= 2.5, elapsed  # 300 kB at 200 kB/s: 1.5 s however the reads are sized
     finally:
         proc.terminate()
         proc.wait(5)
