@@ -55,7 +55,7 @@ def test_ramp_finds_a_knee(lab: Inventory, tmp_path: Path) -> None:
 name: small-ramp
 kind: ramp
 cluster: pg
-grid: {workers: [1, 4, 16, 64], workload: [update]}
+grid: {workers: [1, 4, 16, 64, 160], workload: [update]}
 warmup: 1s
 measure: 3s
 """, tmp_path)
