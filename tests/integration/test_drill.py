@@ -134,13 +134,15 @@ def test_mariadb_crash_and_restart_without_a_manager(lab: Inventory, tmp_path: P
     assert res.returncode == 0, res.stdout + res.stderr
     ev = json.loads((run_dir / "run.json").read_text())
     (fault,) = ev["results"]["faults"]
-    assert fault["old_primary"] == fault["new_primary"] == "my1"  # the same node came back
+    # the same node came back (the probe's view of the roles around the fault may be missing: checked below)
+    assert fault["old_primary"] in (None, "my1") and fault["new_primary"] in (None, "my1")
     assert fault["t_detect"] is None and any("no HA manager signal" in n for n in fault["notes"])
     assert 5.0 <= fault["rto_s"] <= 12, fault  # down for the 5 s of the fault, then restart + InnoDB recovery
     rpo = ev["results"]["rpo"]
     assert rpo["lost_acknowledged"] == 0 and rpo["phantoms"] == 0 and rpo["acknowledged"] > 1000
     conv = ev["results"]["checks"]["replica_convergence"]
     assert conv["valid"] is True and set(conv["members"]) == {"my1", "my2"}
+    assert conv["old_primary"]["host"] == "my1" and conv["old_primary"]["role_now"] == "primary"
     assert conv["old_primary"]["rewind"].startswith("not needed")
 
 
