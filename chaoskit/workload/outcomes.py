@@ -7,7 +7,7 @@ pointed at the wrong node drop the connection, so the next op reconnects to the 
 
 from __future__ import annotations
 
-from chaoskit.db.base import ErrorClass
+from chaoskit.db.base import Driver, ErrorClass
 from chaoskit.recorder import FAIL, INFO
 
 _DEFINITE = {ErrorClass.connect_refused, ErrorClass.read_only, ErrorClass.constraint, ErrorClass.serialization}
@@ -24,6 +24,17 @@ def outcome_for(exc_class: ErrorClass, phase: str, interrupted: bool) -> str:
     if exc_class == ErrorClass.timeout and not interrupted:
         return FAIL  # the server cancelled the statement itself
     return INFO
+
+
+def connect_error_class(driver: Driver, exc: BaseException) -> ErrorClass:
+    """A failed connect: a timeout or a standby reached, else refused (the op never started)."""
+    cls = driver.classify(exc)
+    return cls if cls in (ErrorClass.timeout, ErrorClass.read_only) else ErrorClass.connect_refused
+
+
+def client_deadline(op_timeout: float) -> float:
+    """When the client gives up on an op: just after the server's own statement timeout."""
+    return op_timeout + 0.25
 
 
 def first_line(exc: BaseException) -> str:

@@ -34,7 +34,7 @@ from psycopg import pq
 from chaoskit.db.base import Driver, ErrorClass
 from chaoskit.db.postgres import PostgresDriver
 from chaoskit.recorder import FAIL, OK, Recorder
-from chaoskit.workload.outcomes import DROP_CONNECTION, first_line, outcome_for
+from chaoskit.workload.outcomes import DROP_CONNECTION, client_deadline, connect_error_class, first_line, outcome_for
 from chaoskit.workload.workloads import BEGIN, COMMIT, OpContext, Stmt, Workload
 
 IDLE, CONNECTING, PREPARING, BUSY, CLEANUP = range(5)
@@ -106,7 +106,7 @@ class PgLoop:
         self.t_start = t_start
         self.rate = rate
         self.default_kind = "write" if workload.writes else "read"
-        self.deadline = spec.op_timeout + 0.25
+        self.deadline = client_deadline(spec.op_timeout)
         self.slots = []
         for wid in worker_ids:
             rng = random.Random(hash((spec.run_id, wid)))
@@ -226,9 +226,7 @@ class PgLoop:
                 conn = fut.result()
             except Exception as exc:
                 slot.state = IDLE
-                cls = self.driver.classify(exc)
-                if cls not in (ErrorClass.timeout, ErrorClass.read_only):
-                    cls = ErrorClass.connect_refused
+                cls = connect_error_class(self.driver, exc)
                 self.recorder.record(slot.wid, self.default_kind, slot.t_invoke, now, FAIL, cls.value,
                                      first_line(exc))
                 self._after_op(slot, now, failed_connect=True)

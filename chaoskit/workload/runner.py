@@ -38,7 +38,7 @@ from typing import Any
 from chaoskit.db.base import Driver, ErrorClass, driver_for
 from chaoskit.inventory.models import Cluster, Inventory
 from chaoskit.recorder import FAIL, OK, Recorder
-from chaoskit.workload.outcomes import DROP_CONNECTION, first_line, outcome_for
+from chaoskit.workload.outcomes import DROP_CONNECTION, client_deadline, connect_error_class, first_line, outcome_for
 from chaoskit.workload.workloads import OpContext, WorkloadParams, make_workload
 
 __all__ = ["LoadRunner", "LoadSpec", "outcome_for"]
@@ -138,9 +138,7 @@ class _Worker:
                     self.conn = self.driver.connect_writer()
                 except Exception as exc:
                     self.inflight_since = None
-                    cls = self.driver.classify(exc)
-                    if cls not in (ErrorClass.timeout, ErrorClass.read_only):
-                        cls = ErrorClass.connect_refused
+                    cls = connect_error_class(self.driver, exc)
                     self._record(self.wid, "write" if self.workload.writes else "read", t_invoke, time.time(),
                                  FAIL, cls.value, first_line(exc))
                     if self.arrivals is None:
@@ -210,25 +208,25 @@ def _child_main(cluster_json: str, inventory_json: str, spec: LoadSpec, worker_i
         time.sleep(delay)
     for t in threads:
         t.start()
-    client_deadline = spec.op_timeout + 0.25
+    deadline = client_deadline(spec.op_timeout)
     last_drain = time.time()
     while not stop_evt.is_set():
         stop_evt.wait(0.05)
         now = time.time()
         for w in workers:
-            w.watchdog_check(now, client_deadline)
+            w.watchdog_check(now, deadline)
         if now - last_drain >= DRAIN_EVERY:
             with lock:
                 batch = recorder.drain(now)
             out.put(("batch", os.getpid(), batch))
             last_drain = now
     stop.set()
-    end = time.time() + client_deadline + 1
+    end = time.time() + deadline + 1
     for t in threads:
         while t.is_alive() and time.time() < end:
             t.join(0.05)
             for w in workers:
-                w.watchdog_check(time.time(), client_deadline)
+                w.watchdog_check(time.time(), deadline)
     with lock:
         batch = recorder.drain(time.time(), final=True)
     out.put(("final", os.getpid(), batch))
