@@ -35,6 +35,17 @@ def run_load(lab: Inventory, cluster: str, spec: LoadSpec, seconds: float,
     return runner, recorder
 
 
+def ledger_acked_and_present(runner: LoadRunner, rec: Recorder) -> tuple[set, set]:
+    """The ledger keys the recorder saw acknowledged, and those the writer holds now."""
+    conn = runner.driver.connect_writer()
+    try:
+        present = runner.workload.present(conn)  # type: ignore[attr-defined]
+    finally:
+        Driver.close_quietly(conn)
+    acked = {(w, s) for w, r in rec.ledger_acknowledged().items() for lo, hi in r for s in range(lo, hi + 1)}
+    return acked, present
+
+
 @pytest.mark.parametrize("cluster", ["pg", "mariadb"])
 @pytest.mark.parametrize("workload", sorted(WORKLOADS))
 def test_every_workload_runs_clean(lab: Inventory, cluster: str, workload: str) -> None:
@@ -115,12 +126,7 @@ def test_worker_survives_kill_and_restart(lab: Inventory, pool: RemotePool) -> N
     tail = rec.to_frame()
     assert tail[tail["t"] > marks["restart"] + 3]["ok"].sum() > 50
     # durability: every acknowledged ledger write survived the crash
-    conn = runner.driver.connect_writer()
-    try:
-        present = runner.workload.present(conn)  # type: ignore[attr-defined]
-    finally:
-        Driver.close_quietly(conn)
-    acked = {(w, s) for w, r in rec.ledger_acknowledged().items() for lo, hi in r for s in range(lo, hi + 1)}
+    acked, present = ledger_acked_and_present(runner, rec)
     assert acked <= present
 
 
@@ -207,12 +213,7 @@ def test_pg_loop_survives_kill_and_restart(lab: Inventory, pool: RemotePool) -> 
     assert workers_ok_after == set(range(1, 7)), rec.gaps  # every worker came back by itself
     tail = rec.to_frame()
     assert tail[tail["t"] > marks["restart"] + 3]["ok"].sum() > 50
-    conn = runner.driver.connect_writer()
-    try:
-        present = runner.workload.present(conn)  # type: ignore[attr-defined]
-    finally:
-        Driver.close_quietly(conn)
-    acked = {(w, s) for w, r in rec.ledger_acknowledged().items() for lo, hi in r for s in range(lo, hi + 1)}
+    acked, present = ledger_acked_and_present(runner, rec)
     assert acked and acked <= present, f"{len(acked - present)} acknowledged rows missing"
     assert present <= acked | set(rec.ledger_keys(INFO)), "phantom rows"
 
