@@ -6,6 +6,7 @@ Exit codes: 0 ok, 1 failure (or an SLO missed), 2 bad input (nothing touched), 3
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -33,8 +34,29 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output."
 
 
 def _fail(exc: ChaoskitError) -> None:
-    err.print(f"[red]error:[/red] {exc}", highlight=False, markup=True, soft_wrap=True)
+    err.print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
     raise typer.Exit(exc.exit_code)
+
+
+def _inventory(path: Path, reach: bool = True) -> Any:
+    """Load and validate an inventory; with `reach`, a lab inventory whose lab is not up stops
+    here, before any packet is sent (commands validate their other inputs first, then reach)."""
+    from chaoskit.guard import refuse_unreachable_lab
+    from chaoskit.inventory.loader import load_inventory
+
+    inv = load_inventory(path)
+    if reach:
+        refuse_unreachable_lab(inv)
+    return inv
+
+
+def _controller(evidence: bool = False) -> None:
+    """This process starts helpers (they carry its pid and die with it); evidence is private."""
+    from chaoskit.lifeline import mark_controller
+
+    mark_controller()
+    if evidence:
+        os.umask(0o077)
 
 
 @lab_app.command("up")
@@ -113,10 +135,9 @@ def _print_lab_status(data: dict) -> None:
 def inventory_check(inventory: InventoryOpt, as_json: JsonOpt = False) -> None:
     """Reach every host in parallel: SSH round-trip, clock offset, capabilities, cluster roles."""
     from chaoskit.inventory.check import check_inventory, render_check
-    from chaoskit.inventory.loader import load_inventory
 
     try:
-        inv = load_inventory(inventory)
+        inv = _inventory(inventory)
         report = check_inventory(inv)
     except ChaoskitError as exc:
         _fail(exc)
@@ -142,36 +163,44 @@ def load(
     inventory: InventoryOpt,
     cluster: Annotated[str, typer.Option(help="Cluster name in the inventory.")],
     workload: Annotated[str, typer.Option(help="ledger|bank|update|read|oltp|oltp-ro|oltp-wo")] = "ledger",
-    workers: Annotated[int, typer.Option(min=1, help="Concurrent workers (one connection each).")] = 8,
+    workers: Annotated[int, typer.Option(min=1, max=4096, help="Concurrent workers (one connection each).")] = 8,
     rate: Annotated[float | None, typer.Option(help="Open loop: total arrivals per second.")] = None,
     duration: Annotated[str, typer.Option(help="How long, e.g. 60s.")] = "60s",
     processes: Annotated[int | None, typer.Option(help="Worker processes (default: one per core).")] = None,
     op_timeout: Annotated[str, typer.Option(help="Per-op deadline.")] = "5s",
-    table_rows: Annotated[int, typer.Option(help="Rows in update/read/oltp tables.")] = 10_000,
+    table_rows: Annotated[int, typer.Option(min=10, help="Rows in update/read/oltp tables.")] = 10_000,
     out_dir: Annotated[Path | None, typer.Option("--out", help="Directory for timeline.csv.")] = None,
+    allow_production: Annotated[bool, typer.Option("--allow-production",
+                                                   help="Allow a writing load on production-tagged targets.")] = False,
 ) -> None:
     """Run a steady load and report TPS, latency percentiles and errors by class."""
+    import math
+
     from rich.live import Live
 
-    from chaoskit.inventory.loader import load_inventory
+    from chaoskit.guard import cluster_hosts, refuse_production
     from chaoskit.recorder import Recorder
     from chaoskit.workload.progress import live_line, summary, summary_table
-    from chaoskit.workload.runner import LoadRunner, LoadSpec
+    from chaoskit.workload.runner import LoadRunner
+    from chaoskit.workload.spec import LoadSpec
     from chaoskit.workload.workloads import WORKLOADS, WorkloadParams
 
+    _controller()
     try:
         seconds = _duration(duration, "--duration")
         timeout = _duration(op_timeout, "--op-timeout")
         if workload not in WORKLOADS:
             raise InputError(f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}",
                              source="command line", field="--workload")
-        if rate is not None and rate <= 0:
-            raise InputError("must be > 0", source="command line", field="--rate")
-        inv = load_inventory(inventory)
+        if rate is not None and not (math.isfinite(rate) and 0 < rate <= 1_000_000):
+            raise InputError("must be a finite number in (0, 1000000]", source="command line", field="--rate")
+        inv = _inventory(inventory)
         try:
             cl = inv.cluster(cluster)
         except KeyError as exc:
             raise InputError(str(exc.args[0]), source="command line", field="--cluster") from None
+        if WORKLOADS[workload].writes:
+            refuse_production(inv, cluster_hosts(inv, cluster), [cluster], allow=allow_production)
         spec = LoadSpec(workload=workload, workers=workers, rate=rate, processes=processes, op_timeout=timeout,
                         params=WorkloadParams(table_rows=table_rows))
         import time as _time
@@ -199,74 +228,93 @@ def load(
 def _fault_spec(**fields: object) -> Any:
     from pydantic import ValidationError
 
-    from chaoskit.faults.models import FaultSpec
+    from chaoskit.faults.spec import parse_fault
 
+    data = {k: v for k, v in fields.items() if v not in (None, (), [])}
     try:
-        return FaultSpec.model_validate({k: v for k, v in fields.items() if v not in (None, (), [])})
+        return parse_fault(data)
     except ValidationError as exc:
         e = exc.errors(include_url=False)[0]
-        name = "--" + str(e["loc"][0]).replace("_", "-") if e["loc"] else "--kind"
-        raise InputError(e["msg"].removeprefix("Value error, "), source="command line", field=name) from None
+        loc = [p for p in e["loc"] if p != data.get("kind")]
+        name = "--" + str(loc[0]).replace("_", "-") if loc else "--kind"
+        msg = "not an option of this fault kind" if e["type"] == "extra_forbidden" else \
+            e["msg"].removeprefix("Value error, ")
+        raise InputError(msg, source="command line", field=name) from None
 
 
 @fault_app.command("inject")
 def fault_inject(
     inventory: InventoryOpt,
-    kind: Annotated[str, typer.Option(help="kill|pause|stop|partition|loss|bandwidth|netem|stress")],
+    kind: Annotated[str, typer.Option(
+        help="kill|crash|pause|stop|partition|loss|bandwidth|netem|latency|proxy|stress")],
     target: Annotated[str, typer.Option(help="host, or role:primary|replica|sync_standby|any[@one|@all|@minority]")],
     cluster: Annotated[str | None, typer.Option(help="Cluster for role targets and process lookup.")] = None,
-    ttl: Annotated[str, typer.Option(help="The host reverts the fault itself after this long.")] = "30s",
+    ttl: Annotated[str, typer.Option(help="The host reverts the fault itself after this long at the latest.")] = "30s",
+    duration: Annotated[str | None, typer.Option(help="Planned length: the host reverts it then (+2 s).")] = None,
     processes: Annotated[str | None, typer.Option(help="Comma list of member processes (patroni,postgres).")] = None,
-    signal: Annotated[str, typer.Option(help="Signal for kill.")] = "KILL",
+    signal: Annotated[str | None, typer.Option(help="Signal for kill.")] = None,
     peers: Annotated[str | None, typer.Option(help="Comma list of hosts/roles the network fault applies to.")] = None,
-    direction: Annotated[str, typer.Option(help="both|in|out")] = "both",
-    action: Annotated[str, typer.Option(help="partition: drop|reject")] = "drop",
-    interface: Annotated[str, typer.Option(help="Interface for tc faults.")] = "eth0",
-    delay_ms: Annotated[float, typer.Option(help="netem delay.")] = 0.0,
-    jitter_ms: Annotated[float, typer.Option(help="netem jitter.")] = 0.0,
-    loss_pct: Annotated[float, typer.Option(help="loss / netem loss percent.")] = 0.0,
-    rate: Annotated[str | None, typer.Option(help="bandwidth rate, e.g. 1mbit.")] = None,
-    cpu: Annotated[int, typer.Option(help="stress: CPU workers.")] = 0,
-    io: Annotated[int, typer.Option(help="stress: IO workers.")] = 0,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the exact commands per host; touch nothing.")
+    peer_port: Annotated[int | None, typer.Option(help="latency/proxy: the peer's port.")] = None,
+    direction: Annotated[str | None, typer.Option(help="partition/loss: both|in|out")] = None,
+    action: Annotated[str | None, typer.Option(help="partition: drop|reject")] = None,
+    interface: Annotated[str | None, typer.Option(help="Interface for tc faults.")] = None,
+    delay_ms: Annotated[float | None, typer.Option(help="netem/latency/proxy delay.")] = None,
+    jitter_ms: Annotated[float | None, typer.Option(help="netem/latency/proxy jitter.")] = None,
+    loss_pct: Annotated[float | None, typer.Option(help="loss / netem loss percent.")] = None,
+    rate: Annotated[str | None, typer.Option(help="bandwidth/proxy rate, e.g. 1mbit.")] = None,
+    cpu: Annotated[int | None, typer.Option(help="stress: CPU workers.")] = None,
+    io: Annotated[int | None, typer.Option(help="stress: IO workers.")] = None,
+    allow_production: Annotated[bool, typer.Option("--allow-production", help="Allow production-tagged hosts.")
+                                ] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the staging script per host; touch nothing.")
                        ] = False,
 ) -> None:
     """Inject one fault and exit, leaving it under its TTL (revert with `fault revert` or `recover`)."""
     from chaoskit.faults.manager import FaultManager
-    from chaoskit.inventory.loader import load_inventory
+    from chaoskit.faults.targets import validate_target
+    from chaoskit.guard import refuse_production, refuse_unreachable_lab
 
     try:
-        inv = load_inventory(inventory)
-        spec = _fault_spec(kind=kind, target=target, cluster=cluster, ttl=ttl, signal=signal,
+        inv = _inventory(inventory, reach=False)
+        spec = _fault_spec(kind=kind, target=target, cluster=cluster, ttl=ttl, duration=duration, signal=signal,
                            processes=tuple(p for p in (processes or "").split(",") if p),
-                           peers=tuple(p for p in (peers or "").split(",") if p), direction=direction,
-                           action=action, interface=interface, delay_ms=delay_ms, jitter_ms=jitter_ms,
-                           loss_pct=loss_pct, rate=rate, cpu_workers=cpu, io_workers=io)
+                           peers=tuple(p for p in (peers or "").split(",") if p), peer_port=peer_port,
+                           direction=direction, action=action, interface=interface, delay_ms=delay_ms,
+                           jitter_ms=jitter_ms, loss_pct=loss_pct, rate=rate, cpu_workers=cpu, io_workers=io)
+        validate_target(spec, inv)
+        refuse_unreachable_lab(inv)
         fm = FaultManager(inv)
         try:
+            hosts = fm.resolve(spec)
+            refuse_production(inv, hosts, [spec.cluster] if spec.cluster else [], allow=allow_production)
             if dry_run:
-                fault_id, planned = fm.plan(spec)
+                fault_id, planned = fm.plan(spec, hosts=hosts)
                 for p in planned:
-                    out.print(f"# host {p.host} (fault {fault_id}), sent to its root shell:", highlight=False)
-                    sys.stdout.write(p.script + "\n")
+                    sys.stdout.write(f"# host {p.host}, fault {fault_id}: the journal it would get (staged ahead, "
+                                     f"sent base64-encoded and checked by SHA-256), then `{fault_id}.inject` at the "
+                                     "instant\n")
+                    for name, content in p.files.items():
+                        if name not in ("lib", "deadman", "proxy.py"):  # the shared prelude and our own code
+                            sys.stdout.write(f"## {fault_id}.{name}\n{content.rstrip()}\n")
                 return
-            faults = fm.inject(spec)
+            faults = [fm.trigger(st) for st in fm.stage(spec, hosts=hosts)]
         finally:
             fm.close()
     except ChaoskitError as exc:
         _fail(exc)
     for f in faults:
-        out.print(f"{f.id} {f.kind} on {f.host}: in effect at {f.t_effect:.3f}"
-                  f" (±{f.offset_uncertainty_s * 1000:.1f} ms), reverts itself after {spec.ttl:g}s", highlight=False)
+        planned = f" (planned end {f.planned_end - f.t_effect:g}s after that)" if f.planned_end else ""
+        out.print(f"{f.id} {f.kind} on {f.host}: in effect at {f.t_effect:.3f} "
+                  f"(±{f.offset_uncertainty_s * 1000:.1f} ms)"
+                  f"{planned}; the host reverts it itself after {spec.ttl:g}s at the latest", highlight=False)
 
 
 def _with_faults(inventory: Path, fn: Any) -> Any:
     """Load the inventory, run fn(FaultManager), always close; input errors exit 2."""
     from chaoskit.faults.manager import FaultManager
-    from chaoskit.inventory.loader import load_inventory
 
     try:
-        fm = FaultManager(load_inventory(inventory))
+        fm = FaultManager(_inventory(inventory))
         try:
             return fn(fm)
         finally:
@@ -285,11 +333,12 @@ def fault_list(inventory: InventoryOpt, as_json: JsonOpt = False) -> None:
         sys.stdout.write(json.dumps({"faults": rows, "unreachable": errors}) + "\n")
         return
     table = Table(title="journaled faults")
-    for col in ("id", "host", "kind", "target", "active", "remaining"):
+    for col in ("id", "host", "kind", "target", "state", "in effect", "reverts in"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["id"], r.get("host", "?"), r.get("kind", "?"), r.get("target", "?"),
-                      "yes" if r["active"] else "no", f"{r['remaining_s']}s")
+        active = {True: "yes", False: "no"}.get(r["active"], "UNKNOWN")
+        table.add_row(r["id"], r.get("host", "?"), r.get("kind", "?"), r.get("target", "?"), r.get("state", "?"),
+                      active, f"{r['remaining_s']}s")
     out.print(table)
     for host, e in errors.items():
         err.print(f"unreachable {host}: {e}", highlight=False)
@@ -298,19 +347,32 @@ def fault_list(inventory: InventoryOpt, as_json: JsonOpt = False) -> None:
 @fault_app.command("revert")
 def fault_revert(inventory: InventoryOpt, fault_id: Annotated[str, typer.Argument(help="Fault id.")]) -> None:
     """Revert one journaled fault wherever it is, and verify it is gone."""
+    from chaoskit.validation import is_fault_id
+
+    if not is_fault_id(fault_id):
+        _fail(InputError("not a fault id (12 hex digits, as `fault list` shows them)", source="command line",
+                         field="ID"))
     result = _with_faults(inventory, lambda fm: fm.revert_by_id(fault_id))
     if not result:
         _fail(InputError(f"no host has a journaled fault {fault_id}", source="command line", field="ID"))
     for host, what in result.items():
         out.print(f"{host}: {what}", highlight=False)
-    if any(v != "reverted" for v in result.values()):
+    if any(not v.startswith(("reverted", "already reverted")) for v in result.values()):
         raise typer.Exit(1)
 
 
 @app.command("recover")
-def recover(inventory: InventoryOpt) -> None:
-    """Revert every journaled fault on every host (after a crashed controller, or to be sure)."""
-    report = _with_faults(inventory, lambda fm: fm.recover())
+def recover(
+    inventory: InventoryOpt,
+    force: Annotated[bool, typer.Option("--force", help="Also revert faults of a controller still running here.")
+                     ] = False,
+) -> None:
+    """Revert every journaled fault on every host and restore every journaled HA setting (after a
+    crashed controller, or to be sure). Faults of a drill still running on this machine are left
+    to it unless --force."""
+    from chaoskit.ha import settings as ha_settings
+
+    report = _with_faults(inventory, lambda fm: fm.recover(force=force))
     failed = False
     for host, done in report.items():
         if "error" in done:
@@ -318,8 +380,11 @@ def recover(inventory: InventoryOpt) -> None:
             err.print(f"{host}: unreachable: {done['error']}", highlight=False)
             continue
         for fid, what in done.items():
-            failed |= what != "reverted"
+            failed |= not what.startswith(("reverted", "skipped"))
             out.print(f"{host}: {fid} {what}", highlight=False)
+    for sid, what in ha_settings.recover(force=force).items():
+        failed |= what.startswith("failed")
+        out.print(f"settings {sid}: {what}", highlight=False)
     out.print("recover: done" + (" with failures" if failed else ""))
     if failed:
         raise typer.Exit(1)
@@ -332,11 +397,18 @@ def validate(playbook: Annotated[Path, typer.Argument(help="Playbook YAML.")], i
     from chaoskit.playbook.loader import load_playbook
 
     try:
-        pb = load_playbook(playbook, load_inventory(inventory))
+        inv = load_inventory(inventory)
+        pb = load_playbook(playbook, inv).playbook
     except ChaoskitError as exc:
         _fail(exc)
     out.print(f"{playbook}: ok ({pb.name}: {len(pb.steps)} steps over {pb.duration:g}s on cluster {pb.cluster})",
               highlight=False)
+    commands = sorted({f"{m.host}.{name}" for m in inv.clusters[pb.cluster].members
+                       for name, ref in m.processes.items() if ref.start or ref.stop})
+    if commands:
+        out.print(f"note: the start/stop commands of {', '.join(commands)} are shell commands from {inventory}, run "
+                  "as root on their hosts as written (code by design: trust the inventory like a script)",
+                  highlight=False)
 
 
 @app.command("run")
@@ -349,63 +421,58 @@ def run(
                                 ] = False,
 ) -> None:
     """Run a drill and write its run directory. Exit 0: SLOs held; 1: an SLO or check failed; 3: aborted."""
+    import time as _t
+
     from rich.live import Live
 
-    from chaoskit.inventory.loader import load_inventory
+    from chaoskit.guard import refuse_unreachable_lab
     from chaoskit.playbook.loader import load_playbook
-    from chaoskit.playbook.runner import ensure_dir, run_drill
+    from chaoskit.playbook.runner import run_drill
+    from chaoskit.report.rundir import RunDirectory
+    from chaoskit.report.summary import print_drill_summary
     from chaoskit.report.writer import write_run
 
+    _controller(evidence=True)
     try:
-        inv = load_inventory(inventory)
-        pb = load_playbook(playbook, inv)
+        inv = _inventory(inventory, reach=False)
+        loaded = load_playbook(playbook, inv)
+        pb = loaded.playbook
+        if dry_run:
+            out.print(f"{pb.name} on {pb.cluster}: load {pb.load.workload} x {pb.load.workers}, "
+                      f"duration {pb.duration:g}s", highlight=False)
+            for step in pb.steps:
+                what = step.fault.model_dump(exclude_defaults=True) if step.fault else step.action.model_dump()  # type: ignore[union-attr]
+                out.print(f"  at {step.at:>6g}s  {'fault' if step.fault else 'action'} {what}", highlight=False)
+            out.print(f"  checks {', '.join(pb.checks)}; SLOs {pb.slo.model_dump(exclude_none=True)}", highlight=False)
+            return
+        refuse_unreachable_lab(inv)
+        rd = RunDirectory.create(out_root, pb.name, _t.time())
     except ChaoskitError as exc:
         _fail(exc)
-    if dry_run:
-        out.print(f"{pb.name} on {pb.cluster}: load {pb.load.workload} x {pb.load.workers}, duration {pb.duration:g}s")
-        for step in pb.steps:
-            what = step.fault.model_dump(exclude_defaults=True) if step.fault else step.action.model_dump()  # type: ignore[union-attr]
-            out.print(f"  at {step.at:>6g}s  {'fault' if step.fault else 'action'} {what}", highlight=False)
-        out.print(f"  checks {', '.join(pb.checks)}; SLOs {pb.slo.model_dump(exclude_none=True)}", highlight=False)
-        return
     with Live(console=err, refresh_per_second=4, transient=True) as live:
         def progress(ctx: Any, w: dict) -> None:
             roles = ctx.probe.log.current_roles() if ctx.probe else {}
             marks = [e for e in ctx.events if e["kind"] in ("fault_injected", "fault_reverted", "action")]
-            last = f"{marks[-1]['kind']} {marks[-1].get('host') or marks[-1].get('leader') or ''}" if marks else "-"
-            import time as _t
-
+            last = f"{marks[-1]['kind']} {marks[-1].get('host') or marks[-1].get('member') or ''}" if marks else "-"
             live.update(f"t={_t.time() - ctx.t0:6.1f}s  tps={w['tps']:7.0f}  p99={w['p99_ms']:7.1f} ms  "
                         f"errors={w['fail'] + w['info']}  roles={roles}  last: {last}")
 
         try:
-            ctx = run_drill(pb, inv, playbook_path=str(playbook), inventory_path=str(inventory),
-                            allow_production=allow_production, progress=progress)
+            ctx = run_drill(pb, inv, run_dir=rd, playbook_path=str(playbook), inventory_path=str(inventory),
+                            playbook_sha256=loaded.sha256, allow_production=allow_production, progress=progress)
         except ChaoskitError as exc:
             live.stop()
+            rd.write_json("run.json", {"schema_version": 2, "playbook": {"path": str(playbook),
+                                                                         "sha256": loaded.sha256},
+                                       "refused": str(exc), "started": rd.path.name})
+            rd.close()
             _fail(exc)
-    run_dir = ensure_dir(out_root, pb, ctx.started)
-    evidence = write_run(ctx, run_dir)
-    res = evidence.get("results") or {}
-    for f in res.get("faults", []):
-        if f.get("outage"):
-            out.print(f"{f['kind']} on {f['target_host']}: RTO {f['rto_s']:.3f}s (write gap {f['write_gap_s']:.3f}s),"
-                      f" phases {f['phases']}", highlight=False)
-        else:
-            out.print(f"{f.get('kind')} on {f.get('target_host')}: no write outage; effect {f.get('effect')}",
-                      highlight=False)
-    if res.get("rpo"):
-        r = res["rpo"]
-        out.print(f"RPO: {r.get('lost_acknowledged')} of {r.get('acknowledged')} acknowledged writes lost; "
-                  f"indeterminate {r.get('indeterminate')} ({r.get('indeterminate_found')} found); phantoms "
-                  f"{r.get('phantoms')}", highlight=False)
-    for name, s_ in res.get("slo", {}).items():
-        out.print(f"SLO {name}: target {s_['target']} measured {s_['measured']} -> {'ok' if s_['ok'] else 'MISSED'}",
-                  highlight=False)
-    out.print(f"verdict: {res.get('verdict')}  report: {run_dir / 'report.html'}", highlight=False)
+    evidence = write_run(ctx, rd)
+    rd.close()
+    print_drill_summary(out, evidence, rd.path)
     if ctx.aborted:
         raise typer.Exit(3)
-    raise typer.Exit(0 if res.get("verdict") is True else 1)
+    raise typer.Exit(0 if (evidence.get("results") or {}).get("verdict") is True else 1)
 
 
 experiment_app = typer.Typer(no_args_is_help=True, help="Sweeps, load ramps, comparisons.")
@@ -417,6 +484,8 @@ def experiment_run(
     experiment: Annotated[Path, typer.Argument(help="Experiment YAML (kind: sweep | ramp | compare).")],
     inventory: InventoryOpt,
     out_root: Annotated[Path, typer.Option("--out", help="Where run directories go.")] = Path("reports"),
+    allow_production: Annotated[bool, typer.Option("--allow-production", help="Allow production-tagged targets.")
+                                ] = False,
 ) -> None:
     """Run an experiment cell by cell (progress with ETA) and write its run directory."""
     import time as _t
@@ -424,13 +493,15 @@ def experiment_run(
     from pydantic import ValidationError
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from chaoskit.inventory.loader import load_inventory
+    from chaoskit.guard import cluster_hosts, refuse_production, refuse_unreachable_lab
     from chaoskit.playbook.experiment import Experiment, run_experiment
     from chaoskit.report.experiment import write_experiment
+    from chaoskit.report.rundir import RunDirectory
     from chaoskit.yamlsrc import load_yaml, raise_validation
 
+    _controller(evidence=True)
     try:
-        inv = load_inventory(inventory)
+        inv = _inventory(inventory, reach=False)
         doc = load_yaml(experiment)
         try:
             exp = Experiment.model_validate(doc.data)
@@ -439,9 +510,20 @@ def experiment_run(
         for name in (exp.cluster, *exp.targets):
             if name not in inv.clusters:
                 raise doc.error(("cluster",), f"unknown cluster {name!r} in {inventory}")
-        if exp.grid.synchronous_mode and inv.clusters[exp.cluster].patroni is None:
+        from chaoskit.ha.registry import managers
+
+        changeable = managers()[inv.clusters[exp.cluster].ha.kind].changeable_settings
+        if exp.grid.synchronous_mode and "synchronous_mode" not in changeable:
             raise doc.error(("grid", "synchronous_mode"),
-                            f"cluster {exp.cluster!r} has no Patroni API to switch synchronous_mode")
+                            f"cluster {exp.cluster!r} (ha: {inv.clusters[exp.cluster].ha.kind}) cannot switch "
+                            "synchronous_mode")
+        unknown = set(exp.settings) - changeable
+        if unknown:
+            raise doc.error(("settings",), f"cannot change {', '.join(sorted(unknown))} on {exp.cluster}")
+        hosts = [h for c in (exp.cluster, *exp.targets) for h in cluster_hosts(inv, c)]
+        refuse_production(inv, hosts, [exp.cluster, *exp.targets], allow=allow_production)
+        refuse_unreachable_lab(inv)
+        rd = RunDirectory.create(out_root, exp.name, _t.time())
     except ChaoskitError as exc:
         _fail(exc)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -451,8 +533,9 @@ def experiment_run(
         def progress(i: int, n: int, eta: float, what: str) -> None:
             bar.update(task, total=n, completed=i, description=what)
 
-        result = run_experiment(exp, inv, progress)
-    run_dir = out_root / (_t.strftime("%Y%m%dT%H%M%SZ", _t.gmtime(result["started"])) + f"-{exp.name}")
+        result = run_experiment(exp, inv, str(inventory), progress)
+    result["allow_production"] = allow_production
+    run_dir = rd.path
     write_experiment(result, run_dir)
     table = Table(title=f"{exp.name} ({exp.kind})")
     cols = [k for k in result["cells"][0] if k not in ("tps_min", "tps_max")] if result["cells"] else []
@@ -467,6 +550,13 @@ def experiment_run(
     if result.get("comparison"):
         out.print(f"comparison: {result['comparison']}", highlight=False)
     out.print(f"report: {run_dir / 'report.html'}")
+    if result.get("aborted"):
+        err.print(f"aborted: {result['aborted']}", highlight=False)
+        raise typer.Exit(3)
+    if result.get("settings_restore_errors"):
+        err.print(f"settings not restored (its dead-man and `chaoskit recover` retry): "
+                  f"{result['settings_restore_errors']}", highlight=False)
+        raise typer.Exit(1)
 
 
 @app.command("report")

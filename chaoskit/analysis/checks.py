@@ -34,9 +34,10 @@ def split_brain(probe: ProbeLog, interval: float) -> dict[str, Any]:
             "samples": len(probe.samples)}
 
 
-def replica_convergence(driver: Driver, cluster: Cluster, inventory: Inventory, run_id: str,
-                        within: float) -> dict[str, Any]:
-    """Every member that answers holds the same chaoskit ledger rows for this run (count, sum)."""
+def gather_convergence(driver: Driver, cluster: Cluster, inventory: Inventory, run_id: str,
+                       within: float) -> dict[str, Any]:
+    """Per member: this run's ledger rows (count, sum of seq) and its role, read directly;
+    repeated (bounded by `within`) until every member answers with the same digest."""
     sql = driver.q("SELECT COUNT(*), COALESCE(SUM(seq), 0) FROM chaoskit_ledger WHERE run_id = %s")
     deadline = time.time() + within
     while True:
@@ -52,9 +53,39 @@ def replica_convergence(driver: Driver, cluster: Cluster, inventory: Inventory, 
                 digests[member.host] = {"error": str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}
             finally:
                 Driver.close_quietly(conn)
-        answered = [(d["rows"], d["seq_sum"]) for d in digests.values() if "rows" in d]
-        converged = len(answered) == len(cluster.members) and len(set(answered)) == 1
-        if converged or time.time() >= deadline:
-            return {"valid": converged if answered else "unknown", "members": digests,
-                    "waited_s": round(within - max(0.0, deadline - time.time()), 3)}
+        if _converged(digests, len(cluster.members)) or time.time() >= deadline:
+            return {"members": digests, "waited_s": round(within - max(0.0, deadline - time.time()), 3)}
         time.sleep(0.5)
+
+
+def _converged(digests: dict[str, Any], members: int) -> bool:
+    answered = [(d["rows"], d["seq_sum"]) for d in digests.values() if "rows" in d]
+    return len(answered) == members and len(set(answered)) == 1
+
+
+def convergence_verdict(gathered: dict[str, Any], old_primary: str | None, ha: dict[str, Any]) -> dict[str, Any]:
+    """Every member holds the same rows for this run; and what became of the old primary:
+    `rejoined` means back in the cluster *and* holding exactly the writer's rows."""
+    if "members" not in gathered:
+        return gathered
+    members = gathered["members"]
+    answered = [(d["rows"], d["seq_sum"]) for d in members.values() if "rows" in d]
+    out: dict[str, Any] = {"valid": _converged(members, len(members)) if answered else "unknown", **gathered}
+    if old_primary and old_primary in members:
+        writer = next((d for d in members.values() if d.get("role") == "primary"), {})
+        mine = members[old_primary]
+        same = "rows" in mine and (mine.get("rows"), mine.get("seq_sum")) == (writer.get("rows"), writer.get("seq_sum"))
+        out["old_primary"] = {
+            "host": old_primary, "role_now": mine.get("role"),
+            "rejoined": mine.get("role") in ("replica", "primary") and same,
+            "diverged": mine.get("role") == "replica" and not same,
+            "rewind": rewind_note(ha.get("manager"), mine.get("role"))}
+    return out
+
+
+def rewind_note(manager: str | None, role_now: str | None) -> str:
+    if role_now == "primary":
+        return "not needed: the old primary is the writer again"
+    if manager in (None, "none"):
+        return "not applicable: no HA manager rejoins nodes in this cluster"
+    return f"unknown: not observable through {manager}'s interface (see the member's manager log)"

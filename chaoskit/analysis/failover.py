@@ -3,8 +3,10 @@
 - t_fault: the fault took effect on the host (host time, offset-corrected).
 - t_first_err / t_last_ok / t_first_ok: from every worker's outage edges (exact op timestamps)
   among the gaps that opened at or after t_fault.
-- t_detect: the HA manager acted: Patroni shows a leader other than the old one (or none), or
-  the old leader leaving `running`. Null with a reason where no manager is observable.
+- t_detect: the HA manager reacted: the first of its own events (Patroni: the DCS leader key
+  deleted or taken; pg_auto_failover: the monitor's event; repmgr: repmgr.events; MHA: its log)
+  or of its view as polled (leader changed, or the leader left its healthy state) after t_fault,
+  with that event's uncertainty. Null with the reason where there is no manager.
 - t_promoted: a node is writable again: the earlier of the role probe seeing it and a client's
   first successful write (which is itself proof of a writer); which node and which evidence
   are recorded.
@@ -17,6 +19,7 @@ import math
 import statistics
 from typing import Any
 
+from chaoskit.ha.base import REACTION_EVENTS
 from chaoskit.recorder import Recorder
 from chaoskit.topology.probe import ProbeLog
 
@@ -92,9 +95,10 @@ def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, base
     if t_promoted is None:
         out["notes"].append("no writable node observed after the fault within the window")
 
-    t_detect, detect_how = _detect(probe, t_fault, old_primary, window_end) if manager_observable else (None, None)
+    t_detect, detect_how, detect_unc = _detect(probe, t_fault, window_end, fault.get("offset_uncertainty_s") or 0.0) \
+        if manager_observable else (None, None, None)
     if not manager_observable:
-        out["notes"].append("no HA manager signal observable for this cluster (role probe: sql): t_detect is null")
+        out["notes"].append("no HA manager in this cluster (ha: none): no detection signal exists, t_detect is null")
     elif t_detect is None:
         out["notes"].append("the HA manager showed no reaction (leader change or leader state change)")
     if t_detect is not None and t_promoted is not None and t_detect > t_promoted:
@@ -118,7 +122,8 @@ def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, base
     out.update({
         "first_err_after_fault_s": round(t_first_err - t_fault, 6), "outage": True, "t_last_ok": t_last_ok,
         "t_first_err": t_first_err, "t_detect": t_detect,
-        "detect_signal": detect_how, "t_promoted": t_promoted, "promoted_evidence": evidence,
+        "detect_signal": detect_how, "detect_uncertainty_s": detect_unc, "t_promoted": t_promoted,
+        "promoted_evidence": evidence,
         "old_primary": old_primary, "new_primary": new_primary, "t_first_ok": t_first_ok, "t_recovered": t_recovered,
         "phases": phases, "rto_s": _diff(t_first_ok, t_fault), "write_gap_s": _diff(t_first_ok, t_last_ok),
         "per_client_rto_s": per_client,
@@ -137,20 +142,16 @@ def _pct(values: list[float], p: float) -> float:
     return round(values[min(len(values) - 1, max(0, math.ceil(p / 100 * len(values)) - 1))], 6)
 
 
-def _detect(probe: ProbeLog, t_fault: float, old_primary: str | None,
-            window_end: float) -> tuple[float | None, str | None]:
-    old_leader = None
-    for t, leader, _ in probe.manager:
-        if t <= t_fault:
-            old_leader = leader
-    for t, leader, states in probe.manager:
-        if t < t_fault or t >= window_end:
-            continue
-        if leader != old_leader:
-            return t, f"leader {old_leader} -> {leader}"
-        if old_leader is not None and states.get(old_leader, "").split("/")[-1] not in ("running", "streaming"):
-            return t, f"leader {old_leader} state {states.get(old_leader)}"
-    return None, None
+def _detect(probe: ProbeLog, t_fault: float, window_end: float,
+            uncertainty: float = 0.0) -> tuple[float | None, str | None, float | None]:
+    """The first event after the fault that shows the HA manager reacting (its own event stream,
+    or its view as polled): (time, what, uncertainty)."""
+    hits = sorted((e for e in probe.manager_events if e.kind in REACTION_EVENTS
+                   and t_fault - uncertainty <= e.t < window_end), key=lambda e: e.t)
+    if not hits:
+        return None, None, None
+    first = hits[0]
+    return first.t, f"{first.source}: {first.detail}", first.uncertainty_s
 
 
 def _recovered(rec: Recorder, t_first_ok: float, baseline: float | None, fraction: float, hold: float,

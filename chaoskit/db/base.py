@@ -66,8 +66,8 @@ class Driver(ABC):
 
     def through(self, endpoints: list[tuple[str, int]]) -> Cluster:
         """The cluster as seen through relays: the same writer search over other endpoints."""
-        raise InputError(f"a client link cannot reroute a {self.cluster.kind} cluster", source=self.inventory.source,
-                         field=f"clusters.{self.cluster.name}.kind")
+        raise InputError(f"a client link cannot reroute a {self.cluster.engine} cluster",
+                         source=self.inventory.source, field=f"clusters.{self.cluster.name}.engine")
 
     @abstractmethod
     def connect_writer(self) -> Any: ...
@@ -163,18 +163,18 @@ class Driver(ABC):
 
 
 def driver_for(cluster: Cluster, inventory: Inventory, **kwargs: Any) -> Driver:
-    """The adapter for a cluster's kind (chosen by config, like Patroni's DCS classes)."""
-    if cluster.kind in ("postgres-patroni", "postgres"):
+    """The adapter for a cluster's engine (chosen by config, like Patroni's DCS classes)."""
+    if cluster.engine == "postgres":
         from chaoskit.db.postgres import PostgresDriver
 
         return PostgresDriver(cluster, inventory, **kwargs)
-    if cluster.kind in ("mariadb-replication", "mysql"):
+    if cluster.engine == "mysql":
         from chaoskit.db.mysql import MySQLDriver
 
         return MySQLDriver(cluster, inventory, **kwargs)
-    if cluster.kind == "dameng":
+    if cluster.engine == "dameng":
         from chaoskit.db.dameng import DamengDriver
 
         return DamengDriver(cluster, inventory, **kwargs)
-    raise InputError(f"no driver for cluster kind {cluster.kind!r}", source=inventory.source,
-                     field=f"clusters.{cluster.name}.kind")
+    raise InputError(f"no driver for engine {cluster.engine!r}", source=inventory.source,
+                     field=f"clusters.{cluster.name}.engine")

@@ -24,7 +24,7 @@ from typing import Any
 
 from chaoskit.db.base import driver_for
 from chaoskit.faults import delay_proxy
-from chaoskit.faults.models import FaultSpec, proxy_toxic_args
+from chaoskit.faults.spec import FaultBase, ProxySpec, proxy_toxic_args
 from chaoskit.inventory.models import Cluster, Inventory
 
 
@@ -39,12 +39,12 @@ class ClientLink:
     Without a spec the relays start clean, and `apply(spec)` / `clear()` change their toxics
     while the load runs (a drill's client-link fault), returning the instant they took effect."""
 
-    def __init__(self, cluster: Cluster, inventory: Inventory, spec: FaultSpec | None = None,
+    def __init__(self, cluster: Cluster, inventory: Inventory, spec: FaultBase | None = None,
                  ttl: float | None = None) -> None:
         self.source = cluster
         self.inventory = inventory
-        self.toxics = proxy_toxic_args(spec) if spec is not None else []
-        self.down = bool(spec is not None and spec.down)
+        self.toxics = proxy_toxic_args(spec) if spec is not None else []  # type: ignore[arg-type]
+        self.down = isinstance(spec, ProxySpec) and spec.down
         self.ttl = ttl if ttl is not None else (spec.ttl if spec is not None else 3600.0)
         self.driver = driver_for(cluster, inventory)
         self.procs: list[subprocess.Popen] = []
@@ -92,8 +92,8 @@ class ClientLink:
                 time.sleep(0.05)
         raise RuntimeError("client link relay did not start listening")
 
-    def apply(self, spec: FaultSpec) -> float:
-        t = self._set(proxy_toxic_args(spec))
+    def apply(self, spec: FaultBase) -> float:
+        t = self._set(proxy_toxic_args(spec))  # type: ignore[arg-type]
         self.active = True
         return t
 

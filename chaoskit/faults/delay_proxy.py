@@ -358,7 +358,7 @@ async def serve(a: argparse.Namespace) -> None:
             if a.parent_pid is not None and os.getppid() != a.parent_pid:
                 stop.set()  # the controller that started us is gone
             with contextlib.suppress(asyncio.TimeoutError):  # a distinct class before Python 3.11
-                await asyncio.wait_for(stop.wait(), 1.0)
+                await asyncio.wait_for(stop.wait(), 0.1 if a.parent_pid is not None else 1.0)
     finally:
         await relay.stop_listening()
 
@@ -376,6 +376,18 @@ def toxic_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _die_with_parent(parent_pid: int) -> None:
+    """On the control node: SIGKILL when the controller dies (Linux), besides the 0.1 s poll."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent_pid:
+        os._exit(0)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], parents=[toxic_parser()])
     ap.add_argument("--listen", default="127.0.0.1")
@@ -386,7 +398,10 @@ def main() -> None:
     ap.add_argument("--control", default=None, help="JSON list of toxic arguments, applied on SIGHUP")
     ap.add_argument("--ttl", type=float, default=None, help="end after this many seconds")
     ap.add_argument("--parent-pid", type=int, default=None, help="end when this parent process is gone")
-    asyncio.run(serve(ap.parse_args()))
+    args = ap.parse_args()
+    if args.parent_pid is not None:
+        _die_with_parent(args.parent_pid)
+    asyncio.run(serve(args))
 
 
 if __name__ == "__main__":

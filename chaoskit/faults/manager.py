@@ -1,8 +1,13 @@
-"""Inject, observe and revert faults; find every journaled fault again (`recover`).
+"""Stage, trigger, observe and revert faults; find every journaled fault again (`recover`).
 
-The controller keeps what it injected and reverts all of it on normal end, error, Ctrl-C or
-SIGTERM (`with FaultManager(...)` / `revert_all`). If the controller dies, each host's dead-man
-reverts at the deadline, and `recover` reverts earlier from the journals alone.
+A fault reaches its host in two steps: `stage` journals it there (data, scripts, dead-man armed
+with the outer TTL) and does every check that can happen early; `trigger` is the instant, one
+`sh` on the open channel. `inject` does both at once.
+
+The controller keeps what it staged and triggered and reverts all of it on normal end, error,
+Ctrl-C or SIGTERM (`with FaultManager(...)` / `revert_all`). If the controller dies, each host's
+dead-man reverts at the planned end (+ margin) or the outer TTL, and `recover` reverts earlier
+from the journals alone, skipping faults whose controller is still running unless forced.
 """
 
 from __future__ import annotations
@@ -14,15 +19,20 @@ import os
 import socket
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chaoskit.errors import HostUnreachable, InputError, PreflightError, RemoteCommandError
 from chaoskit.faults import journal
-from chaoskit.faults.kinds import FaultScripts, HostFacts, scripts_for
-from chaoskit.faults.models import NETWORK_KINDS, PROCESS_KINDS, FaultSpec
-from chaoskit.faults.targets import ALL_HOSTS, CLIENT, member_of, resolve_hosts, split_target, validate_target
-from chaoskit.inventory.capabilities import probe_capabilities
+from chaoskit.faults.hostscript import HostFacts
+from chaoskit.faults.registry import REGISTRY, missing_needs, scripts_for
+from chaoskit.faults.relay import stats_script
+from chaoskit.faults.spec import ALL_HOSTS, CLIENT, FaultBase
+from chaoskit.faults.targets import RoleView, member_of, resolve_hosts, split_target, validate_target
+from chaoskit.faults.ttl import DEADMAN_MARGIN_S
+from chaoskit.inventory.capabilities import Capabilities, probe_capabilities
 from chaoskit.inventory.clock import ClockOffset, measure_offset
 from chaoskit.inventory.fanout import RemotePool, fan_out_pool
 from chaoskit.inventory.models import Cluster, Inventory
@@ -39,48 +49,86 @@ class InjectedFault:
     target: str
     spec: dict[str, Any]
     t_scheduled: float | None
-    t_sent: float  # control clock, when the inject script was sent
-    t_effect: float  # control clock: host time of effect corrected by the measured offset
+    t_staged: float | None  # control clock: when its journal entry was confirmed
+    t_sent: float  # control clock: when the trigger was sent
+    t_effect: float  # control clock: host time right after the decisive action, corrected by the offset
     t_effect_host: float
-    offset_s: float
     t_apply_start: float  # control clock: host time just before the fault's commands ran
+    t_applied: float  # control clock: host time at the end of the inject script
+    offset_s: float
     offset_uncertainty_s: float
-    t_reverted: float | None = None
+    planned_end: float | None = None  # control clock: t_effect + duration
+    t_reverted: float | None = None  # control clock; from the host's own record
+    reverted_by: str | None = None  # controller | deadman | recover
     revert_verified: bool = False
     revert_error: str | None = None
-    events: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
+@dataclass
+class StagedFault:
+    id: str
+    host: str
+    spec: FaultBase
+    t_scheduled: float | None
+    t_staged: float
+    journal_dir: str = ""  # on the host, as its staging reported it
+    shell: str = "sh"  # bash / real-time where the host allows: see journal._SHELLS
+
+
 @dataclass(frozen=True)
 class PlannedFault:
     host: str
-    script: str
+    files: dict[str, str]
+    script: str  # the staging script, as sent to the host's root shell
 
 
-def _is_timestamp(word: str) -> bool:
-    head, _, tail = word.partition(".")
-    return head.isdigit() and tail.isdigit() and len(head) >= 9
+def process_start_time(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def controller_identity() -> dict[str, Any]:
+    """Who staged a fault: `recover` leaves faults of a controller that is still running alone."""
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "user": getpass.getuser(), "pid": pid,
+            "start": process_start_time(pid)}
+
+
+def controller_alive(meta: dict[str, Any]) -> bool:
+    ctl = meta.get("controller")
+    if not isinstance(ctl, dict) or ctl.get("host") != socket.gethostname():
+        return False
+    pid = ctl.get("pid")
+    if not isinstance(pid, int) or pid == os.getpid():
+        return False
+    return process_start_time(pid) == ctl.get("start") and ctl.get("start") is not None
 
 
 class FaultManager:
-    def __init__(self, inventory: Inventory, pool: RemotePool | None = None) -> None:
+    def __init__(self, inventory: Inventory, pool: RemotePool | None = None,
+                 roles: Callable[[Cluster], tuple[RoleView, set[str]]] | None = None) -> None:
         self.inventory = inventory
         self.pool = pool or RemotePool(inventory)
         self._own_pool = pool is None
+        self.roles = roles or _discovered_roles(inventory)
         self.injected: list[InjectedFault] = []
-        # (fault id, host) sent but not yet confirmed: an interrupt can land between the host's
-        # journal entry and our record of it, and revert_all must still undo it
+        self.staged: list[StagedFault] = []
+        # (fault id, host) sent for staging but not yet confirmed: an interrupt can land between
+        # the host's journal entry and our record of it, and revert_all must still undo it
         self.pending: list[tuple[str, str]] = []
         self.offsets: dict[str, ClockOffset] = {}
-        self._capabilities: dict[str, Any] = {}
+        self.capabilities: dict[str, Capabilities] = {}
         # relays between the load and the database on this machine, when a drill targets `client`
         self.client_link: ClientLink | None = None
 
     # -- planning (no host touched except read-only topology queries) ---------------------
-    def _cluster_for(self, spec: FaultSpec, host: str | None = None) -> Cluster | None:
+    def cluster_for(self, spec: FaultBase, host: str | None = None) -> Cluster | None:
         if spec.cluster:
             return self.inventory.cluster(spec.cluster)
         if host is None:
@@ -88,107 +136,160 @@ class FaultManager:
         owners = [c for c in self.inventory.clusters.values() if any(m.host == host for m in c.members)]
         return owners[0] if len(owners) == 1 else None
 
-    def _facts(self, spec: FaultSpec, host: str) -> HostFacts:
-        cluster = self._cluster_for(spec, host)
+    def facts(self, spec: FaultBase, host: str) -> HostFacts:
+        cluster = self.cluster_for(spec, host)
         member = member_of(cluster, host)
         processes = dict(member.processes) if member else {}
-        if spec.kind in PROCESS_KINDS and not processes:
+        if REGISTRY[spec.kind].spec.family == "process" and not processes:
             raise InputError(f"{host}: no processes configured for it in any cluster (members[].processes)",
                              source=self.inventory.source, field="processes")
         peers: list[str] = []
-        for peer in spec.peers:
+        for peer in spec.peers_wanted:
             if peer == ALL_HOSTS:
                 peer_hosts = list(self.inventory.hosts)
             elif peer.startswith("role:"):
-                peer_hosts = resolve_hosts(peer if "@" in peer else peer + "@all", cluster, self.inventory)
+                peer_hosts = resolve_hosts(peer if "@" in peer else peer + "@all", cluster,
+                                           lambda: self.roles(cluster))  # type: ignore[arg-type]
             else:
                 peer_hosts = [peer]
             peers += [self.inventory.hosts[p].address for p in peer_hosts if p != host]
+        caps = self.capabilities.get(host)
         return HostFacts(host=host, processes=processes, service=member.service if member else None,
-                         systemd=False, peer_addresses=tuple(dict.fromkeys(peers)))
+                         systemd=bool(caps and caps.systemd), peer_addresses=tuple(dict.fromkeys(peers)),
+                         exempt=self._jump_exempt(host))
 
-    def plan(self, spec: FaultSpec, fault_id: str | None = None) -> tuple[str, list[PlannedFault]]:
+    def _jump_exempt(self, host: str) -> tuple[tuple[str, int], ...]:
+        """SSH endpoints of the hosts the controller reaches through this one."""
+        me = self.inventory.hosts[host]
+        out = []
+        for h in self.inventory.hosts.values():
+            if h.name == host or not h.jump:
+                continue
+            jump_addr = h.jump.rpartition("@")[2].split(":")[0].strip("[]")
+            if h.jump == host or jump_addr == me.address:
+                out.append((h.address, h.port))
+        return tuple(dict.fromkeys(out))
+
+    def resolve(self, spec: FaultBase) -> list[str]:
         validate_target(spec, self.inventory)
+        cluster = self.cluster_for(spec)
+        return resolve_hosts(spec.target, cluster, lambda: self.roles(cluster))  # type: ignore[arg-type]
+
+    def plan(self, spec: FaultBase, fault_id: str | None = None,
+             hosts: list[str] | None = None) -> tuple[str, list[PlannedFault]]:
         fault_id = fault_id or uuid.uuid4().hex[:12]
-        hosts = resolve_hosts(spec.target, self._cluster_for(spec), self.inventory)
+        hosts = hosts if hosts is not None else self.resolve(spec)
         planned = []
         for host in hosts:
             try:
-                scripts = scripts_for(fault_id, spec, self._facts(spec, host))
+                scripts = scripts_for(fault_id, spec, self.facts(spec, host))
             except ValueError as exc:
-                raise InputError(str(exc), source="command line", field="--processes") from None
-            planned.append(PlannedFault(host, journal.inject_script(fault_id, scripts, self._meta(fault_id, spec, host),
-                                                                    spec.ttl)))
+                raise InputError(str(exc), source="command line", field="processes") from None
+            planned_ms = None if spec.duration is None else int((spec.duration + DEADMAN_MARGIN_S) * 1000)
+            files = journal.journal_files(fault_id, scripts, self._meta(fault_id, spec, host), planned_ms)
+            planned.append(PlannedFault(host, files, journal.stage_script(fault_id, files, spec.ttl)))
         return fault_id, planned
 
-    def _meta(self, fault_id: str, spec: FaultSpec, host: str) -> dict[str, Any]:
+    def _meta(self, fault_id: str, spec: FaultBase, host: str) -> dict[str, Any]:
         return {"id": fault_id, "kind": spec.kind, "host": host, "target": spec.target, "ttl": spec.ttl,
-                "controller": f"{getpass.getuser()}@{socket.gethostname()}:{os.getpid()}",
+                "duration": spec.duration, "controller": controller_identity(),
                 "spec": spec.model_dump(mode="json")}
 
-    # -- injecting ---------------------------------------------------------------------------
+    # -- capabilities and clocks -----------------------------------------------------------
+    def host_capabilities(self, host: str) -> Capabilities:
+        if host not in self.capabilities:
+            self.capabilities[host] = probe_capabilities(self.pool.get(host))
+        return self.capabilities[host]
+
+    def preflight(self, spec: FaultBase, hosts: list[str]) -> None:
+        """Refuse faults a host cannot carry, naming the host and what it lacks."""
+        for host in hosts:
+            caps = self.host_capabilities(host)
+            missing = missing_needs(spec, caps.have)
+            if "netem" in missing:
+                raise PreflightError(f"{host}: this kernel has no sch_netem ({caps.netem_reason}); netem faults "
+                                     "cannot run here (use kind loss/bandwidth, or the latency proxy)")
+            if missing:
+                raise PreflightError(f"{host}: a {spec.kind} fault needs {', '.join(missing)}, which this host lacks")
+
     def offset(self, host: str) -> ClockOffset:
         if host not in self.offsets:
             self.offsets[host] = measure_offset(self.pool.get(host))
         return self.offsets[host]
 
-    def preflight(self, spec: FaultSpec, hosts: list[str]) -> None:
-        """Refuse faults the host cannot carry, naming the host."""
-        for host in hosts:
-            if host not in self._capabilities:
-                self._capabilities[host] = probe_capabilities(self.pool.get(host))
-            caps = self._capabilities[host]
-            if spec.kind == "netem" and not caps.netem:
-                raise PreflightError(f"{host}: this kernel has no sch_netem ({caps.netem_reason}); netem faults "
-                                     "cannot run here (use kind loss/bandwidth, or the latency proxy)")
-            if spec.kind in NETWORK_KINDS - {"netem"} and spec.kind != "bandwidth" and not caps.iptables:
-                raise PreflightError(f"{host}: iptables is not installed; {spec.kind} faults need it")
-            if spec.kind == "bandwidth" and not caps.tc:
-                raise PreflightError(f"{host}: tc is not installed; bandwidth faults need it")
-            if spec.kind == "stress" and not caps.stress_ng:
-                raise PreflightError(f"{host}: stress-ng is not installed; stress faults need it")
-
-    def inject(self, spec: FaultSpec, t_scheduled: float | None = None) -> list[InjectedFault]:
-        if split_target(spec.target)[0] == CLIENT:
-            return [self._inject_client(spec, t_scheduled)]
-        fault_id, planned = self.plan(spec)
-        self.preflight(spec, [p.host for p in planned])
+    # -- staging and triggering --------------------------------------------------------------
+    def stage(self, spec: FaultBase, t_scheduled: float | None = None,
+              hosts: list[str] | None = None) -> list[StagedFault]:
+        """Journal the fault on each target host (dead-man armed) without applying it."""
+        hosts = hosts if hosts is not None else self.resolve(spec)
+        self.preflight(spec, hosts)
+        fault_id, planned = self.plan(spec, hosts=hosts)
         for p in planned:
             self.offset(p.host)
         out = []
         for p in planned:
-            remote = self.pool.get(p.host)
             self.pending.append((fault_id, p.host))
-            t_sent = time.time()
             try:
-                res = remote.shell(p.script, timeout=30)
+                res = self.pool.get(p.host).shell(p.script, timeout=60)
             except RemoteCommandError as exc:
-                raise RemoteCommandError(p.host, f"inject {spec.kind} ({fault_id})", exc.result) from None
-            stamps = [float(x) for x in res.stdout.split() if _is_timestamp(x)]
-            t_start_host, t_host = stamps[0], stamps[-1]
-            off = self.offsets[p.host]
-            fault = InjectedFault(
-                id=fault_id, kind=spec.kind, host=p.host, target=spec.target, spec=spec.model_dump(mode="json"),
-                t_scheduled=t_scheduled, t_sent=t_sent, t_effect=off.to_control(t_host), t_effect_host=t_host,
-                offset_s=off.offset_s, t_apply_start=off.to_control(t_start_host),
-                offset_uncertainty_s=off.uncertainty_s)
-            self.injected.append(fault)
+                raise RemoteCommandError(p.host, f"stage {spec.kind} ({fault_id})", exc.result) from None
+            jdir, shell = journal.parse_staged(res.stdout)
+            staged = StagedFault(fault_id, p.host, spec, t_scheduled, time.time(), jdir, shell)
+            self.staged.append(staged)
             self.pending.remove((fault_id, p.host))
-            out.append(fault)
+            out.append(staged)
         return out
 
-    def _inject_client(self, spec: FaultSpec, t_scheduled: float | None) -> InjectedFault:
+    def trigger(self, staged: StagedFault) -> InjectedFault:
+        """The instant: apply a staged fault (one `sh` on the open channel)."""
+        remote = self.pool.get(staged.host)
+        t_sent = time.time()
+        try:
+            res = remote.shell(journal.trigger_script(staged.id, jdir=staged.journal_dir, shell=staged.shell),
+                               timeout=60)
+        except RemoteCommandError as exc:
+            self._forget_staged(staged)
+            raise RemoteCommandError(staged.host, f"inject {staged.spec.kind} ({staged.id})", exc.result) from None
+        t_start, t_eff, t_done = journal.parse_applied(res.stdout)
+        off = self.offset(staged.host)
+        t_effect = off.to_control(t_eff)
+        fault = InjectedFault(
+            id=staged.id, kind=staged.spec.kind, host=staged.host, target=staged.spec.target,
+            spec=staged.spec.model_dump(mode="json"), t_scheduled=staged.t_scheduled, t_staged=staged.t_staged,
+            t_sent=t_sent, t_effect=t_effect, t_effect_host=t_eff, t_apply_start=off.to_control(t_start),
+            t_applied=off.to_control(t_done), offset_s=off.offset_s, offset_uncertainty_s=off.uncertainty_s,
+            planned_end=None if staged.spec.duration is None else t_effect + staged.spec.duration)
+        self.injected.append(fault)
+        self._forget_staged(staged)
+        return fault
+
+    def _forget_staged(self, staged: StagedFault) -> None:
+        with contextlib.suppress(ValueError):
+            self.staged.remove(staged)
+
+    def discard(self, staged: StagedFault) -> None:
+        """Unjournal a staged fault that will not be triggered (e.g. its role moved)."""
+        with contextlib.suppress(Exception):
+            self.pool.get(staged.host).shell(journal.revert_script(staged.id), timeout=120, check=False)
+        self._forget_staged(staged)
+
+    def inject(self, spec: FaultBase, t_scheduled: float | None = None) -> list[InjectedFault]:
+        if split_target(spec.target)[0] == CLIENT:
+            return [self._inject_client(spec, t_scheduled)]
+        return [self.trigger(s) for s in self.stage(spec, t_scheduled)]
+
+    def _inject_client(self, spec: FaultBase, t_scheduled: float | None) -> InjectedFault:
         """Toxics on the load's own relays: on this machine, so its clock, with no offset."""
-        validate_target(spec, self.inventory)
         if self.client_link is None:
             raise InputError("target client needs the load to run through a client link (a drill step with "
                              "target: client sets one up)", source="command line", field="--target")
         t_sent = time.time()
-        t_effect = self.client_link.apply(spec)
+        t_effect = self.client_link.apply(spec)  # type: ignore[arg-type]
         fault = InjectedFault(
             id=uuid.uuid4().hex[:12], kind=spec.kind, host=CLIENT, target=spec.target,
-            spec=spec.model_dump(mode="json"), t_scheduled=t_scheduled, t_sent=t_sent, t_effect=t_effect,
-            t_effect_host=t_effect, offset_s=0.0, t_apply_start=t_sent, offset_uncertainty_s=0.0)
+            spec=spec.model_dump(mode="json"), t_scheduled=t_scheduled, t_staged=None, t_sent=t_sent,
+            t_effect=t_effect, t_effect_host=t_effect, t_apply_start=t_sent, t_applied=t_effect, offset_s=0.0,
+            offset_uncertainty_s=0.0, planned_end=None if spec.duration is None else t_effect + spec.duration)
         self.injected.append(fault)
         return fault
 
@@ -200,49 +301,54 @@ class FaultManager:
             try:
                 assert self.client_link is not None
                 fault.t_reverted = self.client_link.clear()
+                fault.reverted_by = "controller"
                 fault.revert_verified = True
             except Exception as exc:  # the relays end with this controller anyway
                 fault.revert_error = str(exc)
             return
         try:
-            res = self.pool.get(fault.host).shell(journal.revert_script(fault.id), timeout=60, check=False)
+            res = self.pool.get(fault.host).shell(journal.revert_script(fault.id), timeout=120, check=False)
         except HostUnreachable as exc:
             fault.revert_error = str(exc)
             return
-        if res.exited == 4:  # no journal entry left: the dead-man (or recover) reverted it already
-            fault.revert_verified = not self.is_active(fault)
-            fault.t_reverted = time.time()
+        done = journal.parse_reverted(res.stdout) if res.exited == 0 else None
+        if done is None:
+            fault.revert_error = {1: "still in effect after its revert", 4: "no journal entry and no revert record",
+                                  5: "state unknown"}.get(res.exited, f"revert exited {res.exited}")
+            detail = (res.stderr or res.stdout).strip()[-300:]
+            if detail:
+                fault.revert_error += f": {detail}"
             return
-        if res.exited != 0:
-            fault.revert_error = (res.stderr or res.stdout).strip()[-300:]
-            return
-        t_host = float(res.stdout.strip().splitlines()[-1])
+        t_host, by = done
         fault.t_reverted = self.offset(fault.host).to_control(t_host)
+        fault.reverted_by = by
         fault.revert_verified = True
 
     def proxy_stats(self, fault: InjectedFault) -> list[dict[str, Any]]:
         """A latency fault's measured added delay (per peer), read on the host before revert."""
         if fault.host == CLIENT:
             return self.client_link.stats() if self.client_link is not None else []
-        script = (f"(J={journal.JOURNAL_DIR}; "
-                  f"for f in \"$J/{fault.id}.proxy.d\"/stats-*.json; do [ -f \"$f\" ] && cat \"$f\" && echo; done)")
-        res = self.pool.get(fault.host).shell(script, check=False)
+        res = self.pool.get(fault.host).shell(stats_script(fault.id), check=False)
         return [json.loads(line) for line in res.stdout.splitlines() if line.strip().startswith("{")]
 
-    def is_active(self, fault: InjectedFault) -> bool:
+    def is_active(self, fault: InjectedFault) -> bool | None:
+        """True in effect, False not, None unknown."""
         if fault.host == CLIENT:
             return self.client_link is not None and self.client_link.active
         res = self.pool.get(fault.host).shell(journal.active_script(fault.id), check=False)
-        return res.exited == 0
+        return True if res.exited == 0 else False if res.exited == 1 else None
 
     def revert_all(self) -> list[InjectedFault]:
-        """Revert everything this controller injected (and anything still in flight), newest first;
-        never raises. The revert uses the same shell channel, so it runs after an interrupted inject."""
-        for fault_id, host in reversed(self.pending):
+        """Revert everything this controller staged or injected (and anything still in flight),
+        newest first; never raises. The revert uses the same shell channel, so it runs after an
+        interrupted stage or trigger."""
+        for fault_id, host in reversed(list(self.pending)):
             with contextlib.suppress(Exception):
-                res = self.pool.get(host).shell(journal.revert_script(fault_id), timeout=60, check=False)
+                res = self.pool.get(host).shell(journal.revert_script(fault_id), timeout=120, check=False)
                 if res.exited in (0, 4):
                     self.pending.remove((fault_id, host))
+        for staged in reversed(list(self.staged)):
+            self.discard(staged)
         failed = []
         for fault in reversed(self.injected):
             with contextlib.suppress(Exception):
@@ -253,23 +359,26 @@ class FaultManager:
 
     # -- journals on hosts -----------------------------------------------------------------
     def journaled(self, hosts: list[str] | None = None) -> dict[str, list[dict] | BaseException]:
-        results = fan_out_pool(self.pool, lambda r: journal.parse_list(r.shell(journal.LIST_SCRIPT).stdout), hosts)
-        return results
+        return fan_out_pool(self.pool, lambda r: journal.parse_list(r.shell(journal.list_script()).stdout), hosts)
 
     def revert_by_id(self, fault_id: str) -> dict[str, str]:
-        results = fan_out_pool(self.pool, lambda r: r.shell(journal.revert_script(fault_id), check=False))
+        results = fan_out_pool(self.pool, lambda r: r.shell(journal.revert_script(fault_id, by="recover"),
+                                                            timeout=120, check=False))
         out = {}
         for host, res in results.items():
             if isinstance(res, BaseException):
                 out[host] = f"unreachable: {res}"
-            elif res.exited == 0:
+            elif res.exited == 0 and "recover" in res.stdout:
                 out[host] = "reverted"
+            elif res.exited == 0:
+                out[host] = f"already reverted ({res.stdout.strip().split()[-1]})"
             elif res.exited != 4:
                 out[host] = f"revert failed: {(res.stderr or res.stdout).strip()[-200:]}"
         return out
 
-    def recover(self) -> dict[str, Any]:
-        """Revert every journaled fault on every host (whoever injected it)."""
+    def recover(self, force: bool = False) -> dict[str, Any]:
+        """Revert every journaled fault on every host, except those of a controller still running
+        on this machine (a drill in progress) unless `force`."""
         report: dict[str, Any] = {}
         for host, entries in self.journaled().items():
             if isinstance(entries, BaseException):
@@ -277,7 +386,12 @@ class FaultManager:
                 continue
             done = {}
             for entry in entries:
-                res = self.pool.get(host).shell(journal.revert_script(entry["id"]), timeout=60, check=False)
+                if not force and controller_alive(entry):
+                    ctl = entry["controller"]
+                    done[entry["id"]] = f"skipped: its controller (pid {ctl['pid']}) still runs; --force reverts it"
+                    continue
+                res = self.pool.get(host).shell(journal.revert_script(entry["id"], by="recover"), timeout=120,
+                                                check=False)
                 done[entry["id"]] = "reverted" if res.exited in (0, 4) else \
                     f"failed: {(res.stderr or res.stdout).strip()[-200:]}"
             report[host] = done
@@ -297,4 +411,16 @@ class FaultManager:
             self.close()
 
 
-__all__ = ["FaultManager", "FaultScripts", "InjectedFault", "PreflightError"]
+def _discovered_roles(inventory: Inventory) -> Callable[[Cluster], tuple[RoleView, set[str]]]:
+    """Roles asked of every member now (SQL, and the HA manager's sync standby)."""
+
+    def roles(cluster: Cluster) -> tuple[RoleView, set[str]]:
+        from chaoskit.topology.roles import discover_roles
+
+        found = discover_roles(cluster, inventory)
+        return {r.member: r.sql_role for r in found}, {r.member for r in found if r.sync_standby}
+
+    return roles
+
+
+__all__ = ["FaultManager", "InjectedFault", "PreflightError", "StagedFault"]

@@ -1,22 +1,27 @@
 """What a host can do, measured on the host (never assumed).
 
-netem is probed by adding a netem qdisc to the loopback of a throwaway network namespace
-(`unshare -n`): a definitive answer that cannot disturb the host's own interfaces.
+The answer is a set of capability names that fault kinds declare as their needs
+(`chaoskit.faults.registry`): commands present, `python3.7` (a /usr/bin/python3 >= 3.7 for the
+link relay), `systemd` (the host runs it) and `netem`. netem is probed by adding a netem qdisc to
+the loopback of a throwaway network namespace (`unshare -n`): a definitive answer that cannot
+disturb the host's own interfaces.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from chaoskit.inventory.remote import Remote
 
+COMMANDS = ("tc", "iptables", "ip6tables", "iptables-restore", "nft", "stress-ng", "ss", "setpriv", "setsid",
+            "base64", "sha256sum", "awk", "ps", "unshare", "systemctl")
+
 PROBE = r"""
-have() { command -v "$1" >/dev/null 2>&1 && echo 1 || echo 0; }
-echo "tc=$(have tc)"
-echo "iptables=$(have iptables)"
-echo "nft=$(have nft)"
-echo "stress_ng=$(have stress-ng)"
-echo "systemctl=$( [ -d /run/systemd/system ] && echo 1 || echo 0)"
+for c in """ + " ".join(COMMANDS) + r"""; do
+  if command -v "$c" >/dev/null 2>&1; then echo "have=$c"; fi
+done
+if [ -d /run/systemd/system ]; then echo "have=systemd"; fi
+if /usr/bin/python3 -c 'import sys; sys.exit(sys.version_info < (3, 7))' 2>/dev/null; then echo "have=python3.7"; fi
 if command -v tc >/dev/null 2>&1 && command -v unshare >/dev/null 2>&1; then
   out=$(unshare -n sh -c 'ip link set lo up && tc qdisc add dev lo root netem delay 1ms' 2>&1) \
     && echo "netem=1" || echo "netem=0 $out"
@@ -29,28 +34,49 @@ echo "kernel=$(uname -r)"
 
 @dataclass(frozen=True)
 class Capabilities:
-    tc: bool
-    netem: bool
-    netem_reason: str
-    iptables: bool
-    nft: bool
-    stress_ng: bool
-    systemd: bool
-    kernel: str
+    have: frozenset[str] = field(default_factory=frozenset)
+    netem_reason: str = ""
+    kernel: str = ""
+
+    @property
+    def netem(self) -> bool:
+        return "netem" in self.have
+
+    @property
+    def iptables(self) -> bool:
+        return "iptables" in self.have
+
+    @property
+    def nft(self) -> bool:
+        return "nft" in self.have
+
+    @property
+    def systemd(self) -> bool:
+        return "systemd" in self.have
+
+    def to_dict(self) -> dict[str, object]:
+        return {"have": sorted(self.have), "netem": self.netem, "netem_reason": self.netem_reason,
+                "iptables": self.iptables, "nft": self.nft, "kernel": self.kernel}
+
+
+def parse_capabilities(stdout: str) -> Capabilities:
+    have: set[str] = set()
+    reason, kernel = "unknown", ""
+    for line in stdout.splitlines():
+        key, _, value = line.partition("=")
+        key, value = key.strip(), value.strip()
+        if key == "have":
+            have.add(value)
+        elif key == "netem":
+            if value.startswith("1"):
+                have.add("netem")
+                reason = ""
+            else:
+                reason = value[1:].strip() or "unknown"
+        elif key == "kernel":
+            kernel = value
+    return Capabilities(have=frozenset(have), netem_reason=reason, kernel=kernel)
 
 
 def probe_capabilities(remote: Remote) -> Capabilities:
-    res = remote.shell(PROBE, check=False)
-    facts: dict[str, str] = {}
-    for line in res.stdout.splitlines():
-        key, _, value = line.partition("=")
-        facts[key.strip()] = value.strip()
-    netem_raw = facts.get("netem", "0 no answer")
-    netem_ok = netem_raw.startswith("1")
-    reason = "" if netem_ok else (netem_raw[1:].strip() or "unknown")
-    return Capabilities(
-        tc=facts.get("tc") == "1", netem=netem_ok, netem_reason=reason,
-        iptables=facts.get("iptables") == "1", nft=facts.get("nft") == "1",
-        stress_ng=facts.get("stress_ng") == "1", systemd=facts.get("systemctl") == "1",
-        kernel=facts.get("kernel", ""),
-    )
+    return parse_capabilities(remote.shell(PROBE, check=False).stdout)

@@ -25,7 +25,7 @@ def _host_facts(remote: Remote) -> dict[str, Any]:
     rtt = time.monotonic() - t0
     clock = measure_offset(remote)
     caps = probe_capabilities(remote)
-    return {"ssh_rtt_ms": round(rtt * 1000, 2), "clock": asdict(clock), "capabilities": asdict(caps)}
+    return {"ssh_rtt_ms": round(rtt * 1000, 2), "clock": asdict(clock), "capabilities": caps.to_dict()}
 
 
 def check_inventory(inventory: Inventory, pool: RemotePool | None = None) -> dict[str, Any]:
@@ -48,11 +48,11 @@ def check_inventory(inventory: Inventory, pool: RemotePool | None = None) -> dic
         hosts.append(entry)
     clusters = {}
     for cname, cluster in inventory.clusters.items():
+        kind = f"{cluster.engine}, ha: {cluster.ha.kind}"
         try:
-            clusters[cname] = {"kind": cluster.kind,
-                               "members": [asdict(r) for r in discover_roles(cluster, inventory)]}
+            clusters[cname] = {"kind": kind, "members": [asdict(r) for r in discover_roles(cluster, inventory)]}
         except Exception as exc:  # e.g. a password reference that does not resolve
-            clusters[cname] = {"kind": cluster.kind, "error": str(exc), "members": []}
+            clusters[cname] = {"kind": kind, "error": str(exc), "members": []}
     return {"inventory": inventory.source, "hosts": hosts, "clusters": clusters}
 
 

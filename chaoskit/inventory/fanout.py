@@ -19,6 +19,10 @@ class RemotePool:
     """Persistent connections to the hosts of one inventory, opened on first use."""
 
     def __init__(self, inventory: Inventory, factory: Callable[[str], Remote] | None = None) -> None:
+        if factory is None:  # real SSH: a lab inventory must not reach out while the lab is down
+            from chaoskit.guard import refuse_unreachable_lab
+
+            refuse_unreachable_lab(inventory)
         self.inventory = inventory
         self._factory = factory or (lambda name: SshRemote(inventory.hosts[name], inventory))
         self._remotes: dict[str, Remote] = {}

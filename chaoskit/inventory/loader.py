@@ -4,8 +4,8 @@ Own shape::
 
     defaults: {user: ops, key_file: ~/.ssh/id_ed25519, become: true}
     hosts:   {pg1: {address: 10.0.0.11}, ...}
-    clusters: {pg: {kind: postgres-patroni, members: [pg1, pg2], user: postgres,
-                    password: {env: PGPASSWORD}, role_probe: patroni}}
+    clusters: {pg: {engine: postgres, ha: {kind: patroni}, members: [pg1, pg2], user: postgres,
+                    password: {env: PGPASSWORD}}}
 
 Ansible shape: ``all: {vars, hosts, children}``; ``ansible_host/port/user``,
 ``ansible_ssh_private_key_file``, ``ansible_become*`` and ``ProxyJump`` in
@@ -26,7 +26,7 @@ from chaoskit.errors import InputError
 from chaoskit.inventory.models import Inventory
 from chaoskit.yamlsrc import LineMap, SourceDoc, load_yaml, raise_validation
 
-_OWN_TOP = {"defaults", "hosts", "clusters"}
+_OWN_TOP = {"defaults", "hosts", "clusters", "lab"}
 _PATH_FIELDS = ("key_file", "known_hosts")
 
 
@@ -39,15 +39,17 @@ def load_inventory(path: str | Path) -> Inventory:
     else:
         unknown = sorted(set(doc.data) - _OWN_TOP)
         if unknown:
-            raise doc.error((unknown[0],), "unknown field (expected defaults, hosts, clusters or all)")
+            raise doc.error((unknown[0],), "unknown field (expected defaults, hosts, clusters, lab or all)")
         data, lines = _from_own(doc)
+        if "lab" in doc.data:
+            data["lab"] = doc.data["lab"]
     base = Path(path).resolve().parent
     for host in data.get("hosts", {}).values():
         for key in _PATH_FIELDS:
             if isinstance(host.get(key), str):
                 host[key] = _resolve_path(host[key], base)
     try:
-        inv = Inventory.model_validate({"source": str(path), **data})
+        inv = Inventory.model_validate({"source": str(path), "sha256": doc.sha256, **data})
     except ValidationError as exc:
         raise raise_validation(exc, doc, lines=lines) from None
     _check_references(inv, doc, lines)

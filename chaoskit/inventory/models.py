@@ -3,22 +3,46 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SerializeAsAny, StringConstraints, field_validator, model_validator
 
+from chaoskit.ha.base import HaConfig
 from chaoskit.models import Frozen
+from chaoskit.validation import (
+    Command,
+    Endpoint,
+    HostAddress,
+    JumpSpec,
+    Name,
+    NoControl,
+    PosixUser,
+    SafePath,
+    ServiceName,
+    SqlName,
+    Tag,
+    no_control,
+    secret_like,
+)
 
-ClusterKind = Literal["postgres-patroni", "postgres", "mariadb-replication", "mysql", "dameng"]
-RoleProbe = Literal["sql", "patroni"]
+Engine = Literal["postgres", "mysql", "dameng"]
+# the old single `kind:` -> what to write instead
+_OLD_KINDS = {
+    "postgres-patroni": "engine: postgres + ha: {kind: patroni}",
+    "postgres": "engine: postgres (+ ha: {kind: none}, the default)",
+    "mariadb-replication": "engine: mysql (+ ha: {kind: none}, or {kind: mha})",
+    "mysql": "engine: mysql",
+    "dameng": "engine: dameng (+ ha: {kind: dm})",
+}
 
 
 class SecretRef(Frozen):
     """Where a secret lives: an environment variable or a file (first line, stripped)."""
 
-    env: str | None = None
-    file: str | None = None
+    env: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")] | None = None
+    file: NoControl | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> SecretRef:
@@ -48,76 +72,97 @@ def _no_inline_secret(value: object) -> object:
     return value
 
 
+def _tags(value: object) -> object:
+    """Tags compare case-insensitively (`env: Production` is production): stored lower-case."""
+    if isinstance(value, dict):
+        return {str(k).lower(): (str(v).lower() if isinstance(v, str | int | float | bool) else v)
+                for k, v in value.items()}
+    return value
+
+
+PRODUCTION_TAGS = {"prod", "production", "prd", "live"}
+
+
 class Host(Frozen):
     """A machine reached over SSH, and how to become root on it."""
 
-    name: str
-    address: str
+    name: Name
+    address: HostAddress
     port: int = Field(22, ge=1, le=65535)
-    user: str = "root"
-    key_file: str | None = None
-    known_hosts: str | None = None
+    user: PosixUser = "root"
+    key_file: NoControl | None = None
+    known_hosts: NoControl | None = None
     strict_host_keys: bool = True
-    jump: str | None = None  # another host's name, or user@address:port
+    jump: JumpSpec | None = None  # another host's name, or user@address:port
     become: bool = False
     become_method: Literal["sudo"] = "sudo"
-    become_user: str = "root"
-    connect_timeout: float = Field(5.0, gt=0)
-    tags: dict[str, str] = Field(default_factory=dict)
+    become_user: PosixUser = "root"
+    connect_timeout: float = Field(5.0, gt=0, le=300)
+    tags: dict[Tag, Tag] = Field(default_factory=dict)
 
-    @field_validator("tags", mode="before")
-    @classmethod
-    def _tags_as_strings(cls, value: object) -> object:
-        if isinstance(value, dict):
-            return {str(k): str(v) for k, v in value.items()}
-        return value
+    _lower_tags = field_validator("tags", mode="before")(classmethod(lambda cls, v: _tags(v)))
 
     @property
     def is_production(self) -> bool:
-        return self.tags.get("env", "").lower() in {"prod", "production"}
+        return self.tags.get("env", "") in PRODUCTION_TAGS
 
 
 class ProcessRef(Frozen):
-    """How to find one process of a member on its host (pid file first line) and control it."""
+    """How to find one process of a member on its host (pid file first line) and control it.
+    `comm` / `exe`, when given, are checked against the process behind the pid file before it
+    is signalled (a stale pid file can name an unrelated process). `start` / `stop` are shell
+    commands run as root on the host: code by design, so an inventory is trusted like a script."""
 
-    pid_file: str
-    start: str | None = None
-    stop: str | None = None
+    pid_file: SafePath
+    comm: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:+@-]{1,15}$")] | None = None
+    exe: SafePath | None = None
+    start: Command | None = None
+    stop: Command | None = None
 
 
 class Member(Frozen):
     """One database node of a cluster: which host, which port, where its data and pids are."""
 
-    host: str
+    host: Name
     db_port: int | None = Field(None, ge=1, le=65535)
-    db_address: str | None = None  # defaults to the host's address
-    data_dir: str | None = None
-    processes: dict[str, ProcessRef] = Field(default_factory=dict)
-    service: str | None = None
-
-
-class PatroniApi(Frozen):
-    port: int = Field(8008, ge=1, le=65535)
-    scheme: Literal["http", "https"] = "http"
-    verify: bool | str = True
+    db_address: HostAddress | None = None  # defaults to the host's address
+    data_dir: SafePath | None = None
+    processes: dict[Name, ProcessRef] = Field(default_factory=dict)
+    service: ServiceName | None = None
 
 
 class Cluster(Frozen):
     """Database nodes under test, how their roles are found and how clients reach the writer."""
 
-    name: str
-    kind: ClusterKind
+    name: Name
+    engine: Engine
+    ha: SerializeAsAny[HaConfig] = Field(default_factory=lambda: _default_ha())
     members: tuple[Member, ...]
     port: int = Field(5432, ge=1, le=65535)
-    database: str = "postgres"
-    user: str
+    database: SqlName = "postgres"
+    user: SqlName
     password: SecretRef | None = None
-    dsn: str | None = None  # libpq DSN, may be multi-host with target_session_attrs
-    endpoints: tuple[str, ...] = ()  # host:port list for MySQL-protocol writers, in order
-    role_probe: RoleProbe = "sql"
-    patroni: PatroniApi | None = None
-    options: dict[str, str | int | float | bool] = Field(default_factory=dict)  # passed to the driver
-    tags: dict[str, str] = Field(default_factory=dict)
+    dsn: NoControl | None = None  # libpq DSN, may be multi-host with target_session_attrs
+    endpoints: tuple[Endpoint, ...] = ()  # host:port list for MySQL-protocol writers, in order
+    options: dict[Name, str | int | float | bool] = Field(default_factory=dict)  # passed to the driver
+    tags: dict[Tag, Tag] = Field(default_factory=dict)
+
+    _lower_tags = field_validator("tags", mode="before")(classmethod(lambda cls, v: _tags(v)))
+
+    @field_validator("options")
+    @classmethod
+    def _options_without_secrets(cls, value: dict[str, object]) -> dict[str, object]:
+        for key, v in value.items():
+            if secret_like(key):
+                raise ValueError(f"option {key!r} looks like a secret; secrets go in password: {{env: NAME}} or "
+                                 "{file: PATH} only")
+            if isinstance(v, str):
+                no_control(v)
+        return value
+
+    @property
+    def is_production(self) -> bool:
+        return self.tags.get("env", "") in PRODUCTION_TAGS
 
     @field_validator("password", mode="before")
     @classmethod
@@ -131,21 +176,80 @@ class Cluster(Frozen):
             return [{"host": v} if isinstance(v, str) else v for v in value]
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _old_shape(cls, data: object) -> object:
+        if isinstance(data, dict) and "kind" in data and "engine" not in data:
+            hint = _OLD_KINDS.get(str(data["kind"]), "engine: postgres|mysql|dameng and ha: {kind: ...}")
+            raise ValueError(f"kind: {str(data['kind'])[:40]} is no longer a cluster field; write {hint}")
+        if isinstance(data, dict) and ("role_probe" in data or "patroni" in data):
+            raise ValueError("role_probe / patroni: moved into ha: {kind: patroni, api: {port: 8008}, "
+                             "dcs: {endpoints: [...]}}")
+        return data
+
+    @field_validator("ha", mode="before")
+    @classmethod
+    def _manager_config(cls, value: object) -> object:
+        from chaoskit.ha.registry import validate_config
+
+        return validate_config(value)
+
     @model_validator(mode="after")
-    def _probe_needs_api(self) -> Cluster:
+    def _manager_fits_engine(self) -> Cluster:
+        from chaoskit.ha.registry import managers
+
+        manager = managers()[self.ha.kind]
+        if self.engine not in manager.engines:
+            raise ValueError(f"ha: {self.ha.kind} manages {'/'.join(sorted(manager.engines))}, not {self.engine}")
+        return self
+
+    @model_validator(mode="after")
+    def _dsn_without_password(self) -> Cluster:
+        if self.dsn is None:
+            return self
+        if self.engine == "postgres":
+            try:
+                from psycopg.conninfo import conninfo_to_dict
+
+                keys = set(conninfo_to_dict(self.dsn))
+            except Exception as exc:  # psycopg's ProgrammingError for a malformed DSN
+                raise ValueError(f"dsn: not a valid libpq DSN: {str(exc).splitlines()[0][:100]}") from None
+        else:
+            keys = {m.lower() for m in re.findall(r"([A-Za-z_]+)\s*=", self.dsn)}
+        if {"password", "passfile", "pwd"} & keys:
+            raise ValueError("dsn: a password inside the DSN is an inline secret; use password: {env: NAME} or "
+                             "{file: PATH}")
+        return self
+
+    @model_validator(mode="after")
+    def _has_members(self) -> Cluster:
         if not self.members:
             raise ValueError("a cluster needs at least one member")
-        if self.role_probe == "patroni" and self.patroni is None:
-            object.__setattr__(self, "patroni", PatroniApi())
         return self
+
+
+def _default_ha() -> HaConfig:
+    from chaoskit.ha.registry import validate_config
+
+    return validate_config({"kind": "none"})
+
+
+class LabMarker(Frozen):
+    """This inventory describes chaoskit's local lab: commands refuse to use it while the lab's
+    bridge does not hold this subnet (its addresses would leave through the default route)."""
+
+    subnet: str = Field(pattern=r"^[0-9.]+/[0-9]{1,2}$")
+    bridge: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,15}$")
 
 
 class Inventory(Frozen):
     """Hosts and clusters, checked for cross references."""
 
     source: str = "<memory>"
-    hosts: dict[str, Host]
-    clusters: dict[str, Cluster] = Field(default_factory=dict)
+    sha256: str = ""  # of the bytes it was loaded from
+    lab: LabMarker | None = None
+    hosts: dict[Name, Host]
+    clusters: dict[Name, Cluster] = Field(default_factory=dict)
 
     def host(self, name: str) -> Host:
         try:

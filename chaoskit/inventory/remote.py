@@ -20,6 +20,7 @@ import shlex
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -54,6 +55,8 @@ class Remote(Protocol):
             check: bool = True) -> CommandResult: ...
 
     def shell(self, command: str, *, timeout: float | None = 30.0, check: bool = True) -> CommandResult: ...
+
+    def stream(self, command: str, *, stop: Callable[[], bool]) -> Iterator[str]: ...
 
     def close(self) -> None: ...
 
@@ -190,6 +193,41 @@ class SshRemote:
         if check and not result.ok:
             raise RemoteCommandError(self.name, command, result)
         return result
+
+    def stream(self, command: str, *, stop: Callable[[], bool]) -> Iterator[str]:
+        """Lines of a long-running command as they come (as the login user), until it ends or
+        `stop()` says so; then its process group is ended on the host (it runs under setsid)."""
+        transport = self.connection().client.get_transport()
+        if transport is None:
+            raise HostUnreachable(self.name, "no SSH transport")
+        channel = transport.open_session()
+        channel.exec_command(f"setsid sh -c {shlex.quote('echo __ckpgid $$; ' + command)}")
+        pgid = None
+        buf = b""
+        try:
+            while not stop():
+                if channel.recv_ready():
+                    chunk = channel.recv(65536)
+                    if not chunk:
+                        break
+                    buf += chunk
+                    while b"\n" in buf:
+                        raw, buf = buf.split(b"\n", 1)
+                        line = raw.decode(errors="replace")
+                        if pgid is None and line.startswith("__ckpgid "):
+                            pgid = line.split()[1]
+                            continue
+                        yield line
+                elif channel.exit_status_ready():
+                    break
+                else:
+                    select.select([channel], [], [], 0.2)
+        finally:
+            with contextlib.suppress(Exception):
+                channel.close()
+            if pgid and pgid.isdigit():
+                with contextlib.suppress(Exception):
+                    self.shell(f"kill -TERM -{pgid} 2>/dev/null; true", check=False, timeout=10)
 
     def _shell_command(self) -> str:
         """A root shell; SSH_CONNECTION is carried through sudo's env reset (faults exempt the

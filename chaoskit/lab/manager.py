@@ -26,9 +26,13 @@ from typing import Any
 
 from chaoskit.errors import LabError
 from chaoskit.faults.journal import JOURNAL_ROOT as FAULT_JOURNAL_ROOT
+from chaoskit.faults.relay import RELAY_ROOT
+from chaoskit.guard import routed_elsewhere
+from chaoskit.ha.patroni import normalise_role
 from chaoskit.lab import daemons, network
 from chaoskit.lab.procs import alive, netns_pids, read_pid_file, run_launcher, sh, start_time, terminate
 from chaoskit.lab.spec import (
+    BRIDGE,
     MARIADB_DATABASE,
     MARIADB_PORT,
     MARIADB_USER,
@@ -36,11 +40,11 @@ from chaoskit.lab.spec import (
     SPEC,
     SSH_USER,
     STATE_DIR,
+    SUBNET_PREFIX,
     LabHost,
     LabSpec,
     Paths,
 )
-from chaoskit.topology.patroni import fetch_cluster, normalise_patroni_role, request
 
 USER_COMMENT = "chaoskit lab"
 
@@ -109,6 +113,10 @@ def up(flavour: str = "debian", spec: LabSpec = SPEC, timeout: float = 30.0,
         cleaned = has_leftovers(spec)
         if cleaned:
             _down_locked(spec)
+        clash = routed_elsewhere(f"{SUBNET_PREFIX}.0/24", BRIDGE)
+        if clash:
+            raise LabError(f"refusing to build the lab on {SUBNET_PREFIX}.0/24: {clash} (those addresses may be real "
+                           "machines here)")
         try:
             _build(spec, flavour, timeout)
         except BaseException as exc:
@@ -256,15 +264,35 @@ def _patroni_health(spec: LabSpec) -> tuple[bool, str]:
     return False, ", ".join(f"{m['name']}={m['role']}/{m['state']}" for m in members)
 
 
+def _rest(url: str, method: str = "GET", body: dict[str, Any] | None = None, timeout: float = 1.0) -> tuple[int, Any]:
+    """The lab's own Patroni REST calls (no auth, no TLS): (status, JSON body or None)."""
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            status, raw = resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        status, raw = exc.code, exc.read()
+    except OSError:
+        return 0, None
+    try:
+        return status, json.loads(raw or b"null")
+    except ValueError:
+        return status, None
+
+
 def _patroni_members(spec: LabSpec) -> list[dict[str, Any]]:
     for host in spec.by_role("pg"):
-        data = fetch_cluster(f"http://{host.address}:{PATRONI_PORT}", timeout=1.0)
-        if data is None:
+        _, data = _rest(f"http://{host.address}:{PATRONI_PORT}/cluster")
+        if not isinstance(data, dict) or "members" not in data:
             continue
         out = []
         for m in data.get("members", []):
             lag = m.get("lag")
-            out.append({"name": m.get("name"), "role": normalise_patroni_role(m.get("role", "")),
+            out.append({"name": m.get("name"), "role": normalise_role(m.get("role", "")),
                         "state": m.get("state"), "lag_bytes": lag if isinstance(lag, int) else None,
                         "timeline": m.get("timeline")})
         return sorted(out, key=lambda m: m["name"] or "")
@@ -367,8 +395,8 @@ def reinitialize_diverged(spec: LabSpec = SPEC) -> list[str]:
     done = []
     for m in members:
         if m["role"] == "replica" and m["name"] not in streaming and m["state"] in ("running", "streaming"):
-            status, _ = request(f"http://{spec.host(m['name']).address}:{PATRONI_PORT}/reinitialize", "POST",
-                                {"force": True}, timeout=10)
+            status, _ = _rest(f"http://{spec.host(m['name']).address}:{PATRONI_PORT}/reinitialize", "POST",
+                              {"force": True}, timeout=10)
             if status == 200:
                 done.append(m["name"])
     return done
@@ -414,7 +442,10 @@ def _down_locked(spec: LabSpec) -> None:
     _remove_shared_memory(spec)
     network.destroy(spec)
     for host in spec.hosts:  # fault journals of lab hosts (their dead-men died with the namespaces)
-        shutil.rmtree(Path(FAULT_JOURNAL_ROOT) / host.name, ignore_errors=True)
+        journal_dir = Path(FAULT_JOURNAL_ROOT) / host.name
+        for entry in journal_dir.glob("*.json"):  # and the relay directories of their faults
+            shutil.rmtree(Path(RELAY_ROOT) / entry.stem, ignore_errors=True)
+        shutil.rmtree(journal_dir, ignore_errors=True)
     _remove_user()
     for child in STATE_DIR.glob("*"):
         if child.name in (Paths.cache.name, Paths.lock.name):

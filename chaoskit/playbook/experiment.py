@@ -8,23 +8,28 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import signal
 import statistics
 import time
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
 from chaoskit.analysis.knee import find_knee
 from chaoskit.faults.client_link import ClientLink
 from chaoskit.faults.manager import FaultManager
-from chaoskit.faults.models import FaultSpec
+from chaoskit.faults.spec import LatencySpec
+from chaoskit.ha.registry import manager_for
+from chaoskit.ha.settings import SettingsChange, change_settings
 from chaoskit.inventory.models import Inventory
 from chaoskit.models import Frozen
-from chaoskit.playbook.models import PatroniSettings, Seconds
-from chaoskit.playbook.preflight import read_ha, read_settings
+from chaoskit.playbook.models import Seconds
+from chaoskit.playbook.preflight import describe_ha, read_settings
 from chaoskit.recorder import Recorder
-from chaoskit.topology.patroni import apply_config
-from chaoskit.workload.runner import LoadRunner, LoadSpec
+from chaoskit.validation import FreeText, Name
+from chaoskit.workload import spec as load_defaults
+from chaoskit.workload.runner import LoadRunner
+from chaoskit.workload.spec import LoadSpec
 from chaoskit.workload.workloads import WorkloadParams
 
 
@@ -33,11 +38,11 @@ class Link(Frozen):
     to `dest` hosts on `port` (e.g. replica -> primary replication), or `source: client`: the
     load's own connections, through relays on the control node (e.g. a managed database)."""
 
-    source: str  # client, a host, or role:...@all
-    dest: str | None = None  # host or role:... (not for client)
+    source: str = Field(pattern=r"^(client|[A-Za-z0-9][A-Za-z0-9_.-]{0,62}|role:[a-z_]+(@(one|all|minority))?)$")
+    dest: str | None = Field(None, pattern=r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,62}|role:[a-z_]+(@(one|all|minority))?)$")
     port: int = Field(5432, ge=1, le=65535)
     stream: Literal["both", "upstream", "downstream"] = "both"
-    jitter_ms: float = Field(0.0, ge=0)
+    jitter_ms: float = Field(0.0, ge=0, le=60_000)
 
     @model_validator(mode="after")
     def _dest(self) -> Link:
@@ -47,31 +52,39 @@ class Link(Frozen):
 
 
 class Grid(Frozen):
-    delay_ms: tuple[float, ...] = (0.0,)
-    workers: tuple[int, ...] = (8,)
-    workload: tuple[str, ...] = ("update",)
+    delay_ms: tuple[Annotated[float, Field(ge=0, le=60_000)], ...] = (0.0,)
+    workers: tuple[Annotated[int, Field(ge=1, le=4096)], ...] = (8,)
+    workload: tuple[Name, ...] = ("update",)
     synchronous_mode: tuple[bool, ...] = ()
 
 
 class Experiment(Frozen):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,100}$")
     kind: Literal["sweep", "ramp", "compare"]
-    description: str = ""
-    cluster: str
-    targets: tuple[str, ...] = ()  # compare: cluster names, alternated
+    description: FreeText = ""
+    cluster: Name
+    targets: tuple[Name, ...] = ()  # compare: cluster names, alternated
     link: Link | None = None
     grid: Grid = Grid()
     warmup: Seconds = 2.0
     measure: Seconds = 5.0
     repeats: int = Field(1, ge=1, le=20)
-    table_rows: int = Field(10_000, ge=10)
+    table_rows: int = Field(load_defaults.DEFAULT_TABLE_ROWS, ge=10, le=100_000_000)
     op_timeout: Seconds = 5.0
-    patroni: PatroniSettings | None = None
+    # HA manager settings fixed for the whole experiment (journaled, restored), e.g. {synchronous_mode: true}
+    settings: dict[Name, bool | int | float | str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "patroni" in data and "settings" not in data:
+            raise ValueError("patroni: {...} is now settings: {...} (the cluster's HA manager applies them)")
+        return data
 
     @model_validator(mode="after")
     def _one_mode_source(self) -> Experiment:
-        if self.grid.synchronous_mode and self.patroni is not None and self.patroni.synchronous_mode is not None:
-            raise ValueError("synchronous_mode is either fixed (patroni) or a grid axis, not both")
+        if self.grid.synchronous_mode and "synchronous_mode" in self.settings:
+            raise ValueError("synchronous_mode is either fixed (settings) or a grid axis, not both")
         if self.grid.synchronous_mode and self.kind == "compare":
             raise ValueError("compare alternates targets; sweep synchronous_mode with kind: sweep")
         return self
@@ -87,16 +100,15 @@ def measure_cell(inv: Inventory, cluster: str, fm: FaultManager, *, workload: st
         if delay_ms and link is not None:
             ttl = warmup + measure + 120
             if link.source == "client":
-                spec = FaultSpec(kind="latency", target="client", peers=("client",), peer_port=link.port,
-                                 delay_ms=delay_ms, jitter_ms=link.jitter_ms, stream=link.stream, ttl=ttl)
+                spec = LatencySpec(target="client", peer_port=link.port, delay_ms=delay_ms, jitter_ms=link.jitter_ms,
+                                   stream=link.stream, ttl=ttl)
                 client_link = stack.enter_context(ClientLink(target, inv, spec))
                 target = client_link.cluster
             else:
                 source = link.source if "@" in link.source or not link.source.startswith("role:") \
                     else link.source + "@all"
-                spec = FaultSpec(kind="latency", target=source, cluster=cluster, peers=(link.dest or "",),
-                                 peer_port=link.port, delay_ms=delay_ms, jitter_ms=link.jitter_ms, stream=link.stream,
-                                 ttl=ttl)
+                spec = LatencySpec(target=source, cluster=cluster, peers=(link.dest or "",), peer_port=link.port,
+                                   delay_ms=delay_ms, jitter_ms=link.jitter_ms, stream=link.stream, ttl=ttl)
                 faults = fm.inject(spec)
                 stack.callback(lambda: [fm.revert(f) for f in faults])
                 time.sleep(1.0)  # reconnected links (e.g. walreceiver) are through the proxy again
@@ -141,57 +153,73 @@ def summarise(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[st
     return out
 
 
-def run_experiment(exp: Experiment, inv: Inventory, progress: Any = None) -> dict[str, Any]:
-    fm = FaultManager(inv)
+def run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progress: Any = None) -> dict[str, Any]:
+    """Cell by cell; every latency fault and every settings change is undone on the way out
+    (normal end, error, Ctrl-C, SIGTERM), and the settings are journaled with a dead-man first."""
+    previous_handler = signal.signal(signal.SIGTERM, _sigterm)
     started = time.time()
     settings: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
-    restore = None
+    changes: list[SettingsChange] = []
+    ha = manager_for(inv.clusters[exp.cluster], inv)
+    ttl = 3600.0 * 24
+    interrupted = None
+    targets = exp.targets or (exp.cluster,)
     try:
-        targets = exp.targets or (exp.cluster,)
-        for t in targets:
-            settings[t] = {"server": read_settings(inv.clusters[t], inv), "ha": read_ha(inv.clusters[t], inv)}
-        if exp.patroni is not None and exp.patroni.synchronous_mode is not None:
-            restore = _patroni_mode(inv, exp.cluster, exp.patroni.synchronous_mode)
-        modes: tuple[bool | None, ...] = exp.grid.synchronous_mode or (None,)
-        if exp.kind == "compare":
-            plan = [(t, wl, w, 0.0, None) for _ in range(exp.repeats) for t in targets for wl in exp.grid.workload
-                    for w in exp.grid.workers]
-        else:  # the mode outermost: one Patroni reconfiguration per mode and repeat
-            plan = [(exp.cluster, wl, w, d, m) for _ in range(exp.repeats)
-                    for m, wl, w, d in itertools.product(modes, exp.grid.workload, exp.grid.workers,
-                                                         exp.grid.delay_ms)]
-        per_cell = exp.warmup + exp.measure + 2
-        current: bool | None = None
-        for i, (target, wl, w, d, m) in enumerate(plan):
-            if m is not None and m != current:
-                previous = _patroni_mode(inv, exp.cluster, m)
-                restore = previous if restore is None else restore
-                current = m
-                settings[f"{exp.cluster} synchronous_mode={str(m).lower()}"] = {
-                    "server": read_settings(inv.clusters[exp.cluster], inv),
-                    "ha": read_ha(inv.clusters[exp.cluster], inv)}
-            if progress is not None:
-                mode = "" if m is None else (" sync" if m else " async")
-                progress(i, len(plan), per_cell * (len(plan) - i), f"{target} {wl} x{w} delay {d:g} ms{mode}")
-            cell = measure_cell(inv, target, fm, workload=wl, workers=w, delay_ms=d, link=exp.link,
-                                warmup=exp.warmup, measure=exp.measure, table_rows=exp.table_rows,
-                                op_timeout=exp.op_timeout)
-            if m is not None:
-                cell["synchronous_mode"] = m
-            rows.append({"target": target, "repeat": i // max(1, len(plan) // exp.repeats), **cell})
+        with FaultManager(inv) as fm:
+            try:
+                for t in targets:
+                    settings[t] = {"server": read_settings(inv.clusters[t], inv),
+                                   "ha": describe_ha(manager_for(inv.clusters[t], inv))}
+                if exp.settings:
+                    changes.append(change_settings(ha, inventory_path, dict(exp.settings), ttl))
+                modes: tuple[bool | None, ...] = exp.grid.synchronous_mode or (None,)
+                if exp.kind == "compare":
+                    plan = [(t, wl, w, 0.0, None) for _ in range(exp.repeats) for t in targets
+                            for wl in exp.grid.workload for w in exp.grid.workers]
+                else:  # the mode outermost: one reconfiguration per mode and repeat
+                    plan = [(exp.cluster, wl, w, d, m) for _ in range(exp.repeats)
+                            for m, wl, w, d in itertools.product(modes, exp.grid.workload, exp.grid.workers,
+                                                                 exp.grid.delay_ms)]
+                per_cell = exp.warmup + exp.measure + 2
+                current: bool | None = None
+                for i, (target, wl, w, d, m) in enumerate(plan):
+                    if m is not None and m != current:
+                        # the first switch is journaled with the original value; later ones only flip it
+                        if current is None:
+                            changes.append(change_settings(ha, inventory_path, {"synchronous_mode": m}, ttl))
+                        else:
+                            ha.apply_settings({"synchronous_mode": m})
+                        current = m
+                        settings[f"{exp.cluster} synchronous_mode={str(m).lower()}"] = {
+                            "server": read_settings(inv.clusters[exp.cluster], inv), "ha": describe_ha(ha)}
+                    if progress is not None:
+                        mode = "" if m is None else (" sync" if m else " async")
+                        progress(i, len(plan), per_cell * (len(plan) - i), f"{target} {wl} x{w} delay {d:g} ms{mode}")
+                    cell = measure_cell(inv, target, fm, workload=wl, workers=w, delay_ms=d, link=exp.link,
+                                        warmup=exp.warmup, measure=exp.measure, table_rows=exp.table_rows,
+                                        op_timeout=exp.op_timeout)
+                    if m is not None:
+                        cell["synchronous_mode"] = m
+                    rows.append({"target": target, "repeat": i // max(1, len(plan) // exp.repeats), **cell})
+            except KeyboardInterrupt:
+                interrupted = "interrupted (Ctrl-C or SIGTERM); faults reverted, settings restored"
     finally:
-        fm.revert_all()
-        if restore is not None:
-            _patroni_mode(inv, exp.cluster, restore)
-        fm.close()
+        restore_errors = []
+        for change in reversed(changes):
+            try:
+                change.restore(ha)
+            except Exception as exc:  # its dead-man and `recover` retry
+                restore_errors.append(str(exc))
+        signal.signal(signal.SIGTERM, previous_handler)
     keys: tuple[str, ...] = ("target", "workload", "workers") if exp.kind == "compare" \
         else ("workload", "workers", "delay_ms")
     if exp.grid.synchronous_mode and exp.kind != "compare":
         keys = ("synchronous_mode", *keys)
     cells = summarise(rows, keys)
     result: dict[str, Any] = {"experiment": exp.model_dump(mode="json"), "started": started, "ended": time.time(),
-                              "settings": settings, "rows": rows, "cells": cells}
+                              "settings": settings, "rows": rows, "cells": cells, "aborted": interrupted,
+                              "settings_restore_errors": restore_errors}
     if exp.kind == "ramp":
         steps = sorted((c for c in cells if c["delay_ms"] == exp.grid.delay_ms[0]), key=lambda c: c["workers"])
         result["knee"] = find_knee(steps)
@@ -217,9 +245,5 @@ def _compare(rows: list[dict[str, Any]], targets: tuple[str, ...]) -> dict[str, 
     return out
 
 
-def _patroni_mode(inv: Inventory, cluster: str, mode: bool) -> bool | None:
-    """Set synchronous_mode for the experiment; the previous value, to restore it afterwards."""
-    if inv.clusters[cluster].patroni is None:
-        return None
-    previous = apply_config(inv.clusters[cluster], inv, {"synchronous_mode": mode})
-    return None if previous is None else bool(previous["synchronous_mode"])
+def _sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt

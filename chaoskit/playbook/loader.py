@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -13,7 +14,14 @@ from chaoskit.playbook.models import Playbook
 from chaoskit.yamlsrc import load_yaml, raise_validation
 
 
-def load_playbook(path: str | Path, inventory: Inventory | None = None) -> Playbook:
+@dataclass(frozen=True)
+class LoadedPlaybook:
+    playbook: Playbook
+    path: str
+    sha256: str  # of the bytes that were parsed
+
+
+def load_playbook(path: str | Path, inventory: Inventory | None = None) -> LoadedPlaybook:
     doc = load_yaml(path)
     if not isinstance(doc.data, dict):
         raise doc.error((), "a playbook is a mapping")
@@ -22,28 +30,41 @@ def load_playbook(path: str | Path, inventory: Inventory | None = None) -> Playb
     except ValidationError as exc:
         raise raise_validation(exc, doc) from None
     if inventory is not None:
-        if pb.cluster not in inventory.clusters:
-            raise doc.error(("cluster",), f"unknown cluster {pb.cluster!r}; inventory {inventory.source} has: "
-                                          f"{', '.join(sorted(inventory.clusters)) or 'none'}")
-        for i, step in enumerate(pb.steps):
-            if step.fault is not None:
-                spec = step.fault.model_copy(update={"cluster": step.fault.cluster or pb.cluster})
-                field = ("steps", i, "fault", "target")
-                try:
-                    validate_target(spec, inventory, source=doc.source, field="target")
-                except InputError as exc:
-                    raise doc.error(field, exc.detail) from None
-                known = {p for m in inventory.clusters[pb.cluster].members for p in m.processes}
-                for name in step.fault.processes:
-                    if name not in known:
-                        raise doc.error(("steps", i, "fault", "processes"),
-                                        f"no member of {pb.cluster} has a process {name!r} (known: "
-                                        f"{', '.join(sorted(known)) or 'none'})")
-            if step.action is not None:
-                cl = inventory.clusters[pb.cluster]
-                if step.action.kind in ("switchover", "rejoin") and cl.kind != "postgres-patroni":
-                    raise doc.error(("steps", i, "action"), f"{step.action.kind} needs a postgres-patroni cluster")
-                if step.action.target and step.action.target not in {m.host for m in cl.members}:
-                    raise doc.error(("steps", i, "action", "target"),
-                                    f"{step.action.target!r} is not a member of cluster {pb.cluster}")
-    return pb
+        check_against_inventory(pb, inventory, doc)
+    return LoadedPlaybook(pb, str(path), doc.sha256)
+
+
+def check_against_inventory(pb: Playbook, inventory: Inventory, doc: object) -> None:
+    from chaoskit.ha.registry import managers
+
+    if pb.cluster not in inventory.clusters:
+        raise doc.error(("cluster",), f"unknown cluster {pb.cluster!r}; inventory {inventory.source} has: "  # type: ignore[attr-defined]
+                                      f"{', '.join(sorted(inventory.clusters)) or 'none'}")
+    cl = inventory.clusters[pb.cluster]
+    manager = managers()[cl.ha.kind]
+    unknown = set(pb.settings) - manager.changeable_settings
+    if unknown:
+        raise doc.error(("settings",), f"ha: {cl.ha.kind} cannot change {', '.join(sorted(unknown))} "  # type: ignore[attr-defined]
+                                       f"(changeable: {', '.join(sorted(manager.changeable_settings)) or 'none'})")
+    for i, step in enumerate(pb.steps):
+        if step.fault is not None:
+            try:
+                validate_target(step.fault, inventory, source=doc.source, field="target")  # type: ignore[attr-defined]
+            except InputError as exc:
+                field = "target" if exc.field in ("target", "--target") else exc.field or "target"
+                raise doc.error(("steps", i, "fault", field.removeprefix("--")), exc.detail) from None  # type: ignore[attr-defined]
+            known = {p for m in inventory.clusters[step.fault.cluster or pb.cluster].members for p in m.processes}
+            for name in step.fault.processes_wanted:
+                if name not in known:
+                    raise doc.error(("steps", i, "fault", "processes"),  # type: ignore[attr-defined]
+                                    f"no member of {step.fault.cluster or pb.cluster} has a process {name!r} (known: "
+                                    f"{', '.join(sorted(known)) or 'none'})")
+        if step.action is not None:
+            can = {"switchover": manager.switchover is not managers()["none"].switchover,
+                   "rejoin": manager.rejoin is not managers()["none"].rejoin}
+            if step.action.kind in can and not can[step.action.kind]:
+                raise doc.error(("steps", i, "action"), f"{step.action.kind} needs an HA manager that can do it; "  # type: ignore[attr-defined]
+                                                        f"cluster {pb.cluster} has ha: {cl.ha.kind}")
+            if step.action.target and step.action.target not in {m.host for m in cl.members}:
+                raise doc.error(("steps", i, "action", "target"),  # type: ignore[attr-defined]
+                                f"{step.action.target!r} is not a member of cluster {pb.cluster}")

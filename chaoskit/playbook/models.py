@@ -1,21 +1,37 @@
-"""Playbook models (frozen, no unknown fields). Durations accept `30s`, `100ms`, `2m`."""
+"""Playbook models (frozen, no unknown fields). Durations accept `30s`, `100ms`, `2m`.
+
+A step's fault is one of the fault kinds' own models (`chaoskit.faults.spec`); the playbook's
+cluster is its default cluster, and a fault without an explicit `ttl` gets the drill's bound
+(`chaoskit.faults.ttl.drill_fault_ttl`) before it is validated, so `ttl >= duration` and the cap
+are checked on the values the host will actually get.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Any, Literal
 
-from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from chaoskit.faults.models import FaultSpec
+from chaoskit.faults.spec import FaultSpec, Seconds
+from chaoskit.faults.ttl import drill_fault_ttl
 from chaoskit.models import Frozen
 from chaoskit.units import parse_duration
+from chaoskit.validation import FreeText, Name
+from chaoskit.workload import spec
 
-Seconds = Annotated[float, BeforeValidator(parse_duration)]
 CheckName = Literal["rpo", "bank", "replica_convergence", "split_brain"]
+MAX_DRILL_S = 24 * 3600.0
 
 
 class LoadConfig(Frozen):
-    workload: str = "ledger"
+    workload: str = spec.DEFAULT_WORKLOAD
+    workers: int = Field(spec.DEFAULT_WORKERS, ge=1, le=2048)
+    rate: float | None = Field(None, gt=0, le=1_000_000)
+    warmup: Seconds = spec.DEFAULT_WARMUP_S
+    op_timeout: Seconds = spec.DEFAULT_OP_TIMEOUT_S
+    connect_timeout: Seconds = spec.DEFAULT_CONNECT_TIMEOUT_S
+    processes: int | None = Field(None, ge=1, le=256)
+    table_rows: int = Field(spec.DEFAULT_TABLE_ROWS, ge=10, le=100_000_000)
 
     @field_validator("workload")
     @classmethod
@@ -23,40 +39,29 @@ class LoadConfig(Frozen):
         from chaoskit.workload.workloads import WORKLOADS
 
         if value not in WORKLOADS:
-            raise ValueError(f"unknown workload {value!r}; choose from {', '.join(WORKLOADS)}")
+            raise ValueError(f"unknown workload {value[:40]!r}; choose from {', '.join(WORKLOADS)}")
         return value
-
-    workers: int = Field(4, ge=1, le=2048)
-    rate: float | None = Field(None, gt=0)
-    warmup: Seconds = 5.0
-    op_timeout: Seconds = 2.0
-    connect_timeout: Seconds = 1.0
-    processes: int | None = Field(None, ge=1)
-    table_rows: int = Field(10_000, ge=10)
 
 
 class ProbeConfig(Frozen):
     interval: Seconds = 0.1
 
-
-class StepFault(FaultSpec):
-    """A fault in a schedule: `duration` reverts it that long after injection (else at heal)."""
-
-    duration: Seconds | None = None
-
+    @field_validator("interval")
     @classmethod
-    def _role_needs_cluster(cls) -> bool:
-        return False  # the playbook's cluster is the default
+    def _sane(cls, value: float) -> float:
+        if not 0.01 <= value <= 10:
+            raise ValueError("probe interval must be within [10ms, 10s]")
+        return value
 
 
 class Action(Frozen):
-    """switchover (Patroni REST, planned); restart: start a member's processes that are not running
-    (its configured start command, over SSH); rejoin: rebuild a member from the leader (Patroni
-    POST /reinitialize), e.g. an old primary that diverged."""
+    """switchover (the HA manager's planned switchover); restart: start a member's processes that
+    are not running (its configured start command, over SSH); rejoin: bring an old primary back as
+    a replica the HA manager's way (rewind or rebuild)."""
 
     kind: Literal["switchover", "restart", "rejoin"]
-    candidate: str | None = None  # switchover: a member name; default: Patroni chooses
-    target: str | None = None  # restart / rejoin: a member host
+    candidate: Name | None = None  # switchover: a member name; default: the manager chooses
+    target: Name | None = None  # restart / rejoin: a member host
 
     @model_validator(mode="after")
     def _needs_target(self) -> Action:
@@ -66,9 +71,13 @@ class Action(Frozen):
 
 
 class Step(Frozen):
+    """One scheduled fault or action. `expect: failover` says the step's point is a failover:
+    preflight then refuses a fault shorter than the HA manager's detection bound."""
+
     at: Seconds
-    fault: StepFault | None = None
+    fault: FaultSpec | None = None
     action: Action | None = None
+    expect: Literal["failover", "any"] = "any"
 
     @model_validator(mode="after")
     def _one(self) -> Step:
@@ -94,16 +103,12 @@ class Abort(Frozen):
     for_: Seconds = Field(60.0, alias="for")
 
 
-class PatroniSettings(Frozen):
-    synchronous_mode: bool | None = None
-
-
 class Playbook(Frozen):
     """Fields are validated in order: later checks can rely on earlier fields."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    description: str = ""
-    cluster: str
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,100}$")
+    description: FreeText = ""
+    cluster: Name
     load: LoadConfig = LoadConfig()
     probes: ProbeConfig = ProbeConfig()
     baseline: Seconds = 10.0
@@ -112,8 +117,50 @@ class Playbook(Frozen):
     checks: tuple[CheckName, ...] = ("rpo", "split_brain", "replica_convergence")
     slo: Slo = Slo()
     abort: Abort = Abort()
-    patroni: PatroniSettings | None = None  # set for the drill, restored afterwards
+    # HA manager settings set for the drill and restored afterwards (journaled like a fault), e.g.
+    # {synchronous_mode: true} for Patroni; the cluster's manager says which it can change
+    settings: dict[Name, bool | int | float | str] = Field(default_factory=dict)
     steps: tuple[Step, ...]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fault_defaults(cls, data: Any) -> Any:
+        """Each step fault gets the playbook's cluster and the drill's TTL unless it names its own."""
+        if not isinstance(data, dict):
+            return data
+        if "patroni" in data and "settings" not in data:
+            raise ValueError("patroni: {...} is now settings: {...} (the cluster's HA manager applies them)")
+        try:
+            duration = parse_duration(data.get("duration"))
+            within = parse_duration((data.get("recovery") or {}).get("within", 60.0))
+        except (ValueError, TypeError, AttributeError):
+            return data  # the fields' own validation reports it
+        steps = data.get("steps")
+        if not isinstance(steps, list):
+            return data
+        out = []
+        for step in steps:
+            if isinstance(step, dict) and isinstance(step.get("fault"), dict):
+                fault = dict(step["fault"])
+                fault.setdefault("cluster", data.get("cluster"))
+                if "ttl" not in fault:
+                    try:
+                        at = parse_duration(step.get("at"))
+                        dur = parse_duration(fault["duration"]) if fault.get("duration") is not None else None
+                    except (ValueError, TypeError):
+                        at, dur = None, None
+                    if at is not None:
+                        fault["ttl"] = drill_fault_ttl(None, dur, max(0.0, duration - at), within)
+                step = {**step, "fault": fault}
+            out.append(step)
+        return {**data, "steps": out}
+
+    @field_validator("duration")
+    @classmethod
+    def _bounded(cls, value: float) -> float:
+        if not 0 < value <= MAX_DRILL_S:
+            raise ValueError(f"a drill lasts between 0 and {MAX_DRILL_S / 3600:g} h")
+        return value
 
     @field_validator("checks")
     @classmethod
@@ -139,10 +186,3 @@ class Playbook(Frozen):
             if duration is not None and end > duration:
                 raise ValueError(f"steps[{i}] ends at {end:g}s, after the drill's duration ({duration:g}s)")
         return value
-
-    def fault_ttl(self, step: Step) -> float:
-        """Bounded: the step's own TTL if given, else the drill's remaining time plus a margin."""
-        assert step.fault is not None
-        if "ttl" in step.fault.model_fields_set:
-            return step.fault.ttl
-        return self.duration - step.at + self.recovery.within + 60

@@ -1,4 +1,11 @@
-"""Preflight: everything checked before anything is injected. Refuses on any failure."""
+"""Preflight: everything checked before anything is injected. Refuses on any failure.
+
+Production guard for every host the drill may touch, clock offsets and capabilities of those
+hosts against what every step's fault kind needs (`faults.registry`), the HA manager's health,
+exactly one writer and every member answering, the durability settings, connection headroom,
+replication lag, and that a fault meant to cause a failover outlasts the manager's detection
+bound (else the drill would measure nothing).
+"""
 
 from __future__ import annotations
 
@@ -7,12 +14,17 @@ from typing import Any
 
 from chaoskit.db.base import Driver, driver_for
 from chaoskit.errors import PreflightError
+from chaoskit.faults.manager import FaultManager
+from chaoskit.faults.registry import missing_needs
+from chaoskit.faults.spec import CLIENT
+from chaoskit.faults.targets import split_target
+from chaoskit.guard import cluster_hosts, refuse_production
+from chaoskit.ha.base import HAManager
 from chaoskit.inventory.capabilities import probe_capabilities
 from chaoskit.inventory.clock import measure_offset
 from chaoskit.inventory.fanout import RemotePool, fan_out_pool
 from chaoskit.inventory.models import Cluster, Inventory
 from chaoskit.playbook.models import Playbook
-from chaoskit.topology.patroni import get_json
 from chaoskit.topology.roles import discover_roles
 
 PG_SETTINGS = ("server_version", "synchronous_commit", "fsync", "synchronous_standby_names", "max_connections",
@@ -21,27 +33,48 @@ MY_SETTINGS = ("version", "sync_binlog", "innodb_flush_log_at_trx_commit", "max_
                "binlog_format", "read_only")
 
 
-def run_preflight(pb: Playbook, inv: Inventory, pool: RemotePool, allow_production: bool) -> dict[str, Any]:
+def touched_hosts(pb: Playbook, inv: Inventory) -> list[str]:
+    """Every host a step may change: the cluster's members and any host a step names."""
+    hosts = set(cluster_hosts(inv, pb.cluster))
+    for step in pb.steps:
+        if step.fault is not None:
+            base = split_target(step.fault.target)[0]
+            if base in inv.hosts:
+                hosts.add(base)
+            elif base.startswith("role:") and step.fault.cluster:
+                hosts.update(cluster_hosts(inv, step.fault.cluster))
+    return sorted(hosts)
+
+
+def run_preflight(pb: Playbook, inv: Inventory, pool: RemotePool, ha: HAManager, fm: FaultManager,
+                  allow_production: bool) -> dict[str, Any]:
     cluster = inv.clusters[pb.cluster]
-    hosts = sorted({m.host for m in cluster.members})
-    prod = [h for h in hosts if inv.hosts[h].is_production] + (["cluster"] if cluster.tags.get("env") in
-                                                                 ("prod", "production") else [])
-    if prod and not allow_production:
-        raise PreflightError(f"refusing production-tagged targets ({', '.join(prod)}); pass --allow-production")
+    hosts = touched_hosts(pb, inv)
+    production = refuse_production(inv, hosts, [pb.cluster], allow=allow_production)
     offsets = fan_out_pool(pool, measure_offset, hosts)
     caps = fan_out_pool(pool, probe_capabilities, hosts)
     for host in hosts:
         for what in (offsets[host], caps[host]):
             if isinstance(what, BaseException):
                 raise PreflightError(f"{host}: {what}")
-    kinds = {s.fault.kind for s in pb.steps if s.fault}
-    for host in hosts:
-        c = caps[host]
-        if "netem" in kinds and not c.netem:  # type: ignore[union-attr]
-            raise PreflightError(f"{host}: this kernel has no sch_netem ({c.netem_reason}); the playbook needs it")  # type: ignore[union-attr]
-        if kinds & {"partition", "loss"} and not c.iptables:  # type: ignore[union-attr]
-            raise PreflightError(f"{host}: iptables is missing; the playbook's network faults need it")
-    roles = discover_roles(cluster, inv)
+        fm.offsets[host] = offsets[host]  # type: ignore[assignment]
+        fm.capabilities[host] = caps[host]  # type: ignore[assignment]
+    for i, step in enumerate(pb.steps):
+        if step.fault is None or split_target(step.fault.target)[0] == CLIENT:
+            continue
+        base = split_target(step.fault.target)[0]
+        for host in ([base] if base in inv.hosts else cluster_hosts(inv, step.fault.cluster or pb.cluster)):
+            missing = missing_needs(step.fault, caps[host].have)  # type: ignore[union-attr]
+            if "netem" in missing:
+                raise PreflightError(f"{host}: this kernel has no sch_netem ({caps[host].netem_reason}); "  # type: ignore[union-attr]
+                                     f"steps[{i}] needs it (use the latency proxy, or loss/bandwidth)")
+            if missing:
+                raise PreflightError(f"{host}: steps[{i}] ({step.fault.kind}) needs {', '.join(missing)}, "
+                                     "which this host lacks")
+    ok, why = ha.health()
+    if not ok:
+        raise PreflightError(f"cluster {cluster.name}: the HA manager ({ha.kind}) reports it unhealthy: {why}")
+    roles = discover_roles(cluster, inv, ha)
     primaries = [r.member for r in roles if r.sql_role == "primary"]
     down = [f"{r.member} ({r.error})" for r in roles if r.sql_role == "down"]
     if len(primaries) != 1 or down:
@@ -49,18 +82,34 @@ def run_preflight(pb: Playbook, inv: Inventory, pool: RemotePool, allow_producti
                              f"down={down or 'none'}")
     settings = read_settings(cluster, inv)
     max_conn = int(settings.get("max_connections", 0) or 0)
-    needed = pb.load.workers + len(cluster.members) + 2
+    needed = pb.load.workers + len(cluster.members) + 4
     if max_conn and needed > max_conn:
         raise PreflightError(f"max_connections={max_conn} is below what the drill needs ({needed})")
     lagging = [f"{r.member}={r.lag_bytes}" for r in roles if (r.lag_bytes or 0) > 16 * 1024 * 1024]
     if lagging:
         raise PreflightError(f"replication lag too high before the drill: {', '.join(lagging)}")
+    bound = ha.detection_bound_s()
+    for i, step in enumerate(pb.steps):
+        if step.expect == "failover" and step.fault is not None and step.fault.duration is not None and bound and \
+                step.fault.duration <= bound:
+            raise PreflightError(
+                f"steps[{i}] expects a failover but lasts {step.fault.duration:g}s, and {ha.kind} notices a failed "
+                f"leader only after {bound:g}s with these settings: the drill would measure no failover "
+                "(lengthen the fault, or set expect: any)")
     return {
         "clock_offsets": {h: asdict(o) for h, o in offsets.items()},  # type: ignore[arg-type]
-        "capabilities": {h: asdict(c) for h, c in caps.items()},  # type: ignore[arg-type]
-        "roles_before": [asdict(r) for r in roles], "primary_before": primaries[0],
-        "server_settings": settings, "ha": read_ha(cluster, inv),
+        "capabilities": {h: c.to_dict() for h, c in caps.items()},  # type: ignore[union-attr]
+        "roles_before": [r.to_dict() for r in roles], "primary_before": primaries[0],
+        "server_settings": settings, "ha": describe_ha(ha), "detection_bound_s": bound,
+        "production_targets": production, "allow_production": allow_production,
     }
+
+
+def describe_ha(ha: HAManager) -> dict[str, Any]:
+    try:
+        return ha.describe()
+    except Exception as exc:  # the evidence says why the manager could not be described
+        return {"manager": ha.kind, "error": str(exc)}
 
 
 def read_settings(cluster: Cluster, inv: Inventory) -> dict[str, Any]:
@@ -74,21 +123,3 @@ def read_settings(cluster: Cluster, inv: Inventory) -> dict[str, Any]:
         return {"version": driver.server_version(conn)}
     finally:
         Driver.close_quietly(conn)
-
-
-def read_ha(cluster: Cluster, inv: Inventory) -> dict[str, Any]:
-    if cluster.patroni is None or cluster.role_probe != "patroni":
-        return {"manager": None}
-    api = cluster.patroni
-    for m in cluster.members:
-        base = f"{api.scheme}://{inv.member_address(m)}:{api.port}"
-        config = get_json(f"{base}/config", timeout=2, verify=api.verify)
-        status = get_json(f"{base}/patroni", timeout=2, verify=api.verify)
-        if isinstance(config, dict):
-            keep = ("ttl", "loop_wait", "retry_timeout", "maximum_lag_on_failover", "synchronous_mode",
-                    "synchronous_mode_strict", "master_start_timeout", "primary_start_timeout")
-            return {"manager": "patroni", "version": (status or {}).get("patroni", {}).get("version")
-                    if isinstance(status, dict) else None,
-                    "config": {k: config.get(k) for k in keep if k in config},
-                    "use_pg_rewind": config.get("postgresql", {}).get("use_pg_rewind")}
-    return {"manager": "patroni", "error": "REST API not reachable"}

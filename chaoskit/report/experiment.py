@@ -8,18 +8,18 @@ import json
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from chaoskit.report.writer import _clean
+from chaoskit.report.rundir import clean
+from chaoskit.report.writer import CSP, template_env
 
 
 def write_experiment(result: dict[str, Any], run_dir: Path) -> None:
     (run_dir / "plots").mkdir(parents=True, exist_ok=True)
-    (run_dir / "run.json").write_text(json.dumps(_clean({"schema_version": 1, **result}), indent=2, default=str))
+    (run_dir / "run.json").write_text(json.dumps(clean({"schema_version": 1, **result}), indent=2, default=str))
     cells = result["cells"]
     if cells:
         with open(run_dir / "results.csv", "w", newline="") as fh:
@@ -35,9 +35,8 @@ def write_experiment(result: dict[str, Any], run_dir: Path) -> None:
     else:
         _bars(cells, run_dir / "plots" / "compare_tps.png")
     images = {p.stem: base64.b64encode(p.read_bytes()).decode() for p in sorted((run_dir / "plots").glob("*.png"))}
-    env = jinja2.Environment(loader=jinja2.PackageLoader("chaoskit.report", "templates"),
-                             autoescape=jinja2.select_autoescape(["html"]))
-    (run_dir / "report.html").write_text(env.get_template("experiment.html.j2").render(r=result, images=images))
+    html = template_env().get_template("experiment.html.j2").render(r=result, images=images, csp=CSP)
+    (run_dir / "report.html").write_text(html)
 
 
 def _series(cells: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

@@ -6,62 +6,48 @@ import base64
 import contextlib
 import hashlib
 import json
-import math
 import platform
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
 import jinja2
-import yaml
 
 import chaoskit
 from chaoskit.report.plots import latency_histogram, timeline_plot
+from chaoskit.report.rundir import RunDirectory, clean
 
-SCHEMA_VERSION = 1
-_REDACT_KEYS = ("password", "secret", "token", "passwd")
+SCHEMA_VERSION = 2
+# what a browser may do with a report: show inline styles and embedded images, fetch nothing, run nothing
+CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 
 
-def sha256_file(path: str) -> str:
+def sha256_file(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def redact(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: ("<redacted>" if any(r in str(k).lower() for r in _REDACT_KEYS) and not isinstance(v, dict)
-                    else redact(v)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact(v) for v in value]
-    return value
-
-
-def _clean(value: Any) -> Any:
-    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
-        return None
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
-    return value
-
-
-def write_run(ctx: Any, run_dir: Path) -> dict[str, Any]:
-    """Everything of a finished RunContext into `run_dir`; returns run.json's content."""
+def write_run(ctx: Any, rd: RunDirectory) -> dict[str, Any]:
+    """Everything of a finished RunContext into its run directory; returns run.json's content.
+    The inventory is serialised from the validated model (secrets only as their references), the
+    inputs are identified by the SHA-256 of the bytes that were actually loaded."""
     rec = ctx.recorder
     pb = ctx.playbook
-    inv_raw = yaml.safe_load(Path(ctx.inventory_path).read_text())
     evidence = {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "chaoskit", "version": chaoskit.__version__, "python": platform.python_version()},
-        "playbook": {"path": ctx.playbook_path, "sha256": sha256_file(ctx.playbook_path),
+        "playbook": {"path": ctx.playbook_path, "sha256": ctx.playbook_sha256,
                      "content": pb.model_dump(mode="json", by_alias=True)},
-        "inventory": {"path": ctx.inventory_path, "sha256": sha256_file(ctx.inventory_path),
-                      "content": redact(inv_raw)},
+        "inventory": {"path": ctx.inventory_path, "sha256": ctx.inventory.sha256,
+                      "content": ctx.inventory.model_dump(mode="json", exclude={"source", "sha256"})},
         "operator": ctx.operator, "run_id": ctx.run_id,
         "started": ctx.started, "ended": ctx.ended, "t0_load_start": ctx.t0,
-        "aborted": ctx.aborted,
-        "cluster": {"name": pb.cluster, "kind": ctx.inventory.clusters[pb.cluster].kind},
+        "aborted": ctx.aborted, "refused": ctx.refused,
+        "allow_production": ctx.allow_production,
+        "production_targets": ctx.preflight.get("production_targets", []),
+        "cluster": {"name": pb.cluster, "engine": ctx.cluster.engine, "ha": ctx.cluster.ha.kind},
         "server": ctx.preflight.get("server_settings", {}), "ha": ctx.preflight.get("ha", {}),
+        "detection_bound_s": ctx.preflight.get("detection_bound_s"),
+        "settings_changed": ctx.settings_changed,
         "clock_offsets": ctx.preflight.get("clock_offsets", {}),
         "roles_before": ctx.preflight.get("roles_before", []),
         "faults_injected": [f.to_dict() for f in ctx.faults], "actions": ctx.actions, "heal": ctx.heal,
@@ -69,18 +55,17 @@ def write_run(ctx: Any, run_dir: Path) -> dict[str, Any]:
                                                                                             else [])]},
         "results": ctx.results,
     }
-    evidence = _clean(evidence)
-    (run_dir / "run.json").write_text(json.dumps(evidence, indent=2, sort_keys=False, default=str))
-    with open(run_dir / "events.jsonl", "w") as fh:
-        for ev in sorted(ctx.events, key=lambda e: e.get("t") or 0):
-            fh.write(json.dumps(_clean(ev), default=str) + "\n")
-    if rec is not None:
+    evidence = clean(evidence)
+    rd.write_json("run.json", evidence)
+    if rec is not None and ctx.probe is not None:
         node_columns = _node_columns(ctx, rec)
-        rec.write_timeline_csv(str(run_dir / "timeline.csv"), t0=ctx.t0, extra=node_columns)
+        rec.write_timeline_csv(str(rd.file("timeline.csv")), t0=ctx.t0, extra=node_columns)
         with contextlib.suppress(ImportError, ValueError):  # parquet where an engine is installed
-            rec.to_frame().to_parquet(run_dir / "timeline.parquet")
-        _plots(ctx, run_dir)
-    render(run_dir)
+            rec.to_frame().to_parquet(rd.file("timeline.parquet"))
+        _plots(ctx, rd.path)
+    render(rd.path)
+    for p in rd.path.rglob("*"):
+        p.chmod(0o700 if p.is_dir() else 0o600)
     return evidence
 
 
@@ -128,13 +113,26 @@ def render(run_dir: Path) -> None:
     images = {}
     for png in sorted((run_dir / "plots").glob("*.png")):
         images[png.stem] = base64.b64encode(png.read_bytes()).decode()
-    env = jinja2.Environment(loader=jinja2.PackageLoader("chaoskit.report", "templates"),
-                             autoescape=jinja2.select_autoescape(["html"]))
+    env = template_env()
     env.filters["ts"] = _ts
     env.filters["sec"] = lambda v: "—" if v is None else f"{v:.3f} s"
-    (run_dir / "report.html").write_text(env.get_template("report.html.j2").render(ev=ev, images=images))
-    (run_dir / "summary.md").write_text(env.get_template("summary.md.j2").render(ev=ev))
+    (run_dir / "report.html").write_text(env.get_template("report.html.j2").render(ev=ev, images=images, csp=CSP))
+    (run_dir / "summary.md").write_text(markdown_env().get_template("summary.md.j2").render(ev=ev))
     _junit(ev, run_dir / "junit.xml")
+
+
+def template_env() -> jinja2.Environment:
+    """HTML templates, every value escaped (autoescape on for every template, not by file suffix:
+    `report.html.j2` does not end in .html, and a playbook description or a database error text
+    must never become markup)."""
+    return jinja2.Environment(loader=jinja2.PackageLoader("chaoskit.report", "templates"), autoescape=True)
+
+
+def markdown_env() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("chaoskit.report", "templates"), autoescape=False)
+    env.filters["ts"] = _ts
+    env.filters["sec"] = lambda v: "—" if v is None else f"{v:.3f} s"
+    return env
 
 
 def _ts(t: float | None) -> str:

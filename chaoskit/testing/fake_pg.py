@@ -166,7 +166,7 @@ class FakeConnection:
 
 
 def fake_inventory() -> Inventory:
-    cluster = Cluster(name="pg", kind="postgres", members=(Member(host="db1"),), user="app")
+    cluster = Cluster(name="pg", engine="postgres", members=(Member(host="db1"),), user="app")
     return Inventory(hosts={"db1": Host(name="db1", address="127.0.0.1")}, clusters={"pg": cluster})
 
 

@@ -1,21 +1,25 @@
-"""The role probe: every member's writability (asked of the server) and, for Patroni, the HA
-manager's view, every `interval`, as events on the recorder's clock.
+"""The role probe: every member's writability (asked of the server) and the HA manager's view,
+every `interval`, plus the manager's own event stream, all as events on the recorder's clock.
 
-One thread per member keeps its own connection (reconnecting with short timeouts), so a dead
-or frozen member never delays the others' samples. Every sample is kept in compact form
-(time, member, writable) for split-brain and promotion timing; changes become events.
+One thread per member keeps its own connection (reconnecting with short timeouts), so a dead or
+frozen member never delays the others' samples. Every sample is kept in compact form (time,
+member, writable) for split-brain and promotion timing; changes become events. The manager's
+view (`HAManager.members()`) is polled too: leader changes seen that way are detection events of
+their own (`source: <kind>-poll`, the interval as uncertainty), beside the manager's native
+events (`HAManager.watch`), which carry its own timestamps.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from chaoskit.db.base import Driver, driver_for
+from chaoskit.ha.base import LEADER, UNKNOWN, HAManager, ManagerEvent, Watcher
 from chaoskit.inventory.models import Cluster, Inventory, Member
-from chaoskit.topology.patroni import fetch_cluster, normalise_patroni_role
 
 
 @dataclass
@@ -23,8 +27,16 @@ class ProbeLog:
     samples: list[tuple[float, str, str]] = field(default_factory=list)  # (t, member, primary|replica|down)
     manager: list[tuple[float, str | None, dict[str, str]]] = field(default_factory=list)  # (t, leader, states)
     lag: list[tuple[float, dict[str, int | None], dict[str, int | None]]] = field(default_factory=list)  # lag, timeline
+    manager_events: list[ManagerEvent] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    sink: Callable[[dict[str, Any]], None] | None = None  # e.g. the run directory: events as they happen
+
+    def emit(self, ev: dict[str, Any]) -> None:
+        """Record an event (call with the lock held)."""
+        self.events.append(ev)
+        if self.sink is not None:
+            self.sink(ev)
 
     def current_roles(self) -> dict[str, str]:
         with self.lock:
@@ -33,32 +45,61 @@ class ProbeLog:
                 latest[member] = role
             return latest
 
+    def current_sync(self) -> set[str]:
+        with self.lock:
+            if not self.manager:
+                return set()
+            _, _, states = self.manager[-1]
+        return {m for m, s in states.items() if s.endswith("/sync")}
+
+    def add_manager_event(self, ev: ManagerEvent) -> None:
+        with self.lock:
+            self.manager_events.append(ev)
+            self.emit(ev.to_dict())
+
 
 class RoleProbe:
-    def __init__(self, cluster: Cluster, inventory: Inventory, interval: float = 0.1) -> None:
+    def __init__(self, cluster: Cluster, inventory: Inventory, ha: HAManager, interval: float = 0.1,
+                 sink: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.cluster = cluster
         self.inventory = inventory
+        self.ha = ha
         self.interval = interval
         self.driver: Driver = driver_for(cluster, inventory, connect_timeout=min(1.0, 5 * interval),
                                          op_timeout=min(1.0, 5 * interval))
-        self.log = ProbeLog()
+        self.log = ProbeLog(sink=sink)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self.watcher: Watcher | None = None
 
     def start(self) -> None:
         for member in self.cluster.members:
-            t = threading.Thread(target=self._member_loop, args=(member,), name=f"probe-{member.host}", daemon=True)
-            t.start()
-            self._threads.append(t)
-        if self.cluster.role_probe == "patroni" and self.cluster.patroni is not None:
-            t = threading.Thread(target=self._manager_loop, name="probe-patroni", daemon=True)
-            t.start()
-            self._threads.append(t)
+            self._spawn(self._member_loop, f"probe-{member.host}", member)
+        if self.ha.observable:
+            self._spawn(self._manager_loop, f"probe-{self.ha.kind}")
+            self.watcher = self.ha.watch(self.log.add_manager_event, self.interval)
+
+    def _spawn(self, target: Any, name: str, *args: Any) -> None:
+        t = threading.Thread(target=target, args=args, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
 
     def stop(self) -> None:
         self._stop.set()
+        if self.watcher is not None:
+            self.watcher.stop()
+            for err in self.watcher.errors:
+                with self.log.lock:
+                    self.log.emit({"kind": "manager_watch_error", "t": time.time(), "error": err})
         for t in self._threads:
             t.join(timeout=5)
+
+    def _tick(self, next_t: float) -> float:
+        next_t += self.interval
+        self._stop.wait(max(0.0, next_t - time.time()))
+        if next_t < time.time() - self.interval:  # fell behind (a slow connect): resync
+            next_t = time.time()
+        return next_t
 
     def _member_loop(self, member: Member) -> None:
         conn = None
@@ -77,47 +118,46 @@ class RoleProbe:
             with self.log.lock:
                 self.log.samples.append((t, member.host, role))
                 if role != last:
-                    self.log.events.append({"kind": "role", "t": t, "member": member.host, "role": role,
+                    self.log.emit({"kind": "role", "t": t, "member": member.host, "role": role,
                                             "previous": last})
             last = role
-            next_t += self.interval
-            self._stop.wait(max(0.0, next_t - time.time()))
-            if next_t < time.time() - self.interval:  # fell behind (a slow connect): resync
-                next_t = time.time()
+            next_t = self._tick(next_t)
         Driver.close_quietly(conn)
 
     def _manager_loop(self) -> None:
-        api = self.cluster.patroni
-        assert api is not None
+        """The manager's view, polled; its leader changes and a leader leaving its healthy state
+        are detection events with the poll interval as uncertainty."""
+        source = f"{self.ha.kind}-poll"
         last_leader: str | None = "?"
         last_states: dict[str, str] = {}
         next_t = time.time()
         while not self._stop.is_set():
-            data = None
-            for member in self.cluster.members:
-                url = f"{api.scheme}://{self.inventory.member_address(member)}:{api.port}"
-                data = fetch_cluster(url, timeout=max(0.2, self.interval * 3), verify=api.verify)
-                if data is not None:
-                    break
+            try:
+                views = self.ha.members()
+            except Exception:  # a poll that fails is a sample missed
+                views = []
             t = time.time()
-            if data is not None:
-                members = data.get("members", [])
-                leader = next((m.get("name") for m in members
-                               if normalise_patroni_role(m.get("role", "")) == "leader"), None)
-                states = {m.get("name"): f"{normalise_patroni_role(m.get('role', ''))}/{m.get('state')}"
-                          for m in members}
-                lags = {m.get("name"): (m.get("lag") if isinstance(m.get("lag"), int) else None) for m in members}
-                timelines = {m.get("name"): m.get("timeline") for m in members}
+            if views and not all(v.role == UNKNOWN for v in views):
+                leader = next((v.member for v in views if v.role == LEADER), None)
+                states = {v.member: f"{v.role}/{v.state}" + ("/sync" if v.sync else "") for v in views}
+                lags = {v.member: v.lag_bytes for v in views}
+                timelines = {v.member: v.timeline for v in views}
                 with self.log.lock:
                     self.log.manager.append((t, leader, states))
                     self.log.lag.append((t, lags, timelines))
-                    if leader != last_leader:
-                        self.log.events.append({"kind": "manager_leader", "t": t, "leader": leader,
-                                                "previous": None if last_leader == "?" else last_leader})
                     if states != last_states:
-                        self.log.events.append({"kind": "manager_members", "t": t, "members": states})
+                        self.log.emit({"kind": "manager_members", "t": t, "members": states})
+                if last_leader != "?" and leader != last_leader:
+                    self.log.add_manager_event(ManagerEvent(
+                        t, "leader_lost" if leader is None else "leader_changed", source, leader or last_leader,
+                        f"leader {last_leader} -> {leader}", uncertainty_s=self.interval))
+                healthy = self.ha.healthy_states
+                if healthy and leader is not None and leader == last_leader:
+                    now_state, before = states.get(leader, "").split("/")[1], last_states.get(leader, "/").split("/")[1]
+                    if before in healthy and now_state not in healthy:
+                        self.log.add_manager_event(ManagerEvent(
+                            t, "demoted", source, leader, f"leader {leader} state {now_state}",
+                            uncertainty_s=self.interval))
                 last_leader, last_states = leader, states
-            next_t += self.interval
-            self._stop.wait(max(0.0, next_t - time.time()))
-            if next_t < time.time() - self.interval:
-                next_t = time.time()
+            next_t = self._tick(next_t)
+

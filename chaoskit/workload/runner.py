@@ -31,58 +31,19 @@ import queue
 import random
 import threading
 import time
-import uuid
-from dataclasses import dataclass, field
 from typing import Any
 
 from chaoskit.db.base import Driver, ErrorClass, driver_for
 from chaoskit.inventory.models import Cluster, Inventory
+from chaoskit.lifeline import die_with_parent
 from chaoskit.recorder import FAIL, OK, Recorder
 from chaoskit.workload.outcomes import DROP_CONNECTION, client_deadline, connect_error_class, first_line, outcome_for
-from chaoskit.workload.workloads import OpContext, WorkloadParams, make_workload
+from chaoskit.workload.spec import LoadSpec
+from chaoskit.workload.workloads import OpContext, make_workload
 
 __all__ = ["LoadRunner", "LoadSpec", "outcome_for"]
 
 DRAIN_EVERY = 0.2
-LOOP_WORKERS = 16
-
-
-@dataclass(frozen=True)
-class LoadSpec:
-    workload: str
-    workers: int
-    rate: float | None = None  # open loop: total arrivals per second
-    think_time: float = 0.0  # closed loop pause between ops
-    processes: int | None = None
-    op_timeout: float = 5.0
-    connect_timeout: float = 2.0
-    max_lateness: float = 1.0
-    backoff_min: float = 0.05
-    backoff_max: float = 0.25
-    params: WorkloadParams = field(default_factory=WorkloadParams)
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    interval: float = 0.1
-    engine: str = "auto"  # auto | loop | threads
-
-    def uses_loop(self, family: str) -> bool:
-        if self.engine not in ("auto", "loop", "threads"):
-            raise ValueError(f"unknown load engine {self.engine!r}; choose auto, loop or threads")
-        if self.engine == "loop" and family != "postgres":
-            raise ValueError("the loop engine drives PostgreSQL only")
-        return family == "postgres" and self.engine != "threads"
-
-    def process_count(self, family: str = "postgres") -> int:
-        """Threads: one process per core. Loop: one process per LOOP_WORKERS workers (at most one
-        per core): a loop keeps up with ~5,000 ops/s using a fraction of a core, and every extra
-        process on cores shared with the database costs context switches (measured: 2 loop
-        processes reached 0.72x of pgbench where one reached 0.86x, 8 connections)."""
-        if self.processes:
-            n = self.processes
-        elif self.uses_loop(family):
-            n = min(os.cpu_count() or 1, -(-self.workers // LOOP_WORKERS))
-        else:
-            n = os.cpu_count() or 1
-        return max(1, min(n, self.workers))
 
 
 class _Worker:
@@ -184,8 +145,10 @@ class _Worker:
 
 
 def _child_main(cluster_json: str, inventory_json: str, spec: LoadSpec, worker_ids: list[int], base: float,
-                rate_share: float | None, out: Any, go: Any, start_at: Any, stop_evt: Any) -> None:
-    """Entry point of one worker process."""
+                rate_share: float | None, out: Any, go: Any, start_at: Any, stop_evt: Any, parent_pid: int) -> None:
+    """Entry point of one worker process. It dies with the controller: a load nobody watches must
+    never keep writing to a cluster."""
+    die_with_parent(parent_pid)
     cluster = Cluster.model_validate_json(cluster_json)
     inventory = Inventory.model_validate_json(inventory_json)
     driver = driver_for(cluster, inventory, connect_timeout=spec.connect_timeout, op_timeout=spec.op_timeout)
@@ -295,7 +258,7 @@ class LoadRunner:
             rate_share = spec.rate * len(share) / spec.workers if spec.rate else None
             p = self._ctx.Process(target=_child_main, daemon=True, args=(
                 cluster_json, inventory_json, spec, share, self.recorder.base, rate_share, self._queue, go,
-                start_at, self._stop))
+                start_at, self._stop, os.getpid()))
             p.start()
             self._procs.append(p)
         ready = 0

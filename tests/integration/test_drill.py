@@ -28,6 +28,10 @@ def drill(playbook: str, out: Path, timeout: float = 300) -> tuple[subprocess.Co
     return res, dirs[-1]
 
 
+def f_detect_signal(ev: dict) -> str:
+    return ev["results"]["faults"][0]["detect_signal"] or ""
+
+
 class _Collect(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
@@ -57,11 +61,15 @@ def test_kill_primary_end_to_end(kill_primary: tuple[subprocess.CompletedProcess
                  "plots/timeline.png", "plots/latency_histogram.png"):
         assert (run_dir / name).stat().st_size > 0, name
     ev = json.loads((run_dir / "run.json").read_text())
-    assert ev["schema_version"] == 1 and len(ev["playbook"]["sha256"]) == 64 and len(ev["inventory"]["sha256"]) == 64
+    assert ev["schema_version"] == 2 and len(ev["playbook"]["sha256"]) == 64 and len(ev["inventory"]["sha256"]) == 64
+    import hashlib
+
+    assert ev["playbook"]["sha256"] == hashlib.sha256(Path("playbooks/pg-kill-primary.yaml").read_bytes()).hexdigest()
     raw = (run_dir / "run.json").read_text()
     for secret in Path("/var/lib/chaoskit-lab/secrets").iterdir():  # references are kept, values never
         assert secret.read_text().strip() not in raw
-    assert ev["ha"]["config"]["ttl"] and ev["server"]["synchronous_commit"]
+    assert ev["ha"]["settings"]["ttl"] and ev["server"]["synchronous_commit"] and ev["ha"]["manager"] == "patroni"
+    assert f_detect_signal(ev).startswith("etcd-watch: ")  # T_detect from the DCS itself, not the REST poll
     assert all(o["uncertainty_s"] < 0.05 for o in ev["clock_offsets"].values())
     (f,) = ev["results"]["faults"]
     marks = [f[k] for k in ("t_fault", "t_detect", "t_promoted", "t_first_ok", "t_recovered")]
@@ -126,7 +134,8 @@ def test_sync_variant_loses_no_acknowledged_write(lab: Inventory, tmp_path: Path
     assert rpo["lost_acknowledged"] == 0 and rpo["phantoms"] == 0 and rpo["acknowledged"] > 1000
     assert any(e.get("values") == {"synchronous_mode": True}
                for e in map(json.loads, (run_dir / "events.jsonl").read_text().splitlines()))
-    assert ev["ha"]["config"]["synchronous_mode"] is False  # read before the drill; restored after it
+    assert ev["ha"]["settings"]["synchronous_mode"] is False  # read before the drill; restored after it
+    assert ev["settings_changed"]["previous"] == {"synchronous_mode": False}
 
 
 def test_mariadb_crash_and_restart_without_a_manager(lab: Inventory, tmp_path: Path) -> None:
@@ -136,7 +145,7 @@ def test_mariadb_crash_and_restart_without_a_manager(lab: Inventory, tmp_path: P
     (fault,) = ev["results"]["faults"]
     # the same node came back (the probe's view of the roles around the fault may be missing: checked below)
     assert fault["old_primary"] in (None, "my1") and fault["new_primary"] in (None, "my1")
-    assert fault["t_detect"] is None and any("no HA manager signal" in n for n in fault["notes"])
+    assert fault["t_detect"] is None and any("no HA manager in this cluster" in n for n in fault["notes"])
     assert 5.0 <= fault["rto_s"] <= 12, fault  # down for the 5 s of the fault, then restart + InnoDB recovery
     rpo = ev["results"]["rpo"]
     assert rpo["lost_acknowledged"] == 0 and rpo["phantoms"] == 0 and rpo["acknowledged"] > 1000

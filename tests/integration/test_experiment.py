@@ -33,7 +33,7 @@ def test_sweep_sync_commit_tps_falls_with_replica_to_primary_delay(lab: Inventor
 name: small-sweep
 kind: sweep
 cluster: pg
-patroni: {synchronous_mode: true}
+settings: {synchronous_mode: true}
 link: {source: "role:replica@all", dest: "role:primary", port: 5432}
 grid: {delay_ms: [0, 20], workers: [2, 8], workload: [update]}
 warmup: 2s
@@ -104,11 +104,10 @@ measure: 3s
 
 
 def test_sweep_over_sync_and_async_replication(lab: Inventory, tmp_path: Path) -> None:
-    from chaoskit.topology.patroni import api_urls, get_json
+    from chaoskit.ha.registry import manager_for
 
     def sync_mode() -> bool:
-        return bool(next(c for b in api_urls(lab.clusters["pg"], lab) if (c := get_json(f"{b}/config", timeout=3)))
-                    .get("synchronous_mode", False))
+        return bool(manager_for(lab.clusters["pg"], lab).read_settings().get("synchronous_mode"))
 
     before = sync_mode()
     result = experiment("""

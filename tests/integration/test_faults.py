@@ -15,13 +15,17 @@ import pytest
 
 from chaoskit.errors import InputError, PreflightError
 from chaoskit.faults.manager import FaultManager
-from chaoskit.faults.models import FaultSpec
+from chaoskit.faults.spec import FaultBase, parse_fault
 from chaoskit.inventory.fanout import RemotePool
 from chaoskit.inventory.models import Inventory
 from chaoskit.inventory.remote import SshRemote
 from chaoskit.topology.roles import discover_roles
 
 INV = "inventories/lab.yaml"
+
+
+def FaultSpec(**fields: object) -> FaultBase:  # reads like the model it builds
+    return parse_fault(fields)
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -164,7 +168,8 @@ def test_stress_runs_and_stops(lab: Inventory, pool: RemotePool, fm: FaultManage
     assert pids and fm.is_active(fault)
     fm.revert(fault)
     assert fault.revert_verified
-    assert pool.get("dcs1").shell(f"kill -0 -{pids[1]}", check=False).exited != 0
+    live = pool.get("dcs1").shell(f"ps -e -o pgid=,stat= | awk '$1 == {pids[1]} && $2 !~ /^Z/'").stdout
+    assert live.strip() == ""
 
 
 def test_stop_and_start_mariadb_replica(lab: Inventory, pool: RemotePool, fm: FaultManager) -> None:
@@ -233,7 +238,8 @@ def test_host_heals_itself_when_the_controller_is_killed(lab: Inventory, pool: R
         import json, sys, time
         from chaoskit.inventory.loader import load_inventory
         from chaoskit.faults.manager import FaultManager
-        from chaoskit.faults.models import FaultSpec
+        from chaoskit.faults.spec import parse_fault
+        FaultSpec = lambda **f: parse_fault(f)
         fm = FaultManager(load_inventory("{INV}"))
         a = fm.inject(FaultSpec(kind="partition", target="pg3", peers=("pg1",), ttl=5))[0]
         b = fm.inject(FaultSpec(kind="pause", target="my2", cluster="mariadb", processes=("mariadb",), ttl=5))[0]
@@ -279,17 +285,22 @@ def test_fault_revert_by_id(lab: Inventory, pool: RemotePool) -> None:
     fault_id = res.stdout.split()[0]
     res = cli("fault", "revert", "-i", INV, fault_id)
     assert res.returncode == 0 and "dcs1: reverted" in res.stdout, res.stdout + res.stderr
-    assert cli("fault", "revert", "-i", INV, fault_id).returncode == 2  # nothing left to revert
+    again = cli("fault", "revert", "-i", INV, fault_id)  # the host's record says who reverted it and when
+    assert again.returncode == 0 and "dcs1: already reverted (recover)" in again.stdout, again.stdout + again.stderr
+    assert cli("fault", "revert", "-i", INV, "0" * 12).returncode == 2  # never journaled anywhere
 
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--kind", "kill", "--target", "nosuchhost"], "--target: unknown host 'nosuchhost'"),
     (["--kind", "pause", "--target", "role:sync_standby", "--cluster", "pg"], "has role sync_standby now"),
-    (["--kind", "kill", "--target", "role:leader", "--cluster", "pg"], "--target: unknown role 'leader'"),
-    (["--kind", "kill", "--target", "role:primary"], "a role target needs cluster"),
+    (["--kind", "kill", "--target", "role:leader", "--cluster", "pg"], "--target: not a target"),
+    (["--kind", "kill", "--target", "role:primary"], "--target: a role target needs a cluster"),
     (["--kind", "partition", "--target", "pg1", "--ttl", "0s"], "--ttl"),
     (["--kind", "warp", "--target", "pg1"], "--kind"),
-    (["--kind", "loss", "--target", "pg1"], "loss needs loss_pct"),
+    (["--kind", "loss", "--target", "pg1"], "--loss-pct: Field required"),
+    (["--kind", "kill", "--target", "pg1;reboot"], "--target: not a target"),
+    (["--kind", "stress", "--target", "pg1", "--cpu", "1", "--ttl", "5s", "--duration", "10s"], "must be at least"),
+    (["--kind", "partition", "--target", "pg1", "--interface", "eth0"], "--interface: not an option of this fault"),
     (["--kind", "kill", "--target", "pg1", "--processes", "mysqld"], "no process mysqld"),
 ])
 def test_bad_input_touches_nothing(lab: Inventory, pool: RemotePool, args: list[str], message: str) -> None:
@@ -303,7 +314,7 @@ def test_bad_input_touches_nothing(lab: Inventory, pool: RemotePool, args: list[
 def test_dry_run_prints_commands_and_touches_nothing(lab: Inventory) -> None:
     res = cli("fault", "inject", "-i", INV, "--kind", "partition", "--target", "pg1", "--peers", "pg2", "--dry-run")
     assert res.returncode == 0, res.stderr
-    assert "iptables -w -A CK" in res.stdout and "# host pg1" in res.stdout
+    assert "# host pg1" in res.stdout and "CHAIN_IN=CK" in res.stdout and lab.hosts["pg2"].address in res.stdout
     assert json.loads(cli("fault", "list", "-i", INV, "--json").stdout)["faults"] == []
 
 

@@ -17,9 +17,12 @@ from chaoskit.inventory.models import Cluster, Host, Inventory
 from chaoskit.recorder import FAIL, INFO
 from chaoskit.workload.runner import outcome_for
 
+_ENGINE = {"postgres": "postgres", "postgres-patroni": "postgres", "mysql": "mysql", "mariadb-replication": "mysql",
+           "dameng": "dameng"}
+
 
 def _inv(kind: str, **extra: object) -> tuple[Cluster, Inventory]:
-    cluster = Cluster(name="c", kind=kind, members=[{"host": "h"}], user="u", **extra)  # type: ignore[arg-type]
+    cluster = Cluster(name="c", engine=_ENGINE[kind], members=[{"host": "h"}], user="u", **extra)  # type: ignore[arg-type]
     inv = Inventory(hosts={"h": Host(name="h", address="127.0.0.1")}, clusters={"c": cluster})
     return cluster, inv
 

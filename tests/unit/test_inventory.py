@@ -34,12 +34,12 @@ hosts:
   bastion: {address: 10.1.0.254, become: false}
 clusters:
   pg:
-    kind: postgres-patroni
+    engine: postgres
+    ha: {kind: patroni, api: {port: 8008}}
     members: [db1, {host: db2, db_port: 5433}]
     user: postgres
     password: {env: PGPASSWORD}
     dsn: host=10.1.0.1,10.1.0.2 target_session_attrs=read-write
-    role_probe: patroni
 """
 
 
@@ -53,7 +53,7 @@ def test_own_shape(tmp_path: Path) -> None:
     pg = inv.clusters["pg"]
     assert [m.host for m in pg.members] == ["db1", "db2"]
     assert pg.members[1].db_port == 5433
-    assert pg.patroni is not None and pg.patroni.port == 8008
+    assert pg.ha.kind == "patroni" and pg.ha.api.port == 8008  # type: ignore[attr-defined]
     assert pg.password is not None and pg.password.describe() == "env:PGPASSWORD"
 
 
@@ -72,10 +72,10 @@ all:
         ansible_become_method: sudo
         ansible_ssh_common_args: "-o ProxyJump=deploy@192.0.2.10:22 -o StrictHostKeyChecking=no"
         chaoskit_cluster:
-          kind: postgres-patroni
+          engine: postgres
+          ha: {kind: patroni}
           user: postgres
           password: {file: /etc/chaoskit/pg.pw}
-          role_probe: patroni
       children:
         pg_east:
           hosts:
@@ -95,7 +95,7 @@ def test_ansible_shape(tmp_path: Path) -> None:
     assert j.become is False and j.jump is None
     pg = inv.clusters["postgres"]
     assert [m.host for m in pg.members] == ["pg-a", "pg-b"]
-    assert pg.kind == "postgres-patroni"
+    assert (pg.engine, pg.ha.kind) == ("postgres", "patroni")
 
 
 def test_ansible_dash_j_and_unknown_vars(tmp_path: Path) -> None:
@@ -117,23 +117,33 @@ def test_ansible_dash_j_and_unknown_vars(tmp_path: Path) -> None:
     ("hosts:\n  a:\n    port: 22\n", 2, "hosts.a.address", "field required"),
     ("hosts:\n  a: {address: x}\n  a: {address: y}\n", 3, "hosts.a", "duplicate key"),
     ("hosts:\n  a: {address: x, jump: nowhere}\n", 2, "hosts.a.jump", "not in the inventory"),
-    ("hosts:\n  a: {address: x}\nclusters:\n  c:\n    kind: postgres\n    user: u\n    members: [a, b]\n",
+    ("hosts:\n  a: {address: x}\nclusters:\n  c:\n    engine: postgres\n    user: u\n    members: [a, b]\n",
      7, "clusters.c.members[1]", "not in the inventory"),
-    ("hosts:\n  a: {address: x}\nclusters:\n  c:\n    kind: postgres\n    user: u\n    members: [a]\n"
+    ("hosts:\n  a: {address: x}\nclusters:\n  c:\n    engine: postgres\n    user: u\n    members: [a]\n"
      "    password: hunter2\n", 8, "clusters.c.password", "inline secrets are not allowed"),
-    ("hosts:\n  a: {address: x}\nclusters:\n  c:\n    kind: postgres\n    user: u\n    members: [a]\n"
+    ("hosts:\n  a: {address: x}\nclusters:\n  c:\n    engine: postgres\n    user: u\n    members: [a]\n"
      "    password: {env: A, file: /b}\n", 8, "clusters.c.password", "exactly one of env or file"),
-    ("hosts:\n  a: {address: x}\nclusters:\n  c:\n    kind: oracle\n    user: u\n    members: [a]\n",
-     5, "clusters.c.kind", "Input should be"),
-    ("hosts:\n  a: {address: x}\nclusters:\n  c:\n    kind: mysql\n    members: [a]\n",
+    ("hosts:\n  a: {address: x}\nclusters:\n  c:\n    engine: oracle\n    user: u\n    members: [a]\n",
+     5, "clusters.c.engine", "Input should be"),
+    ("hosts:\n  a: {address: x}\nclusters:\n  c:\n    engine: mysql\n    members: [a]\n",
      4, "clusters.c.user", "field required"),
+    ("hosts:\n  a: {address: x}\nclusters:\n  c:\n    kind: postgres-patroni\n    user: u\n    members: [a]\n",
+     4, "clusters.c", "write engine: postgres + ha: {kind: patroni}"),
+    ("hosts:\n  a: {address: x}\nclusters:\n  c:\n    engine: mysql\n    ha: {kind: patroni}\n    user: u\n"
+     "    members: [a]\n", 4, "clusters.c", "ha: patroni manages postgres, not mysql"),
+    ("hosts:\n  a: {address: x}\nclusters:\n  c:\n    engine: postgres\n    ha: {kind: patroni, api: {port: 0}}\n"
+     "    user: u\n    members: [a]\n", 6, "clusters.c.ha", "api.port: Input should be greater than"),
+    ("hosts:\n  a: {address: x}\nclusters:\n  c:\n    engine: postgres\n    user: u\n    members: [a]\n"
+     "    dsn: host=a password=hunter2\n", 4, "clusters.c", "password inside the DSN"),
+    ("hosts:\n  a: {address: x}\nclusters:\n  c:\n    engine: postgres\n    user: u\n    members: [a]\n"
+     "    options: {sslpassword: x}\n", 8, "clusters.c.options", "looks like a secret"),
     ("", 1, None, "empty document"),
     ("- a\n- b\n", 1, None, "mapping"),
     ("all:\n  hosts:\n    a: {ansible_port: nope}\n", 3, "hosts.a.port", "valid integer"),
     ("all:\n  childs:\n    g: {}\n", 2, "all.childs", "unknown group key"),
     ("all:\n  children:\n    g:\n      hosts: [a, b]\n", 4, "all.children.g.hosts", "expected a mapping"),
     ("all:\n  hosts: {a: {}}\nweb:\n  hosts: {}\n", 3, "web", "under all.children"),
-    ("all:\n  children:\n    g:\n      vars:\n        chaoskit_cluster: {kind: postgres, user: u, nope: 1}\n"
+    ("all:\n  children:\n    g:\n      vars:\n        chaoskit_cluster: {engine: postgres, user: u, nope: 1}\n"
      "      hosts: {a: {}}\n", 5, "clusters.g.nope", "unknown field"),
 ])
 def test_errors_name_file_line_field(tmp_path: Path, text: str, line: int, field: str | None, message: str) -> None:

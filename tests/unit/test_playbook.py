@@ -20,7 +20,7 @@ DRILLS = sorted([*(ROOT / "playbooks").glob("pg-*.yaml"), *(ROOT / "playbooks").
 
 @pytest.mark.parametrize("path", DRILLS, ids=lambda p: p.name)
 def test_shipped_playbooks_validate(path: Path) -> None:
-    pb = load_playbook(path, LAB)
+    pb = load_playbook(path, LAB).playbook
     assert pb.name == path.stem and pb.steps
 
 
@@ -31,8 +31,14 @@ def test_shipped_playbooks_validate(path: Path) -> None:
     ("duration: 40s", "duration: 20s", "steps:", "steps", "after the drill's duration"),
     ("duration: 40s", "duration: forty", "duration: forty", "duration", "not a duration"),
     ("cluster: pg", "cluster: nope", "cluster: nope", "cluster", "unknown cluster"),
-    ("kind: kill", "kind: warp", "fault:", "steps[0].fault.kind", "Input should be"),
-    ("target: \"role:primary\"", "target: \"role:boss\"", "fault:", "steps[0].fault.target", "unknown role"),
+    ("kind: kill", "kind: warp", "fault:", "steps[0].fault", "does not match any of the expected tags"),
+    ("target: \"role:primary\"", "target: \"role:boss\"", "fault:", "steps[0].fault.target", "not a target"),
+    ("processes: [patroni, postgres]", "processes: [\"patroni; reboot\"]", "fault:", "steps[0].fault.processes[0]",
+     "not a valid name"),
+    ("duration: 20s}", "duration: 20s, ttl: 10s}", "fault:", "steps[0].fault", "ttl (10s) must be at least"),
+    ("duration: 20s}", "duration: .nan}", "fault:", "steps[0].fault.duration", "finite"),
+    ("at: 12s", "at: .inf", "at: .inf", "steps[0].at", "finite"),
+    ("name: pg-kill-primary", "name: \"pg-kill; rm\"", "name:", "name", "String should match"),
     ("checks: [rpo, split_brain, replica_convergence]", "checks: [rpo, bank]", "checks:", "checks",
      "bank check needs load.workload: bank"),
     ("slo: {", "slo: {bogus: 1, ", "slo:", "slo.bogus", "unknown field"),
@@ -54,7 +60,7 @@ def test_errors_name_file_line_field(tmp_path: Path, old: str, new: str, at_line
 def test_example_staging_inventory_fits_the_shipped_playbooks() -> None:
     staging = load_inventory(ROOT / "inventories" / "example-staging.yaml")
     assert staging.hosts["pg-a"].jump == "dba-chaos@192.0.2.5:22" and staging.hosts["pg-a"].become
-    assert staging.clusters["pg"].patroni is not None and staging.clusters["pg"].patroni.scheme == "https"
+    assert staging.clusters["pg"].ha.kind == "patroni" and staging.clusters["pg"].ha.api.scheme == "https"  # type: ignore[attr-defined]
     for path in sorted((ROOT / "playbooks").glob("pg-*.yaml")):
         load_playbook(path, staging)
 
@@ -84,7 +90,8 @@ def test_shipped_experiments_validate(name: str) -> None:
 
 @pytest.mark.parametrize(("extra", "message"), [
     ("link: {source: pg2}\n", "a host link needs dest"),
-    ("patroni: {synchronous_mode: true}\ngrid: {synchronous_mode: [false, true]}\n", "either fixed"),
+    ("settings: {synchronous_mode: true}\ngrid: {synchronous_mode: [false, true]}\n", "either fixed"),
+    ("patroni: {synchronous_mode: true}\n", "is now settings:"),
     ("link: {source: client, stream: sideways}\n", "Input should be"),
 ])
 def test_experiment_errors(tmp_path: Path, extra: str, message: str) -> None:

@@ -1,0 +1,215 @@
+"""How a fault's shell reaches its host without any value becoming code.
+
+A fault kind produces `FaultScripts`: three bodies (inject, revert, is-active) that are constant
+text (module-level strings, never formatted with data), plus the data they act on:
+- `env`: scalar values, written to the journal as `NAME='value'` lines (shlex-quoted) and sourced;
+- `files`: lists (one peer address per line, one file per process with its pid file, comm, exe,
+  start and stop commands on separate lines), read with `read -r` / `sed`.
+Every value is validated at the boundary first (no control characters, strict patterns), so a
+value can never end a line, and the journal travels to the host base64-encoded (`journal.py`):
+nothing a value holds can end a heredoc or a quote.
+
+`LIB` is the shell prelude every script sources: pid checks (a stale pid file must not get a
+signal), process trees, the protected dead-man groups.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from chaoskit.inventory.models import ProcessRef
+from chaoskit.validation import no_control
+
+_ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,40}$")
+_FILE_SUFFIX = re.compile(r"^[a-z][a-z0-9_.]{0,63}$")
+CODE_FILES = ("proxy.py",)  # our own source code (may hold tabs); everything else is data
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What the scripts need to know about the target host."""
+
+    host: str
+    processes: dict[str, ProcessRef]  # name -> pid file / comm / exe / start / stop (the member's)
+    service: str | None = None
+    systemd: bool = False
+    peer_addresses: tuple[str, ...] = ()
+    # SSH endpoints (address, port) of hosts reached through this one as a jump host: a network
+    # fault here must not cut the controller's path to them
+    exempt: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class FaultScripts:
+    """`prepare` runs when the fault is staged (pid checks, process trees, rule files: everything
+    that can happen before the instant); `inject` is the instant itself and calls `mark_effect`
+    right after the decisive action; `active` exits 0 while the fault is in effect, 1 once it is
+    not, anything else: unknown."""
+
+    inject: str
+    revert: str
+    active: str
+    prepare: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+
+
+def render_env(env: dict[str, str]) -> str:
+    """`NAME='value'` lines; names are fixed identifiers, values checked and quoted."""
+    lines = []
+    for name, value in env.items():
+        if not _ENV_NAME.match(name):
+            raise ValueError(f"bad script variable name {name!r}")
+        if not isinstance(value, str):
+            raise TypeError(f"script variable {name} must be a string, got {type(value).__name__}")
+        no_control(value)
+        lines.append(f"{name}={shlex.quote(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def check_files(files: dict[str, str]) -> None:
+    for suffix, content in files.items():
+        if not _FILE_SUFFIX.match(suffix):
+            raise ValueError(f"bad journal file name {suffix!r}")
+        if suffix in CODE_FILES:
+            continue
+        for line in content.splitlines():
+            no_control(line)
+
+
+def process_files(facts: HostFacts, names: list[str]) -> dict[str, str]:
+    """One journal file per process: pid file, comm, exe, start, stop (one per line, may be empty)."""
+    out = {}
+    for name in names:
+        ref = facts.processes[name]
+        out[f"proc.{name}"] = "\n".join([ref.pid_file, ref.comm or "", ref.exe or "", ref.start or "",
+                                        ref.stop or ""]) + "\n"
+    return out
+
+
+def lines_file(values: list[str] | tuple[str, ...]) -> str:
+    return "".join(f"{v}\n" for v in values)
+
+
+# The prelude of every script. $J is the journal directory and $ID the fault id: both derived from
+# the script's own path ($0), never from data.
+HEADER = r"""#!/bin/sh
+LC_ALL=C; export LC_ALL
+J=${0%/*}; ID=${0##*/}; ID=${ID%.*}
+. "$J/$ID.lib"
+. "$J/$ID.env"
+"""
+
+LIB = r"""
+alive() { [ -d "/proc/$1" ] && ! grep -q '^State:[[:space:]]*[ZX]' "/proc/$1/status" 2>/dev/null; }
+group_alive() { ps -e -o pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/ { found = 1 } END { exit !found }'; }
+family_of() { case "$1" in *:*) echo 6 ;; *) echo 4 ;; esac; }
+ipt_for() { if [ "$1" = 6 ]; then echo ip6tables; else echo iptables; fi; }
+# wall-clock time without a fork where the shell is bash (EPOCHREALTIME): at the instant every fork
+# waits for a CPU, and on a loaded host that is milliseconds
+now() { if [ -n "${EPOCHREALTIME:-}" ]; then _now=$EPOCHREALTIME; else _now=$(date +%s.%N); fi; }
+mark_effect() { now; t_eff=$_now; }
+start_time_of() {
+  _st=""
+  [ -r "/proc/$1/stat" ] || return 1
+  read -r _l < "/proc/$1/stat" || return 1
+  _l=${_l##*) }
+  set -- $_l
+  [ "$#" -ge 20 ] || return 1
+  shift 19
+  _st=$1
+}
+ancestors() {
+  ps -e -o pid=,ppid= | awk -v me="$$" '{ p[$1] = $2 } END { x = me; while (x > 1 && (x in p)) { print x; x = p[x] } }'
+}
+proc_field() { sed -n "${2}p" "$J/$ID.proc.$1" 2>/dev/null; }
+pid_from_file() { head -n 1 "$1" 2>/dev/null | tr -dc '0-9' | cut -c1-10; }
+checked_pid() {
+  pf=$(proc_field "$1" 1); want_comm=$(proc_field "$1" 2); want_exe=$(proc_field "$1" 3)
+  cp=$(pid_from_file "$pf")
+  if [ -z "$cp" ]; then echo "$1: no pid in $pf" >&2; return 3; fi
+  if [ "$cp" -le 1 ]; then echo "$1: refusing pid $cp from $pf (pid <= 1)" >&2; return 3; fi
+  if ! alive "$cp"; then echo "$1: pid $cp from $pf is not running (stale pid file?)" >&2; return 3; fi
+  for a in $MY_ANCESTORS; do
+    if [ "$a" = "$cp" ]; then echo "$1: refusing pid $cp from $pf: an ancestor of chaoskit's own shell" >&2; return 3; fi
+  done
+  if [ -n "$want_comm" ]; then
+    got=$(cat "/proc/$cp/comm" 2>/dev/null)
+    if [ "$got" != "$want_comm" ]; then echo "$1: pid $cp from $pf is '$got', not '$want_comm'" >&2; return 3; fi
+  fi
+  if [ -n "$want_exe" ]; then
+    got=$(readlink "/proc/$cp/exe" 2>/dev/null)
+    if [ "$got" != "$want_exe" ]; then echo "$1: pid $cp from $pf runs '$got', not '$want_exe'" >&2; return 3; fi
+  fi
+  echo "$cp"
+}
+protected_groups() { cat "$J"/*.deadman.pid 2>/dev/null | tr -dc '0-9\n' | tr '\n' ' '; }
+descendants() {
+  ps -e -o pid=,ppid=,pgid= | awk -v roots="$*" -v prot="$(protected_groups)" -v me="$$" '
+    BEGIN { n = split(roots, r, " "); for (i = 1; i <= n; i++) root[r[i]] = 1
+            n = split(prot, q, " "); for (i = 1; i <= n; i++) keep[q[i]] = 1 }
+    { parent[$1] = $2; group[$1] = $3 }
+    END { for (p in parent) {
+            if (p in root || p == me || group[p] in keep) continue
+            x = parent[p]
+            while (x in parent && !(x in root) && x > 1) x = parent[x]
+            if (x in root) print p } }' | tr '\n' ' '
+}
+# "name pid starttime" per named process (all checks), then "child pid starttime" per descendant
+record_pids() {
+  MY_ANCESTORS=$(ancestors | tr '\n' ' ')
+  : > "$J/$ID.pids.tmp"
+  for n in $PROCS; do
+    rp=$(checked_pid "$n") || return 3
+    start_time_of "$rp" || { echo "$n: pid $rp vanished" >&2; return 3; }
+    echo "$n $rp $_st" >> "$J/$ID.pids.tmp"
+  done
+  mv -f "$J/$ID.pids.tmp" "$J/$ID.pids"
+}
+record_kids() {
+  load_pids || return 3
+  for k in $(descendants $PIDS); do
+    start_time_of "$k" && echo "child $k $_st" >> "$J/$ID.pids"
+  done
+  true
+}
+# At the instant, builtins only: the named processes must be the ones recorded (same start time),
+# else 1 (record again); a child that exited is dropped, never signalled by a reused pid.
+load_pids() {
+  PIDS=""; KIDS=""
+  [ -s "$J/$ID.pids" ] || return 1
+  while read -r ln lp ls; do
+    if start_time_of "$lp" && [ "$_st" = "$ls" ]; then
+      if [ "$ln" = child ]; then KIDS="$KIDS $lp"; else PIDS="$PIDS $lp"; fi
+    elif [ "$ln" != child ]; then
+      return 1
+    fi
+  done < "$J/$ID.pids"
+  [ -n "$PIDS" ]
+}
+all_recorded() { cut -d' ' -f2 "$J/$ID.pids" 2>/dev/null | tr -dc '0-9\n' | tr '\n' ' '; }
+restart_missing() {
+  for n in $PROCS; do
+    st=$(proc_field "$n" 4); [ -n "$st" ] || continue
+    pf=$(proc_field "$n" 1); rp=$(pid_from_file "$pf")
+    if [ -z "$rp" ] || ! alive "$rp"; then
+      sh -c "$st" </dev/null >/dev/null 2>&1
+      i=0
+      while [ "$i" -lt 600 ]; do
+        rp=$(pid_from_file "$pf"); if [ -n "$rp" ] && alive "$rp"; then break; fi
+        sleep 0.1; i=$((i + 1))
+      done
+    fi
+  done
+}
+restart_pending() {
+  for n in $PROCS; do
+    st=$(proc_field "$n" 4); [ -n "$st" ] || continue
+    rp=$(pid_from_file "$(proc_field "$n" 1)")
+    if [ -z "$rp" ] || ! alive "$rp"; then return 0; fi
+  done
+  return 1
+}
+"""

@@ -1,0 +1,101 @@
+"""Two refusals made before any packet leaves: production targets, and a lab that is not up.
+
+- Every command that changes anything (`run`, `fault inject`, `experiment run`, `load` with a
+  writing workload, actions) passes every host it may touch through `refuse_production`; a host
+  or cluster tagged `env: production` (or prod / prd / live, any case) is refused unless
+  `--allow-production`, which the evidence records.
+- The lab's inventory points at 10.77.0.0/24. With the lab down those addresses go out through the
+  default route, where on a user's network they may be real machines: any command given an
+  inventory marked `lab:` stops unless the lab's bridge holds that subnet (`refuse_unreachable_lab`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import subprocess
+from collections.abc import Iterable
+
+from chaoskit.errors import InputError, PreflightError
+from chaoskit.inventory.models import Inventory
+
+
+def production_targets(inv: Inventory, hosts: Iterable[str], clusters: Iterable[str] = ()) -> list[str]:
+    out = [f"host {h}" for h in sorted(set(hosts)) if h in inv.hosts and inv.hosts[h].is_production]
+    out += [f"cluster {c}" for c in sorted(set(clusters)) if c in inv.clusters and inv.clusters[c].is_production]
+    return out
+
+
+def refuse_production(inv: Inventory, hosts: Iterable[str], clusters: Iterable[str] = (), *,
+                      allow: bool) -> list[str]:
+    """The production-tagged targets among these (empty if none); raises unless `allow`."""
+    found = production_targets(inv, hosts, clusters)
+    if found and not allow:
+        raise PreflightError(f"refusing production-tagged targets ({', '.join(found)}); pass --allow-production "
+                             "to drill them (recorded in the evidence)")
+    return found
+
+
+def cluster_hosts(inv: Inventory, cluster: str) -> list[str]:
+    return [m.host for m in inv.clusters[cluster].members]
+
+
+def _addresses_on(interface: str) -> list[str]:
+    res = subprocess.run(["ip", "-j", "addr", "show", "dev", interface], capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        return []
+    try:
+        data = json.loads(res.stdout or "[]")
+    except ValueError:
+        return []
+    return [f"{a['local']}/{a['prefixlen']}" for link in data for a in link.get("addr_info", [])]
+
+
+def lab_is_up(subnet: str, bridge: str) -> bool:
+    net = ipaddress.ip_network(subnet, strict=False)
+    return any(ipaddress.ip_interface(a).network == net for a in _addresses_on(bridge))
+
+
+def refuse_unreachable_lab(inv: Inventory) -> None:
+    if inv.lab is None:
+        return
+    if not lab_is_up(inv.lab.subnet, inv.lab.bridge):
+        raise InputError(f"the lab is not up ({inv.lab.subnet} is not on bridge {inv.lab.bridge}): run "
+                         "`chaoskit lab up` first; nothing was sent", source=inv.source, field="lab")
+
+
+def routed_elsewhere(subnet: str, bridge: str) -> str | None:
+    """Why `subnet` must not be used for the lab: a route or an address of another interface
+    already covers it (None when free)."""
+    net = ipaddress.ip_network(subnet, strict=False)
+    res = subprocess.run(["ip", "-j", "route", "show", "table", "all"], capture_output=True, text=True, check=False)
+    try:
+        routes = json.loads(res.stdout or "[]")
+    except ValueError:
+        routes = []
+    for r in routes:
+        dst = r.get("dst", "")
+        if dst in ("default", "") or r.get("dev") == bridge or r.get("type") in ("broadcast", "local"):
+            continue
+        try:
+            rnet = ipaddress.ip_network(dst if "/" in dst else f"{dst}/32", strict=False)
+        except ValueError:
+            continue
+        if rnet.version == net.version and rnet.overlaps(net):
+            return f"route {dst} via {r.get('dev')} already covers {subnet}"
+    res = subprocess.run(["ip", "-j", "addr"], capture_output=True, text=True, check=False)
+    try:
+        links = json.loads(res.stdout or "[]")
+    except ValueError:
+        links = []
+    for link in links:
+        if link.get("ifname") == bridge:
+            continue
+        for a in link.get("addr_info", []):
+            try:
+                iface = ipaddress.ip_interface(f"{a['local']}/{a['prefixlen']}")
+            except (KeyError, ValueError):
+                continue
+            if iface.version == net.version and iface.network.overlaps(net):
+                return f"{link.get('ifname')} has {iface} in {subnet}"
+    return None

@@ -1,0 +1,27 @@
+"""No HA manager: the members' roles come from SQL only, nothing fails over by itself, and there
+is no detection signal (T_detect is null with that reason, never invented)."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from chaoskit.ha.base import DOWN, LEADER, REPLICA, HaConfig, HAManager, MemberView
+
+
+class NoneConfig(HaConfig):
+    kind: Literal["none"] = "none"
+
+
+class NoManager(HAManager):
+    kind = "none"
+    Config = NoneConfig
+    observable: ClassVar[bool] = False
+
+    def members(self) -> list[MemberView]:
+        from chaoskit.topology.roles import sql_roles
+
+        out = []
+        for member, (role, error) in sql_roles(self.cluster, self.inventory).items():
+            mapped = LEADER if role == "primary" else REPLICA if role == "replica" else DOWN
+            out.append(MemberView(member, mapped, state=role, error=error))
+        return out

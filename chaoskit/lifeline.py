@@ -1,0 +1,42 @@
+"""Nothing a run starts on the control node outlives it: helpers (load worker processes, client
+link relays) die with the controller however it dies, SIGKILL included.
+
+Two mechanisms, because each has a gap: the kernel's parent-death signal (PR_SET_PDEATHSIG)
+fires when the parent *thread* that started the child exits, and a watchdog thread that polls the
+parent pid catches the rest (and the race where the parent died before prctl ran) within 0.1 s.
+Children also carry CHAOSKIT_CONTROLLER_PID, so anyone can list what a controller started.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import threading
+import time
+
+PR_SET_PDEATHSIG = 1
+ENV_MARK = "CHAOSKIT_CONTROLLER_PID"
+
+
+def mark_controller() -> None:
+    """Called once by a controller: every process it starts from now on carries its pid."""
+    os.environ[ENV_MARK] = str(os.getpid())
+
+
+def die_with_parent(parent_pid: int, poll_s: float = 0.1) -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the watchdog alone
+        pass
+    if os.getppid() != parent_pid:
+        os._exit(0)
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent_pid:
+                os._exit(0)
+            time.sleep(poll_s)
+
+    threading.Thread(target=watch, name="lifeline", daemon=True).start()

@@ -1,0 +1,43 @@
+"""The drill's schedule as a pure function of the playbook and the load's start instant.
+
+A host fault is staged (journaled on its host, dead-man armed, pids checked) `STAGE_AHEAD_S`
+before its instant, so the instant itself is one trigger; a fault on the load's own link
+(`target: client`) and actions happen at their instant. Reverts of faults with a duration are
+added once the fault has taken effect (at its effect time + duration), by the runner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chaoskit.faults.spec import CLIENT
+from chaoskit.faults.targets import split_target
+from chaoskit.faults.ttl import STAGE_AHEAD_S
+from chaoskit.playbook.models import Playbook
+
+ORDER = {"stage": 0, "trigger": 1, "action": 1, "revert": 2}
+
+
+@dataclass(frozen=True, order=True)
+class Item:
+    t: float
+    order: int
+    step: int
+    what: str  # stage | trigger | action | revert
+
+
+def plan(pb: Playbook, t0: float, stage_ahead: float = STAGE_AHEAD_S) -> list[Item]:
+    items = []
+    for i, step in enumerate(pb.steps):
+        t = t0 + step.at
+        if step.fault is None:
+            items.append(Item(t, ORDER["action"], i, "action"))
+            continue
+        if split_target(step.fault.target)[0] != CLIENT:
+            items.append(Item(max(t0, t - stage_ahead), ORDER["stage"], i, "stage"))
+        items.append(Item(t, ORDER["trigger"], i, "trigger"))
+    return sorted(items)
+
+
+def revert_item(step: int, t: float) -> Item:
+    return Item(t, ORDER["revert"], step, "revert")

@@ -1,0 +1,65 @@
+"""The drill's last lines on the terminal, as a person would write them: PASS/FAIL, units, rounded
+figures (the raw values stay in run.json)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+
+def seconds(v: float | None) -> str:
+    return "—" if v is None else f"{v:.2f} s"
+
+
+def verdict_word(v: Any) -> str:
+    return {True: "PASS", False: "FAIL"}.get(v, str(v).upper())
+
+
+def slo_line(name: str, s: dict[str, Any]) -> str:
+    unit = {"rto_max": "s", "rpo_max_writes": "writes", "max_error_rate_after_recovery": ""}.get(name, "")
+    target, measured = s.get("target"), s.get("measured")
+    if name == "max_error_rate_after_recovery":
+        fmt = lambda v: "—" if v is None else f"{v:.2%}"  # noqa: E731
+    elif unit == "s":
+        fmt = lambda v: "—" if v is None else f"{v:.2f} s"  # noqa: E731
+    else:
+        fmt = lambda v: "—" if v is None else f"{v:,} {unit}"  # noqa: E731
+    return f"SLO {name}: {fmt(measured)} (target {'<=' if target is not None else ''} {fmt(target)}) " \
+           f"{verdict_word(s.get('ok'))}"
+
+
+def fault_line(f: dict[str, Any]) -> str:
+    where = f"{f.get('kind')} on {f.get('target_host')}"
+    if f.get("valid") == "unknown":
+        return f"{where}: analysis failed: {f.get('error')}"
+    if not f.get("outage"):
+        eff = f.get("effect") or {}
+        change = eff.get("tps_change")
+        return f"{where}: no write outage" + (f"; throughput {change:+.0%} against baseline" if change is not None
+                                               else "")
+    ph = f.get("phases") or {}
+    return (f"{where}: RTO {seconds(f.get('rto_s'))} (write gap {seconds(f.get('write_gap_s'))}); detection "
+            f"{seconds(ph.get('detection_s'))}, promotion {seconds(ph.get('promotion_s'))}, reconnect "
+            f"{seconds(ph.get('reconnect_s'))}, stabilisation {seconds(ph.get('stabilisation_s'))}"
+            + (f"; {f['outcome']}" if f.get("outcome") else ""))
+
+
+def print_drill_summary(out: Console, ev: dict[str, Any], run_dir: Path) -> None:
+    res = ev.get("results") or {}
+    for f in res.get("faults", []):
+        out.print(fault_line(f), highlight=False)
+    r = res.get("rpo")
+    if r and "acknowledged" in r:
+        out.print(f"RPO: {r['lost_acknowledged']:,} of {r['acknowledged']:,} acknowledged writes lost; "
+                  f"{r['indeterminate']:,} indeterminate ({r['indeterminate_found']:,} found); "
+                  f"{r['phantoms']:,} phantoms", highlight=False)
+    for name, c in (res.get("checks") or {}).items():
+        if name != "rpo":
+            out.print(f"check {name}: {verdict_word(c.get('valid'))}", highlight=False)
+    for name, s in (res.get("slo") or {}).items():
+        out.print(slo_line(name, s), highlight=False)
+    if ev.get("aborted"):
+        out.print(f"ABORTED: {ev['aborted']} (every fault was reverted)", highlight=False)
+    out.print(f"verdict: {verdict_word(res.get('verdict'))}   report: {run_dir / 'report.html'}", highlight=False)

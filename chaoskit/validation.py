@@ -1,0 +1,146 @@
+"""Strict string types for every value that crosses the boundary (inventory, playbook, CLI).
+
+Why: values from an inventory or a playbook end up in scripts that run as root on a host and in
+files an auditor reads. Quoting is the second line of defence; the first is that a host name, a
+process name, an interface or a size can only hold the characters such a thing has. Free text
+(descriptions) may hold newlines; nothing may hold other control characters. Inventory `start` /
+`stop` commands are the one kind of value that is code by design (`Command`): they are run as
+given on their host, so an inventory must be trusted like a script.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, BeforeValidator
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}"
+                       r"[A-Za-z0-9])?)*\.?$")
+_POSIX_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+_PATH = re.compile(r"^[A-Za-z0-9_./@:+%=,~-]{1,4096}$")
+_IFACE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
+_SIZE = re.compile(r"^[0-9]{1,12}([bBkKmMgGtT]|%)?$")
+_TAG = re.compile(r"^[A-Za-z0-9_.:/@+-]{1,128}$")
+_SERVICE = re.compile(r"^[A-Za-z0-9@_.:\\-]{1,255}$")
+_FAULT_ID = re.compile(r"^[0-9a-f]{12}$")
+_SQL_NAME = re.compile(r"^[A-Za-z0-9_$.@-]{1,128}$")
+
+SECRET_WORDS = ("password", "passwd", "pwd", "secret", "token", "passphrase", "api_key", "apikey")
+
+
+def no_control(value: str) -> str:
+    if _CONTROL.search(value):
+        raise ValueError("control characters (newline, tab, NUL, ...) are not allowed here")
+    return value
+
+
+def free_text(value: str) -> str:
+    if _CONTROL_BUT_NEWLINE.search(value):
+        raise ValueError("control characters other than newlines are not allowed")
+    if len(value) > 20_000:
+        raise ValueError("longer than 20,000 characters")
+    return value
+
+
+def _pattern(regex: re.Pattern[str], what: str) -> AfterValidator:
+    def check(value: str) -> str:
+        no_control(value)
+        if not regex.match(value):
+            raise ValueError(f"not a valid {what}: {value[:80]!r}")
+        return value
+
+    return AfterValidator(check)
+
+
+def host_address(value: str) -> str:
+    """An IPv4/IPv6 address or an RFC 1123 host name: the only things an SSH target can be."""
+    no_control(value)
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    if _HOSTNAME.match(value) and not value.replace(".", "").isdigit():
+        return value
+    raise ValueError(f"not an IP address or host name: {value[:80]!r}")
+
+
+def endpoint(value: str) -> str:
+    """`host:port` or `[v6]:port` (a MySQL-protocol endpoint)."""
+    no_control(value)
+    if value.startswith("["):
+        addr, _, port = value[1:].partition("]:")
+    else:
+        addr, _, port = value.rpartition(":")
+    if not addr or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"expected host:port, got {value[:80]!r}")
+    host_address(addr)
+    return value
+
+
+def jump_spec(value: str) -> str:
+    """A jump host: an inventory host name, or `[user@]address[:port]`."""
+    no_control(value)
+    user, at, rest = value.rpartition("@")
+    if at and not _POSIX_USER.match(user):
+        raise ValueError(f"not a valid jump user: {user[:40]!r}")
+    if rest.startswith("["):
+        addr, _, port = rest[1:].partition("]")
+        port = port.removeprefix(":")
+    elif rest.count(":") == 1:
+        addr, port = rest.split(":")
+    else:
+        addr, port = rest, ""
+    if port and (not port.isdigit() or not 1 <= int(port) <= 65535):
+        raise ValueError(f"not a valid jump port: {port[:10]!r}")
+    host_address(addr)
+    return value
+
+
+def finite(value: float) -> float:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    return value
+
+
+def _str_only(value: object) -> object:
+    if isinstance(value, bool) or not isinstance(value, str):
+        raise ValueError("expected a string")
+    return value
+
+
+NoControl = Annotated[str, AfterValidator(no_control)]
+FreeText = Annotated[str, AfterValidator(free_text)]
+Name = Annotated[str, _pattern(_NAME, "name (letters, digits, _ . -; up to 63, starting with a letter or digit)")]
+HostAddress = Annotated[str, AfterValidator(host_address)]
+Endpoint = Annotated[str, AfterValidator(endpoint)]
+JumpSpec = Annotated[str, AfterValidator(jump_spec)]
+PosixUser = Annotated[str, _pattern(_POSIX_USER, "user name")]
+SafePath = Annotated[str, _pattern(_PATH, "path (letters, digits and _ . / @ : + % = , ~ -; no spaces or quotes)")]
+Interface = Annotated[str, _pattern(_IFACE, "network interface name")]
+SizeSpec = Annotated[str, _pattern(_SIZE, "size (e.g. 256M, 1G, 50%)")]
+Tag = Annotated[str, BeforeValidator(lambda v: str(v) if isinstance(v, int | float | bool) else v),
+                _pattern(_TAG, "tag")]
+ServiceName = Annotated[str, _pattern(_SERVICE, "service (unit) name")]
+FaultId = Annotated[str, _pattern(_FAULT_ID, "fault id (12 hex digits)")]
+SqlName = Annotated[str, _pattern(_SQL_NAME, "database or user name")]
+Command = Annotated[str, BeforeValidator(_str_only), AfterValidator(no_control)]
+
+
+def is_fault_id(value: str) -> bool:
+    return bool(_FAULT_ID.match(value))
+
+
+def is_name(value: str) -> bool:
+    return bool(_NAME.match(value))
+
+
+def secret_like(key: str) -> bool:
+    k = key.lower()
+    return any(word in k for word in SECRET_WORDS)

@@ -1,0 +1,330 @@
+"""Fault scripts are data-safe and fail closed: every kind's scripts are run under a real shell with
+stub binaries and hostile values (validation bypassed on purpose), and nothing the values hold is
+ever executed; bodies never depend on data; the journal's dead-man, pid checks and fail-closed
+revert behave as promised. These tests run the host-side shell locally in a private journal root
+(root needed, as on a host)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chaoskit.faults import journal, relay
+from chaoskit.faults.hostscript import HostFacts, render_env
+from chaoskit.faults.registry import REGISTRY, scripts_for
+from chaoskit.faults.spec import KINDS
+from chaoskit.inventory.models import ProcessRef
+
+FID = "a1b2c3d4e5f6"
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="the journal is root's (0700): run as root, as on a host")
+
+# Each tries to create the canary file if anything evaluates it as shell.
+HOSTILE = [
+    "$(touch {c})", "`touch {c}`", "; touch {c}", "x'; touch {c}; echo '", 'x"; touch {c}; echo "', "| touch {c}",
+    "&& touch {c}", "${{IFS}}touch${{IFS}}{c}", "$(touch${{IFS}}{c})", "*", "-rf", "--help", "\\'; touch {c} #",
+]
+
+
+def hostile(canary: Path) -> list[str]:
+    return [h.format(c=canary) for h in HOSTILE]
+
+
+def spec_of(kind: str, **fields: object) -> object:
+    """A spec of `kind` built without validation (hostile values reach the script builders)."""
+    base = {"kind": kind, "target": "h", "cluster": None, "ttl": 30.0, "duration": None}
+    model = KINDS[kind]
+    defaults = {name: f.default for name, f in model.model_fields.items() if f.default is not None
+                and not callable(f.default)}
+    return model.model_construct(**{**defaults, **base, **fields})
+
+
+def make_facts(value: str, pid_file: str, peers: tuple[str, ...] = ("10.0.0.2",)) -> HostFacts:
+    ref = ProcessRef.model_construct(pid_file=pid_file, comm="sleep", exe=None, start=None, stop=None)
+    return HostFacts(host="h", processes={"p": ref}, service=value, systemd=True, peer_addresses=peers,
+                     exempt=(("10.0.0.9", 22),))
+
+
+def kind_fields(kind: str, value: str) -> dict[str, object]:
+    """Every string field of the kind set to the hostile value."""
+    return {
+        "kill": {"processes": ("p",), "signal": value}, "crash": {"processes": ("p",)},
+        "pause": {"processes": ("p",)}, "stop": {"processes": ("p",)},
+        "partition": {"peers": (value,), "action": "drop", "direction": "both"},
+        "loss": {"peers": (value,), "loss_pct": 30.0, "direction": "both"},
+        "bandwidth": {"interface": value, "rate": "1mbit"},
+        "netem": {"interface": value, "delay_ms": 5.0, "peers": (value,)},
+        "latency": {"peers": (value,), "peer_port": 5432, "proxy_user": value, "delay_ms": 5.0},
+        "proxy": {"peers": (value,), "peer_port": 5432, "proxy_user": value, "down": True},
+        "stress": {"cpu_workers": 1, "vm_workers": 1, "vm_bytes": value},
+    }[kind]
+
+
+def test_every_kind_is_in_the_registry_with_its_needs() -> None:
+    assert set(REGISTRY) == set(KINDS) == {"kill", "crash", "pause", "stop", "partition", "loss", "bandwidth",
+                                           "netem", "latency", "proxy", "stress"}
+    assert "netem" in REGISTRY["netem"].needs and "stress-ng" in REGISTRY["stress"].needs
+    assert {"iptables", "python3.7"} <= REGISTRY["latency"].needs
+    assert all("base64" in k.needs for k in REGISTRY.values())  # the journal itself
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_script_bodies_never_contain_data(kind: str, tmp_path: Path) -> None:
+    """Two different (hostile) data sets give byte-identical bodies: values live only in the env
+    and data files."""
+    bodies = []
+    for value in ("a;b", "$(c) `d`"):
+        facts = make_facts(value, f"/tmp/{value}/pid", peers=(value, "10.0.0.3"))
+        s = scripts_for(FID, spec_of(kind, **kind_fields(kind, value)), facts)
+        bodies.append((s.inject, s.revert, s.active, s.prepare))
+        assert not any(value in body for body in bodies[-1]), kind
+    assert bodies[0] == bodies[1]
+
+
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs")), max_size=60))
+@settings(max_examples=200, deadline=None)
+def test_env_values_round_trip_through_the_shell(value: str) -> None:
+    """Whatever a (control-character-free) value holds, sourcing the env file gives it back exactly
+    and runs nothing."""
+    script = render_env({"V": value, "W": "x"}) + 'printf "%s" "$V"'
+    res = subprocess.run(["sh", "-c", script], capture_output=True, timeout=10)
+    assert res.returncode == 0 and res.stdout.decode() == value
+
+
+@pytest.mark.parametrize("value", ["a\nb", "a\x00b", "a\tb", "\x1b[31m", "CHAOSKIT_EOF\n$(touch x)"])
+def test_env_refuses_control_characters(value: str) -> None:
+    with pytest.raises(ValueError, match="control characters"):
+        render_env({"V": value})
+
+
+STUBS = {
+    # every external command a fault may run: record the argv (one arg per line) and stdin
+    "_log": 'printf "%s\\n" "--- $(basename "$0")" "$@" >> "$STUB_LOG"; [ -t 0 ] || cat >> "$STUB_LOG"; '
+            'case " $* " in *" -D "*|*" -S "*|*" -C "*) exit 1;; esac; exit 0',
+    "setpriv": 'echo $$ > "$STUB_DIR/relay.pid"; printf "%s\\n" "--- setpriv" "$@" >> "$STUB_LOG"; exec sleep 5',
+    "ss": 'printf "%s\\n" "--- ss" "$@" >> "$STUB_LOG"; '
+          'echo "LISTEN 0 0 *:1 *:* users:((\\"python3\\",pid=$(cat "$STUB_DIR/relay.pid" 2>/dev/null),fd=3))"',
+    "stress-ng": 'printf "%s\\n" "--- stress-ng" "$@" >> "$STUB_LOG"; exec sleep 30',
+    "id": 'echo 65534',
+    "systemctl": 'printf "%s\\n" "--- systemctl" "$@" >> "$STUB_LOG"; case "$1" in '
+                 'stop) touch "$STUB_DIR/svc.stopped";; start) rm -f "$STUB_DIR/svc.stopped";; '
+                 'is-active) [ -f "$STUB_DIR/svc.stopped" ] && exit 3;; esac; exit 0',
+}
+LOGGED = ("iptables", "ip6tables", "iptables-restore", "ip6tables-restore", "tc", "chown")
+
+
+@pytest.fixture
+def stubbed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in LOGGED:
+        (bin_dir / name).write_text("#!/bin/sh\n" + STUBS["_log"] + "\n")
+    for name, body in STUBS.items():
+        if not name.startswith("_"):
+            (bin_dir / name).write_text("#!/bin/sh\n" + body + "\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    root = tmp_path / "root"
+    root.mkdir()
+    monkeypatch.setattr(relay, "RELAY_ROOT", str(root / "relay"))
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "STUB_LOG": str(tmp_path / "stub.log"),
+           "STUB_DIR": str(tmp_path), "SSH_CONNECTION": "10.0.0.1 40000 10.0.0.5 2222"}
+    return {"env": env, "root": str(root), "log": tmp_path / "stub.log", "tmp": tmp_path}
+
+
+def sh(script: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+@ROOT_ONLY
+@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("template", HOSTILE)
+def test_hostile_values_never_run(kind: str, template: str, stubbed: dict, tmp_path: Path) -> None:
+    """Stage, trigger, check and revert every kind with a hostile value in every string field:
+    the canary never appears, and where the value reaches a command it arrives as one argument."""
+    canary = tmp_path / "CANARY"
+    value = template.format(c=canary)
+    proc_dir = tmp_path / value.replace("/", "_")  # a pid file path holding the value
+    proc_dir.mkdir()
+    target = subprocess.Popen(["sleep", "60"])
+    try:
+        (proc_dir / "pid").write_text(f"{target.pid}\n")
+        spec = spec_of(kind, **kind_fields(kind, value))
+        facts = make_facts(value, str(proc_dir / "pid"), peers=(value,))
+        scripts = scripts_for(FID, spec, facts)
+        files = journal.journal_files(FID, scripts, {"id": FID, "note": value}, planned_ms=5000)
+        env, root = stubbed["env"], stubbed["root"]
+        results = [sh(journal.stage_script(FID, files, 30, root=root), env)]
+        results.append(sh(journal.trigger_script(FID, root=root), env))
+        results.append(sh(journal.active_script(FID, root=root), env))
+        results.append(sh(journal.list_script(root), env))
+        results.append(sh(journal.revert_script(FID, root=root), env))
+        assert not canary.exists(), f"{kind}: a value was executed: {results}"
+        log = stubbed["log"].read_text() if stubbed["log"].exists() else ""
+        if kind in ("partition", "loss", "netem", "bandwidth", "stress", "latency", "proxy"):
+            assert value in log.splitlines() or any(value in line for line in log.splitlines()), (kind, log[-500:])
+        assert results[-1].returncode in (0, 4), results[-1]  # reverted, or never applied
+    finally:
+        target.kill()
+        target.wait()
+
+
+@ROOT_ONLY
+def test_process_fault_end_to_end_and_pid_checks(stubbed: dict, tmp_path: Path) -> None:
+    env, root = stubbed["env"], stubbed["root"]
+    target = subprocess.Popen(["sleep", "60"])
+    pid_file = tmp_path / "sleep.pid"
+    pid_file.write_text(f"{target.pid}\n")
+    try:
+        def staged(pid_text: str, comm: str = "sleep", fid: str = FID) -> subprocess.CompletedProcess[str]:
+            pid_file.write_text(pid_text)
+            facts = HostFacts(host="h", processes={"p": ProcessRef(pid_file=str(pid_file), comm=comm)})
+            scripts = scripts_for(fid, spec_of("pause", processes=("p",)), facts)
+            return sh(journal.stage_script(fid, journal.journal_files(fid, scripts, {"id": fid}, None), 30, root=root),
+                      env)
+
+        for pid_text, comm, message in [("1\n", "sleep", "pid <= 1"), ("", "sleep", "no pid"),
+                                        ("999999999\n", "sleep", "not running"),
+                                        (f"{target.pid}\n", "postgres", "is 'sleep', not 'postgres'"),
+                                        (f"{os.getpid()}\n", "python3", "ancestor of chaoskit's own shell")]:
+            res = staged(pid_text, comm)
+            assert res.returncode != 0 and message in res.stderr, (pid_text, res.stderr)
+            assert not list(Path(root).glob(f"faults/*/{FID}.*")), "a refused staging left a journal entry"
+        res = staged(f"{target.pid}\n")
+        assert res.returncode == 0, res.stderr
+        res = sh(journal.trigger_script(FID, root=root), env)
+        t_start, t_eff, t_done = journal.parse_applied(res.stdout)
+        assert t_start <= t_eff <= t_done and "T" in Path(f"/proc/{target.pid}/status").read_text().split("\n")[2]
+        assert sh(journal.active_script(FID, root=root), env).returncode == 0
+        res = sh(journal.revert_script(FID, root=root), env)
+        assert res.returncode == 0 and journal.parse_reverted(res.stdout)[1] == "controller"
+        assert "S" in Path(f"/proc/{target.pid}/status").read_text().split("\n")[2]
+        assert sh(journal.active_script(FID, root=root), env).returncode == 1
+        # reverting again reads the host's record instead of failing
+        again = sh(journal.revert_script(FID, root=root), env)
+        assert again.returncode == 0 and journal.parse_reverted(again.stdout) == journal.parse_reverted(res.stdout)
+    finally:
+        target.kill()
+        target.wait()
+
+
+@ROOT_ONLY
+def test_deadman_reverts_at_the_planned_end_and_records_it(stubbed: dict, tmp_path: Path) -> None:
+    env, root = stubbed["env"], stubbed["root"]
+    target = subprocess.Popen(["sleep", "60"])
+    (tmp_path / "pid").write_text(f"{target.pid}\n")
+    try:
+        facts = HostFacts(host="h", processes={"p": ProcessRef(pid_file=str(tmp_path / "pid"), comm="sleep")})
+        scripts = scripts_for(FID, spec_of("pause", processes=("p",)), facts)
+        files = journal.journal_files(FID, scripts, {"id": FID}, planned_ms=1500)  # duration 1 s + 0.5 s margin
+        assert sh(journal.stage_script(FID, files, 120, root=root), env).returncode == 0
+        applied = journal.parse_applied(sh(journal.trigger_script(FID, root=root), env).stdout)
+        deadline = time.time() + 10
+        while time.time() < deadline and "T" in Path(f"/proc/{target.pid}/status").read_text().split("\n")[2]:
+            time.sleep(0.05)
+        res = sh(journal.revert_script(FID, root=root), env)
+        t_rev, by = journal.parse_reverted(res.stdout)
+        assert by == "deadman"
+        outlived = t_rev - (applied[1] + 1.5)
+        assert -0.05 <= outlived < 1.5, outlived  # reverted at the planned end, not at the 120 s TTL
+    finally:
+        target.kill()
+        target.wait()
+
+
+@ROOT_ONLY
+def test_revert_fails_closed(stubbed: dict, tmp_path: Path) -> None:
+    """No is-active check: unknown (exit 5), never 'reverted'; still active after revert: exit 1."""
+    env, root = stubbed["env"], stubbed["root"]
+    facts = HostFacts(host="h", processes={}, peer_addresses=("10.0.0.2",))
+    scripts = scripts_for(FID, spec_of("partition", peers=("x",), action="drop", direction="both"), facts)
+    files = journal.journal_files(FID, scripts, {"id": FID}, None)
+    assert sh(journal.stage_script(FID, files, 30, root=root), env).returncode == 0
+    jdir = next(Path(root).glob("faults/*"))
+    assert oct(jdir.stat().st_mode & 0o777) == "0o700" and jdir.stat().st_uid == 0
+    (jdir / f"{FID}.active").unlink()
+    res = sh(journal.revert_script(FID, root=root), env)
+    assert res.returncode == 5 and "state unknown" in res.stderr
+    rows = journal.parse_list(sh(journal.list_script(root), env).stdout)
+    assert rows[0]["active"] == "unknown"
+    (jdir / f"{FID}.active").write_text("#!/bin/sh\nexit 0\n")  # a revert that does not take
+    res = sh(journal.revert_script(FID, root=root), env)
+    assert res.returncode == 1 and "still in effect" in res.stderr
+    assert (jdir / f"{FID}.json").exists()  # the entry stays for the dead-man and recover
+    (jdir / f"{FID}.active").write_text("#!/bin/sh\nexit 1\n")
+    assert sh(journal.revert_script(FID, root=root), env).returncode == 0
+    assert not (jdir / f"{FID}.json").exists()
+
+
+@ROOT_ONLY
+def test_journal_refuses_a_symlinked_root(stubbed: dict, tmp_path: Path) -> None:
+    env = stubbed["env"]
+    real = tmp_path / "elsewhere"
+    real.mkdir()
+    link = tmp_path / "linked"
+    link.symlink_to(real)
+    scripts = scripts_for(FID, spec_of("partition", peers=("x",), action="drop", direction="both"),
+                          HostFacts(host="h", processes={}))
+    res = sh(journal.stage_script(FID, journal.journal_files(FID, scripts, {}, None), 30, root=str(link)), env)
+    assert res.returncode != 0 and "symlink" in res.stderr
+    assert not any(real.iterdir())
+
+
+def test_stage_script_carries_no_heredoc_and_no_raw_value() -> None:
+    facts = make_facts("EOF", "/x/pid")
+    scripts = scripts_for(FID, spec_of("kill", processes=("p",), signal="KILL"), facts)
+    text = journal.stage_script(FID, journal.journal_files(FID, scripts, {"note": "CHAOSKIT_EOF $(x)"}, None), 30)
+    assert "<<" not in text and "CHAOSKIT_EOF" not in text and "$(x)" not in text
+    for line in text.splitlines():
+        if line.startswith("w "):
+            name, blob = ([*line.split()[1:], ""])[:2]
+            assert shlex.split(line) == ["w", name, blob][: len(line.split())] and set(blob) <= set(
+                "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
+
+
+def test_partition_rules_exempt_the_controller_port_and_jump_paths(stubbed: dict) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root for the journal")
+    env, root = stubbed["env"], stubbed["root"]
+    facts = HostFacts(host="h", processes={}, peer_addresses=("10.0.0.2", "fd00::2"), exempt=(("10.0.0.21", 22),))
+    scripts = scripts_for(FID, spec_of("partition", peers=("x",), action="drop", direction="both"), facts)
+    assert sh(journal.stage_script(FID, journal.journal_files(FID, scripts, {}, None), 30, root=root),
+              env).returncode == 0
+    jdir = next(Path(root).glob("faults/*"))
+    rules4 = (jdir / f"{FID}.rules4").read_text().splitlines()
+    rules6 = (jdir / f"{FID}.rules6").read_text().splitlines()
+    cin, cout = f"CK{FID[:8].upper()}I", f"CK{FID[:8].upper()}O"
+    assert f"-A {cin} -s 10.0.0.1 -p tcp --dport 2222 -j RETURN" in rules4  # the port sshd said, not 22
+    assert f"-A {cout} -d 10.0.0.21 -p tcp --dport 22 -j RETURN" in rules4  # the path through this jump host
+    assert rules4.index(f"-A {cin} -i lo -j RETURN") < rules4.index(f"-A {cin} -s 10.0.0.2 -j DROP")
+    assert f"-A {cin} -s fd00::2 -j DROP" in rules6 and "-A" not in " ".join(r for r in rules4 if "fd00" in r)
+    assert rules4[-3:] == [f"-I INPUT 1 -j {cin}", f"-I OUTPUT 1 -j {cout}", "COMMIT"]
+    sh(journal.revert_script(FID, root=root), env)
+
+
+def test_pause_never_freezes_a_deadman(tmp_path: Path) -> None:
+    """descendants() leaves out every process in a dead-man's group."""
+    from chaoskit.faults.hostscript import LIB
+
+    script = textwrap.dedent(f"""
+        J={shlex.quote(str(tmp_path))}; ID=x
+        {LIB}
+        sleep 30 >/dev/null 2>&1 &
+        setsid sh -c 'echo $$ > "{tmp_path}/dm.deadman.pid"; exec sleep 30' >/dev/null 2>&1 &
+        sleep 0.3
+        descendants $$
+    """)
+    res = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=20)
+    deadman = (tmp_path / "dm.deadman.pid").read_text().strip()
+    kids = res.stdout.split()
+    assert kids and deadman not in kids
+    for pid in [*kids, deadman]:
+        subprocess.run(["kill", pid], check=False)
