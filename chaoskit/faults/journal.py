@@ -207,15 +207,15 @@ def trigger_script(fault_id: str, root: str = ROOT, jdir: str = "", shell: str =
 
 
 def revert_script(fault_id: str, by: str = "controller", root: str = ROOT) -> str:
-    """Revert one journaled fault. Prints `reverted <host time> <by>` (also when someone else had
-    reverted it: the host's record is read); exit 4 when this host never had it, 1 still in
-    effect, 5 unknown."""
+    """Revert one journaled fault. Prints `reverted <host time> <by>`, or `already <host time> <by>`
+    when it had been reverted before (the host's record); exit 4 when this host never had it, 1
+    still in effect, 5 unknown."""
     _check_id(fault_id)
     if by not in ("controller", "recover"):
         raise ValueError(by)
     return (f'(J={journal_dir(root)}; ID={fault_id}; '
             f'if [ -f "$J/$ID.revert" ]; then exec sh "$J/$ID.revert" {by}; fi; '
-            'if [ -f "$J/done/$ID" ]; then echo "reverted $(cat "$J/done/$ID")"; exit 0; fi; '
+            'if [ -f "$J/done/$ID" ]; then echo "already $(cat "$J/done/$ID")"; exit 0; fi; '
             'echo "no journaled fault $ID here" >&2; exit 4)')
 
 
@@ -278,8 +278,10 @@ def parse_applied(stdout: str) -> tuple[float, float, float]:
 
 
 def parse_reverted(stdout: str) -> tuple[float, str] | None:
+    """(host time of the revert, who did it) from `reverted <t> <by>` (just now) or
+    `already <t> <by>` (earlier, from the host's record)."""
     for line in reversed(stdout.splitlines()):
         words = line.split()
-        if len(words) == 3 and words[0] == "reverted":
+        if len(words) == 3 and words[0] in ("reverted", "already"):
             return float(words[1]), words[2]
     return None

@@ -368,10 +368,10 @@ class FaultManager:
         for host, res in results.items():
             if isinstance(res, BaseException):
                 out[host] = f"unreachable: {res}"
-            elif res.exited == 0 and "recover" in res.stdout:
-                out[host] = "reverted"
-            elif res.exited == 0:
+            elif res.exited == 0 and res.stdout.strip().splitlines()[-1].startswith("already"):
                 out[host] = f"already reverted ({res.stdout.strip().split()[-1]})"
+            elif res.exited == 0:
+                out[host] = "reverted"
             elif res.exited != 4:
                 out[host] = f"revert failed: {(res.stderr or res.stdout).strip()[-200:]}"
         return out

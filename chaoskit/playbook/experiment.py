@@ -92,7 +92,9 @@ class Experiment(Frozen):
 
 def measure_cell(inv: Inventory, cluster: str, fm: FaultManager, *, workload: str, workers: int, delay_ms: float,
                  link: Link | None, warmup: float, measure: float, table_rows: int,
-                 op_timeout: float) -> dict[str, Any]:
+                 op_timeout: float, sync_standby: Any = None) -> dict[str, Any]:
+    """One cell. `sync_standby`: the HA manager, when synchronous replication is on and the cell
+    must not start before a synchronous standby is named again."""
     faults = []
     target = inv.clusters[cluster]
     with contextlib.ExitStack() as stack:
@@ -111,7 +113,11 @@ def measure_cell(inv: Inventory, cluster: str, fm: FaultManager, *, workload: st
                                    delay_ms=delay_ms, jitter_ms=link.jitter_ms, stream=link.stream, ttl=ttl)
                 faults = fm.inject(spec)
                 stack.callback(lambda: [fm.revert(f) for f in faults])
-                time.sleep(1.0)  # reconnected links (e.g. walreceiver) are through the proxy again
+                wait_links_through_relays(fm, faults)
+                if sync_standby is not None:
+                    deadline = time.time() + 15
+                    while not any(m.sync for m in sync_standby.members()) and time.time() < deadline:
+                        time.sleep(0.2)
         rec = Recorder(base=time.time())
         runner = LoadRunner(target, inv, LoadSpec(workload=workload, workers=workers, op_timeout=op_timeout,
                                                   params=WorkloadParams(table_rows=table_rows)), rec)
@@ -131,6 +137,21 @@ def measure_cell(inv: Inventory, cluster: str, fm: FaultManager, *, workload: st
             "proxy_added_p50_ms": round(statistics.median(added), 3) if added else None,
             "proxy_added_p99_ms": max((s["added_p99_ms"] for s in proxy if s.get("added_p99_ms")), default=None),
             "proxy_bytes": sum(s.get("bytes", 0) for s in proxy)}
+
+
+def wait_links_through_relays(fm: FaultManager, faults: list[Any], timeout: float = 20.0) -> None:
+    """The fault reset the links it delays (e.g. a standby's replication connection); measure only
+    once every relay carries a connection again. A walreceiver waits wal_retrieve_retry_interval
+    (5 s by default) before it reconnects, and a synchronous standby that is not connected is
+    dropped by the HA manager: a cell measured before that would measure asynchronous commit."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        stats = [s for f in faults for s in fm.proxy_stats(f)]
+        if stats and all(s.get("connections", 0) >= 1 for s in stats):
+            time.sleep(0.5)  # the standby is back; let the manager name it synchronous again
+            return
+        time.sleep(0.25)
+    raise RuntimeError(f"the delayed links did not reconnect through their relays within {timeout:g}s")
 
 
 def summarise(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -196,9 +217,10 @@ def run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progres
                     if progress is not None:
                         mode = "" if m is None else (" sync" if m else " async")
                         progress(i, len(plan), per_cell * (len(plan) - i), f"{target} {wl} x{w} delay {d:g} ms{mode}")
+                    sync_on = m is True or (m is None and exp.settings.get("synchronous_mode") is True)
                     cell = measure_cell(inv, target, fm, workload=wl, workers=w, delay_ms=d, link=exp.link,
                                         warmup=exp.warmup, measure=exp.measure, table_rows=exp.table_rows,
-                                        op_timeout=exp.op_timeout)
+                                        op_timeout=exp.op_timeout, sync_standby=ha if sync_on else None)
                     if m is not None:
                         cell["synchronous_mode"] = m
                     rows.append({"target": target, "repeat": i // max(1, len(plan) // exp.repeats), **cell})

@@ -269,8 +269,9 @@ def _do(ctx: RunContext, fm: FaultManager, ha: HAManager, item: schedule.Item, s
         injected[item.step] = faults
         for f in faults:
             ctx.event("fault_injected", f.t_effect, id=f.id, fault_kind=f.kind, host=f.host, step=item.step,
-                      scheduled=t_sched, sent=f.t_sent, applied_from=f.t_apply_start,
-                      uncertainty_s=f.offset_uncertainty_s)
+                      scheduled=t_sched, sent=f.t_sent, applied_from=f.t_apply_start, t_effect_host=f.t_effect_host,
+                      offset_s=f.offset_s, uncertainty_s=f.offset_uncertainty_s, duration=step.fault.duration
+                      if step.fault else None)
         if step.fault is not None and step.fault.duration:
             bisect.insort(items, schedule.revert_item(item.step, max(f.t_effect for f in faults) + step.fault.duration))
     elif item.what == "revert":

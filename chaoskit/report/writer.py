@@ -115,7 +115,7 @@ def render(run_dir: Path) -> None:
         images[png.stem] = base64.b64encode(png.read_bytes()).decode()
     env = template_env()
     env.filters["ts"] = _ts
-    env.filters["sec"] = lambda v: "—" if v is None else f"{v:.3f} s"
+    env.filters["sec"] = _sec
     (run_dir / "report.html").write_text(env.get_template("report.html.j2").render(ev=ev, images=images, csp=CSP))
     (run_dir / "summary.md").write_text(markdown_env().get_template("summary.md.j2").render(ev=ev))
     _junit(ev, run_dir / "junit.xml")
@@ -131,14 +131,22 @@ def template_env() -> jinja2.Environment:
 def markdown_env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.PackageLoader("chaoskit.report", "templates"), autoescape=False)
     env.filters["ts"] = _ts
-    env.filters["sec"] = lambda v: "—" if v is None else f"{v:.3f} s"
+    env.filters["sec"] = _sec
     return env
+
+
+def _missing(v: Any) -> bool:
+    return v is None or isinstance(v, jinja2.Undefined) or not isinstance(v, int | float)
+
+
+def _sec(v: Any) -> str:
+    return "—" if _missing(v) else f"{v:.3f} s"
 
 
 def _ts(t: float | None) -> str:
     import datetime as dt
 
-    if t is None:
+    if _missing(t):
         return "—"
     return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 

@@ -276,7 +276,7 @@ def test_recover_heals_before_the_deadline(lab: Inventory, pool: RemotePool) -> 
     assert f"{fault_id} reverted" in res.stdout
     assert json.loads(cli("fault", "list", "-i", INV, "--json").stdout)["faults"] == []
     assert can_connect(pool, "pg3", lab.hosts["pg2"].address, 8008)
-    assert "sleep 120" not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert f"{fault_id}.deadman" not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
 
 
 def test_fault_revert_by_id(lab: Inventory, pool: RemotePool) -> None:
