@@ -232,3 +232,24 @@ def test_cli_bad_input_is_one_line_exit_2_and_validate_names_code(tmp_path: Path
     good = subprocess.run([sys.executable, "-m", "chaoskit.cli", "validate", str(good_pb), "-i", str(lab)],
                           capture_output=True, text=True, timeout=60)
     assert good.returncode == 0 and "code by design" in good.stdout, good.stdout + good.stderr
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="needs root for a throwaway network namespace")
+def test_lab_refuses_a_subnet_routed_elsewhere() -> None:
+    """In a namespace where another interface holds 10.77.0.0/24, `lab up` would refuse."""
+    ns = "xt-route-test"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        for cmd in (["link", "add", "vx0", "type", "veth", "peer", "name", "vx1"],
+                    ["addr", "add", "10.77.0.5/24", "dev", "vx0"], ["link", "set", "vx0", "up"]):
+            subprocess.run(["ip", "-n", ns, *cmd], check=True)
+        code = "from chaoskit.guard import routed_elsewhere; print(routed_elsewhere('10.77.0.0/24', 'ckbr0'))"
+        inside = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", code], capture_output=True, text=True,
+                                check=True, cwd=ROOT)
+        assert "10.77.0.0/24" in inside.stdout and "vx0" in inside.stdout, inside.stdout
+        free = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c",
+                               code.replace("10.77.0.0/24", "10.78.0.0/24")], capture_output=True, text=True,
+                              check=True, cwd=ROOT)
+        assert free.stdout.strip() == "None"
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)

@@ -163,7 +163,8 @@ def test_hostile_values_never_run(kind: str, template: str, stubbed: dict, tmp_p
         files = journal.journal_files(FID, scripts, {"id": FID, "note": value}, planned_ms=5000)
         env, root = stubbed["env"], stubbed["root"]
         results = [sh(journal.stage_script(FID, files, 30, root=root), env)]
-        results.append(sh(journal.trigger_script(FID, root=root), env))
+        jdir, shell = journal.parse_staged(results[0].stdout)  # as on a host: bash (and chrt) where present
+        results.append(sh(journal.trigger_script(FID, root=root, jdir=jdir, shell=shell), env))
         results.append(sh(journal.active_script(FID, root=root), env))
         results.append(sh(journal.list_script(root), env))
         results.append(sh(journal.revert_script(FID, root=root), env))
