@@ -62,23 +62,28 @@ def _controller(evidence: bool = False) -> None:
 @lab_app.command("up")
 def lab_up(
     patroni: Annotated[str, typer.Option(help="Patroni to run: debian (package) or pypi.")] = "debian",
+    stack: Annotated[str, typer.Option(help="Comma list of stacks: patroni, mariadb, pg_auto_failover, repmgr "
+                                            "(added beside those already up).")] = "patroni,mariadb",
     keep_on_failure: Annotated[bool, typer.Option(help="Leave a failed lab in place to read its logs.")] = False,
 ) -> None:
-    """Build the lab: namespaces, sshd per host, etcd, 3 Patroni nodes, a MariaDB GTID pair."""
+    """Build the lab: namespaces, an sshd per host, etcd and a standalone PostgreSQL on dcs1, and the
+    chosen stacks (default: Patroni + PostgreSQL 15 x3, a MariaDB GTID pair)."""
     from chaoskit.lab import manager
 
     if patroni not in ("debian", "pypi"):
         _fail(InputError("expected debian or pypi", source="command line", field="--patroni"))
+    stacks = [s.strip() for s in stack.split(",") if s.strip()]
     try:
         with out.status("bringing the lab up..."):
-            res = manager.up(patroni, keep_on_failure=keep_on_failure)
+            res = manager.up(patroni, stacks=stacks, keep_on_failure=keep_on_failure)
     except ChaoskitError as exc:
         _fail(exc)
     if res.already_up:
-        out.print(f"lab already up and healthy (checked in {res.seconds:.1f}s)")
+        out.print(f"lab already up and healthy (checked in {res.seconds:.1f}s): {', '.join(res.stacks)}")
     else:
         note = " (cleaned leftovers of an earlier run first)" if res.cleaned_leftovers else ""
-        out.print(f"lab up in {res.seconds:.1f}s{note}; inventory: inventories/lab.yaml")
+        out.print(f"lab up in {res.seconds:.1f}s{note}: added {', '.join(res.added) or 'the base'}; running "
+                  f"{', '.join(res.stacks)}; inventory: inventories/lab.yaml")
     _print_lab_status(manager.status())
 
 
@@ -96,7 +101,8 @@ def lab_down() -> None:
 
 @lab_app.command("status")
 def lab_status(as_json: JsonOpt = False) -> None:
-    """Hosts (SSH reachable), Patroni members (role, state, lag) and MariaDB roles."""
+    """Stacks up, hosts (SSH reachable), and every cluster's members with their roles (server and
+    HA manager)."""
     from chaoskit.lab import manager
 
     try:
@@ -111,24 +117,22 @@ def lab_status(as_json: JsonOpt = False) -> None:
 
 
 def _print_lab_status(data: dict) -> None:
-    table = Table(title="lab hosts")
-    for col in ("host", "address", "ssh"):
+    table = Table(title=f"lab hosts (stacks: {', '.join(data['stacks']) or 'none'})")
+    for col in ("host", "address", "stack", "ssh"):
         table.add_column(col)
     for h in data["hosts"]:
-        table.add_row(h["name"], h["address"], "yes" if h["ssh"] else "[red]no[/red]")
+        table.add_row(h["name"], h["address"], h["stack"], "yes" if h["ssh"] else "[red]no[/red]")
     out.print(table)
-    pg = Table(title="postgres (Patroni)")
-    for col in ("member", "role", "state", "lag_bytes"):
-        pg.add_column(col)
-    for m in data["postgres"]:
-        pg.add_row(m["name"], m["role"], str(m["state"]), str(m["lag_bytes"]))
-    out.print(pg)
-    my = Table(title="mariadb")
-    for col in ("member", "role"):
-        my.add_column(col)
-    for m in data["mariadb"]:
-        my.add_row(m["name"], m["role"])
-    out.print(my)
+    for cname, cl in data["clusters"].items():
+        ct = Table(title=f"{cname} (ha: {cl['ha']})")
+        for col in ("member", "server role", "manager role", "state", "lag_bytes"):
+            ct.add_column(col)
+        for m in cl["members"]:
+            ct.add_row(m["name"], m["role"], str(m["manager_role"] or "-"), str(m["state"] or "-"),
+                       str(m["lag_bytes"]))
+        if cl.get("error"):
+            out.print(f"{cname}: {cl['error']}", highlight=False)
+        out.print(ct)
 
 
 @inventory_app.command("check")

@@ -21,7 +21,7 @@ def split_brain(probe: ProbeLog, interval: float) -> dict[str, Any]:
         for (t, r), (t_next, _) in zip(seq, [*seq[1:], (seq[-1][0] + interval, "")], strict=True):
             if r == "primary":
                 spans.setdefault(m, []).append((t, min(t_next, t + 2 * interval)))
-    overlaps = []
+    pieces = []
     members = sorted(spans)
     for i, a in enumerate(members):
         for b in members[i + 1:]:
@@ -29,9 +29,20 @@ def split_brain(probe: ProbeLog, interval: float) -> dict[str, Any]:
                 for s2, e2 in spans[b]:
                     lo, hi = max(s1, s2), min(e1, e2)
                     if hi > lo:
-                        overlaps.append({"members": [a, b], "from": lo, "to": hi})
+                        pieces.append((a, b, lo, hi))
+    # one entry per stretch of time a pair was writable together (samples one interval apart join)
+    overlaps: list[dict[str, Any]] = []
+    for a, b, lo, hi in sorted(pieces, key=lambda p: (p[0], p[1], p[2])):
+        last = overlaps[-1] if overlaps else None
+        if last and last["members"] == [a, b] and lo <= last["to"] + interval:
+            last["to"] = max(last["to"], hi)
+        else:
+            overlaps.append({"members": [a, b], "from": lo, "to": hi})
+    for o in overlaps:
+        o["seconds"] = round(o["to"] - o["from"], 3)
+    overlaps.sort(key=lambda o: o["from"])
     return {"valid": not overlaps, "overlaps": overlaps[:20], "overlap_count": len(overlaps),
-            "samples": len(probe.samples)}
+            "overlap_s": round(sum(o["seconds"] for o in overlaps), 3), "samples": len(probe.samples)}
 
 
 def gather_convergence(driver: Driver, cluster: Cluster, inventory: Inventory, run_id: str,

@@ -47,7 +47,8 @@ def analyse(ctx: Any, truth: dict[str, Any]) -> tuple[dict[str, Any], list[dict[
     # Faults and actions alike: a planned switchover is analysed from the instant it was issued.
     disturbances = [f.to_dict() for f in ctx.faults] + [
         {"id": f"action{i}", "kind": a["kind"], "host": a.get("member"), "t_effect": a["t_sent"],
-         "t_scheduled": a.get("t_scheduled")} for i, a in enumerate(ctx.actions) if a["kind"] == "switchover"]
+         "t_scheduled": a.get("t_scheduled"), "step": a.get("step")}
+        for i, a in enumerate(ctx.actions) if a["kind"] == "switchover"]
     first_at = sorted(disturbances, key=lambda f: f["t_effect"])
     faults = []
     for i, f in enumerate(first_at):
@@ -67,8 +68,14 @@ def analyse(ctx: Any, truth: dict[str, Any]) -> tuple[dict[str, Any], list[dict[
     if "bank" in pb.checks:
         bank = truth.get("bank") or {"valid": "unknown", "error": error}
         checks["bank"] = bank if "total" not in bank else {"valid": bank["total"] == bank["expected"], **bank}
+    brain = checked(split_brain, probe.log, pb.probes.interval)
     if "split_brain" in pb.checks:
-        checks["split_brain"] = checked(split_brain, probe.log, pb.probes.interval)
+        checks["split_brain"] = brain
+    for fa in faults:
+        mark_split_brain(fa, brain)
+    expected = expectations(pb, faults, ctx.actions)
+    if expected["steps"]:
+        checks["expected_outcome"] = expected
     if "convergence" in truth:
         checks["replica_convergence"] = checked(convergence_verdict, truth["convergence"],
                                                 ctx.preflight.get("primary_before"), ctx.preflight.get("ha", {}))
@@ -78,6 +85,40 @@ def analyse(ctx: Any, truth: dict[str, Any]) -> tuple[dict[str, Any], list[dict[
         verdict = "aborted"
     return ({"baseline_tps": base, "faults": faults, "rpo": checks.get("rpo"), "checks": checks, "slo": slo,
              "verdict": verdict}, marks)
+
+
+def mark_split_brain(fault: dict[str, Any], brain: dict[str, Any]) -> None:
+    """A fault in whose window two members were writable at once led to split-brain, whatever
+    else happened."""
+    if "outcome" not in fault:
+        return
+    t0, t1 = fault["t_fault"], fault["window_end"]
+    hits = [o for o in brain.get("overlaps") or [] if o["to"] > t0 and o["from"] < t1]
+    if hits:
+        fault["outcome"] = "split_brain"
+        fault["outcome_text"] = (f"split-brain: {' and '.join(hits[0]['members'])} both answered as writable "
+                                 f"primaries for {hits[0]['to'] - hits[0]['from']:.1f}s from "
+                                 f"+{hits[0]['from'] - t0:.3f}s after the fault")
+
+
+def expectations(pb: Any, faults: list[dict[str, Any]], actions: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each step that says `expect: failover` (and every switchover) against what happened; every
+    action must have succeeded: a drill whose fault did not lead where it was meant to, or whose
+    switchover or rejoin failed, has not shown what it set out to show."""
+    rows = []
+    for f in faults:
+        step = f.get("step")
+        if step is None:
+            continue
+        wanted = "failover" if pb.steps[step].expect == "failover" or f.get("kind") == "switchover" else None
+        if wanted:
+            rows.append({"step": step, "fault": f.get("id"), "expected": wanted, "outcome": f.get("outcome"),
+                         "ok": f.get("outcome") == wanted, "text": f.get("outcome_text")})
+    for a in actions:
+        rows.append({"step": a.get("step"), "action": a["kind"], "expected": "succeeded",
+                     "outcome": "succeeded" if a.get("ok") else "failed", "ok": bool(a.get("ok")),
+                     "text": (a.get("answer") or "")[-300:] if not a.get("ok") else None})
+    return {"valid": all(r["ok"] for r in rows), "steps": rows}
 
 
 def _slo(pb: Any, faults: list[dict[str, Any]], checks: dict[str, Any], rec: Recorder) -> dict[str, Any]:

@@ -61,12 +61,13 @@ def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, base
     gaps = [g for g in rec.gaps if t_open <= g.first_err < window_end]
     out: dict[str, Any] = {"id": fault["id"], "kind": fault["kind"], "target_host": fault["host"],
                            "t_scheduled": fault.get("t_scheduled"), "t_fault": t_fault,
-                           "t_reverted": fault.get("t_reverted"), "notes": []}
+                           "t_reverted": fault.get("t_reverted"), "step": fault.get("step"), "notes": []}
     null_phases = {"detection_s": None, "promotion_s": None, "reconnect_s": None, "stabilisation_s": None}
     if not gaps:
         out.update({"outage": False, "t_last_ok": None, "t_first_err": None, "t_detect": None, "t_promoted": None,
                     "t_first_ok": None, "t_recovered": None, "phases": null_phases, "rto_s": None,
                     "write_gap_s": None, "per_client_rto_s": {}})
+        out.update(fault_outcome(probe, t_fault, window_end, outage=False))
         out["notes"].append("no write outage observed: no phases; effect is the throughput change below")
         out["effect"] = _effect(rec, t_fault, fault.get("t_reverted") or window_end, baseline)
         return out
@@ -81,14 +82,15 @@ def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, base
     per_client = {str(w): (g.first_ok_after - t_fault if g.first_ok_after else None)
                   for w, g in sorted(first_gap.items())}
 
-    before = _role_at(probe, t_fault)
-    old_primary = next((m for m, r in before.items() if r == "primary"), None)
-    t_down = next((t for t, m, r in probe.samples if t >= t_fault and m == old_primary and r != "primary"), None)
-    t_probe_writable, new_primary = None, None
-    if t_down is not None:
-        hit = next(((t, m) for t, m, r in probe.samples if t >= t_down and r == "primary"), None)
-        if hit:
-            t_probe_writable, new_primary = hit
+    outcome = fault_outcome(probe, t_fault, window_end, outage=True)
+    old_primary, new_primary = outcome["primary_at_fault"], outcome.get("new_primary")
+    # the writer that ended the outage: the member that took over (a failover), else the old one
+    # back in place; an old primary writable again for a moment before the failover (its agent
+    # restarted it) is noted, not taken for the promotion
+    t_probe_writable = outcome.get("t_new_primary") or outcome.get("t_back")
+    if outcome["outcome"] == "failover" and outcome.get("t_back") and outcome["t_back"] < outcome["t_new_primary"]:
+        out["notes"].append(f"{old_primary} was writable again in place at +{outcome['t_back'] - t_fault:.3f}s, "
+                            f"before {new_primary} took over: writes it acknowledged then are lost if it is rewound")
     candidates = [(t, "probe") for t in [t_probe_writable] if t is not None] + \
                  [(t, "client") for t in [t_first_ok] if t is not None]
     t_promoted, evidence = min(candidates) if candidates else (None, None)
@@ -101,6 +103,10 @@ def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, base
         out["notes"].append("no HA manager in this cluster (ha: none): no detection signal exists, t_detect is null")
     elif t_detect is None:
         out["notes"].append("the HA manager showed no reaction (leader change or leader state change)")
+    if outcome["outcome"] == "no_reaction" and t_detect is not None:
+        out["notes"].append(f"the manager's first event after the fault ({detect_how}, at "
+                            f"+{t_detect - t_fault:.3f}s) moved no leader: no failover, so no detection is reported")
+        t_detect, detect_how, detect_unc = None, None, None
     if t_detect is not None and t_promoted is not None and t_detect > t_promoted:
         out["notes"].append(f"manager signal seen {t_detect - t_promoted:.3f}s after the node was writable "
                             "(poll granularity); t_detect clamped to t_promoted (the manager acted before)")
@@ -129,9 +135,39 @@ def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, base
         "per_client_rto_s": per_client,
         "per_client_rto_percentiles_s": {f"p{p}": _pct(rtos, p) for p in (50, 90, 99, 100)} if rtos else {},
         "workers_in_outage": len(first_gap), "workers_not_recovered": sum(1 for v in per_client.values() if v is None),
+        **outcome,
     })
     out["effect"] = _effect(rec, t_fault, t_recovered or window_end, baseline)
     return out
+
+
+def fault_outcome(probe: ProbeLog, t_fault: float, window_end: float, *, outage: bool) -> dict[str, Any]:
+    """What the fault led to, from the role probe between the fault and the next disturbance:
+    `failover` (another member became the primary), `restarted_in_place` (the primary left its
+    role and the same member came back as the only one), `no_reaction` (the primary never left
+    its role: the manager held its leader through the fault), `no_writer` (the primary left and
+    nobody took over within the window). Split-brain is judged over the same window by the caller
+    from the split-brain check. `outcome_text` says it in words for the evidence."""
+    old = next((m for m, r in _role_at(probe, t_fault).items() if r == "primary"), None)
+    samples = [(t, m, r) for t, m, r in probe.samples if t_fault < t < window_end]
+    t_left = next((t for t, m, r in samples if m == old and r != "primary"), None)
+    after = [(t, m) for t, m, r in samples if r == "primary" and m != old]
+    back = next((t for t, m, r in samples if t_left is not None and t > t_left and m == old and r == "primary"), None)
+    times = {"t_new_primary": after[0][0] if after else None, "new_primary": after[0][1] if after else None,
+             "t_back": back, "t_left": t_left}
+    if old is None:
+        kind, text = "no_writer", "no primary before the fault"
+    elif after:
+        kind, text = "failover", f"failover from {old} to {after[0][1]}"
+    elif t_left is None:
+        kind = "no_reaction"
+        text = f"no failover: {old} stayed the primary through the fault" + (
+            " (writes stopped meanwhile)" if outage else "")
+    elif back is not None:
+        kind, text = "restarted_in_place", f"{old} came back as the primary in place (no failover)"
+    else:
+        kind, text = "no_writer", f"{old} left the primary role and no member took over before the window ended"
+    return {"outcome": kind, "outcome_text": text, "primary_at_fault": old, "window_end": window_end, **times}
 
 
 def _diff(a: float | None, b: float | None) -> float | None:

@@ -158,8 +158,12 @@ class PostgresDriver(Driver):
         raise pgerr.error_from_result(res, encoding="utf-8")
 
     def is_writable(self, conn: Any) -> bool:
-        row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
-        return not row[0]
+        """What libpq's target_session_attrs=read-write accepts: not in recovery, and not
+        read-only (pg_auto_failover promotes a node but keeps default_transaction_read_only on
+        until the old primary is known to be demoted)."""
+        row = conn.execute("SELECT NOT pg_is_in_recovery() AND current_setting('transaction_read_only') = 'off'"
+                           ).fetchone()
+        return bool(row[0])
 
     def server_version(self, conn: Any) -> str:
         return str(conn.execute("SHOW server_version").fetchone()[0])

@@ -62,6 +62,7 @@ class InjectedFault:
     reverted_by: str | None = None  # controller | deadman | recover
     revert_verified: bool = False
     revert_error: str | None = None
+    step: int | None = None  # the playbook step that scheduled it
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -369,20 +369,15 @@ class PatroniManager(HAManager):
         """`etcdctl watch` on a member, each line stamped with the host's clock."""
         assert self.cfg.dcs is not None and self.pool is not None
         via = self.cfg.dcs.via or self.cluster.members[0].host
-        remote = self.pool.get(via)
-        from chaoskit.inventory.clock import measure_offset
+        from chaoskit.ha.hoststream import stamped
 
-        offset = measure_offset(remote)
         endpoints = ",".join(f"http://{e}" for e in self.cfg.dcs.endpoints)
         command = (f"ETCDCTL_API=3 exec timeout --foreground 7200 etcdctl --endpoints={shlex.quote(endpoints)} watch "
-                   f"{shlex.quote(key)} -w json | while IFS= read -r l; do printf '%s %s\\n' \"$(date +%s.%N)\" "
-                   "\"$l\"; done")
+                   f"{shlex.quote(key)} -w json")
         state: dict[str, str | None] = {"leader": self.leader()}
-        for line in remote.stream(command, stop=lambda: w.stopping):
-            stamp, _, payload = line.partition(" ")
+        for line in stamped(self.pool.get(via), command, lambda: w.stopping):
             try:
-                t_host = float(stamp)
-                data = json.loads(payload)
+                data = json.loads(line.text)
             except ValueError:
                 continue
             for ev in data.get("Events") or data.get("events") or []:
@@ -390,4 +385,4 @@ class PatroniManager(HAManager):
                 value = base64.b64decode(kv["value"]).decode() if kv.get("value") else None
                 etype = "DELETE" if str(ev.get("type", "")).upper() in ("DELETE", "1") else "PUT"
                 self._key_event(sink, "etcdctl-watch", etype, value, kv.get("mod_revision"),
-                                offset.to_control(t_host), t_host, offset.uncertainty_s, state)
+                                line.t, line.t_host, line.uncertainty_s, state)

@@ -4,14 +4,19 @@ elect one to promote; metadata and events live in the `repmgr` database, replica
 - roles: `repmgr.nodes` (type, active) as the newest primary holds it (a diverged old primary keeps
   its stale copy: the member that is writable on the highest timeline wins);
 - detection and promotion: `repmgr.events` (`event_timestamp`, the time repmgr recorded it, put
-  on the control clock by that server's clock offset measured over SQL): the first failover event
-  after the fault (`repmgrd_failover_promote`, `standby_promote`, `repmgrd_upstream_disconnect`,
-  `child_node_disconnect`, ...) is the reaction, `standby_promote` / `repmgrd_failover_promote`
-  the promotion;
+  on the control clock by that server's clock offset measured over SQL): a standby's repmgrd
+  reacting (`repmgrd_upstream_disconnect`, `repmgrd_failover_follow`, ...) or promoting
+  (`repmgrd_failover_promote`, `standby_promote`). repmgr records events in the database, so a
+  standby can only record its reaction once it is writable: the table's first record is the
+  promotion itself. The detection comes from repmgrd's log (`log_file` of repmgr.conf), followed
+  on every member and stamped on the host as each line is written: "unable to connect to
+  upstream node" is the moment a standby noticed. Member events (a standby lost, back) are kept
+  as `member_state`;
 - switchover: `repmgr standby switchover --siblings-follow` on the candidate (over SSH, as the
   database's OS user; repmgr itself then uses SSH between the nodes);
-- rejoin: `repmgr node rejoin --force-rewind` on the old primary against the new one (pg_rewind
-  where the timelines diverged), then its repmgrd again;
+- rejoin: crash recovery in single-user mode where the old primary died, then `repmgr node rejoin
+  --force-rewind` against the new primary (pg_rewind where the timelines diverged); cloned again
+  where that fails;
 - settings: the failover timings of repmgr.conf (read over SSH).
 
 `config_file` may hold `{host}` (the member's host name) where each member has its own file.
@@ -19,6 +24,7 @@ elect one to promote; metadata and events live in the `repmgr` database, replica
 
 from __future__ import annotations
 
+import re
 import shlex
 import time
 from collections.abc import Callable
@@ -41,10 +47,52 @@ from chaoskit.ha.base import (
 from chaoskit.ha.sqlclock import measure_sql_clock
 from chaoskit.validation import Name, PosixUser, SqlName
 
-REACTION = {"repmgrd_failover_promote", "standby_promote", "repmgrd_upstream_disconnect", "child_node_disconnect",
-            "repmgrd_failover_follow", "repmgrd_promote_error", "repmgrd_standby_reconnect",
-            "repmgrd_failover_aborted", "repmgrd_local_disconnect"}
-PROMOTION = {"repmgrd_failover_promote", "standby_promote"}
+# the data directory's own binaries: repmgr.conf's pg_bindir, else the version's Debian/RPM path
+_BINDIR = r"""
+bindir=$(sed -n "s/^[[:space:]]*pg_bindir[[:space:]]*=[[:space:]]*'\{0,1\}\([^']*\)'\{0,1\}[[:space:]]*$/\1/p" \
+  "$conf" | tail -1)
+if [ -z "$bindir" ]; then
+  v=$(cat "$data/PG_VERSION")
+  for d in "/usr/lib/postgresql/$v/bin" "/usr/pgsql-$v/bin"; do [ -x "$d/postgres" ] && bindir=$d && break; done
+fi
+[ -x "$bindir/postgres" ] || { echo "no postgres binaries found for $data" >&2; exit 3; }
+"""
+# $1 repmgr.conf, $2 data directory, $3 conninfo of the primary; runs as the database's OS user
+REJOIN_SCRIPT = r"""set -u
+conf=$1 data=$2 primary=$3
+""" + _BINDIR + r"""
+repmgr -f "$conf" node service --action=stop --checkpoint >/dev/null 2>&1
+# a freshly promoted primary's control file still names the old timeline until its first
+# checkpoint: pg_rewind would read "same timeline, no rewind required" and the node never follows
+"$bindir/psql" "$primary" -Atqc CHECKPOINT || echo "CHECKPOINT on the primary failed"
+state=$("$bindir/pg_controldata" -D "$data" | sed -n 's/^Database cluster state:[[:space:]]*//p')
+echo "cluster state before rejoin: $state"
+if [ "$state" != "shut down" ] && [ "$state" != "shut down in recovery" ] && [ ! -e "$data/standby.signal" ]; then
+  echo "finishing crash recovery in single-user mode"
+  cfg=$(grep -o 'config_file=[^"]*' "$data/postmaster.opts" 2>/dev/null | head -1)
+  if [ -n "$cfg" ]; then "$bindir/postgres" --single -D "$data" -c "$cfg" template1 </dev/null
+  else "$bindir/postgres" --single -D "$data" template1 </dev/null; fi
+fi
+repmgr -f "$conf" node rejoin -d "$primary" --force-rewind --verbose 2>&1
+"""
+# $1 repmgr.conf, $2 host, $3 port, $4 user, $5 database of the primary
+CLONE_SCRIPT = r"""set -u
+conf=$1
+repmgr -f "$conf" node service --action=stop --checkpoint >/dev/null 2>&1
+repmgr -h "$2" -p "$3" -U "$4" -d "$5" -f "$conf" standby clone --force --fast-checkpoint 2>&1 &&
+repmgr -f "$conf" node service --action=start 2>&1 &&
+repmgr -f "$conf" standby register --force --wait-start=60 2>&1
+"""
+
+# repmgr.events -> ManagerEvent kind: a standby's repmgrd reacting to a lost primary, the promotion,
+# and what only describes a member (a standby lost or back) without being a failover
+EVENT_KINDS = {"repmgrd_failover_promote": "promoted", "standby_promote": "promoted",
+               "repmgrd_upstream_disconnect": "failover_started", "repmgrd_failover_follow": "failover_started",
+               "repmgrd_promote_error": "failover_started", "repmgrd_failover_aborted": "failover_started",
+               "repmgrd_local_disconnect": "member_state", "child_node_disconnect": "member_state",
+               "repmgrd_standby_reconnect": "member_state", "node_rejoin": "member_state",
+               "standby_switchover": "member_state", "repmgrd_upstream_reconnect": "member_state",
+               "child_node_reconnect": "member_state", "child_node_new_connect": "member_state"}
 CONF_KEYS = ("failover", "reconnect_attempts", "reconnect_interval", "monitor_interval_secs",
              "primary_visibility_consensus", "standby_disconnect_on_failover", "priority", "location",
              "promote_check_timeout", "degraded_monitoring_timeout")
@@ -58,6 +106,30 @@ class RepmgrConfig(HaConfig):
     config_file: str = Field("/etc/repmgr.conf", pattern=r"^/[A-Za-z0-9_./{}-]{1,255}$")
     os_user: PosixUser = "postgres"
     names: dict[Name, Name] = Field(default_factory=dict)  # member host -> repmgr node_name
+
+
+# repmgrd log lines that tell the failover as it happens (repmgr 4.x/5.x wording)
+LOG_EVENTS = [
+    (re.compile(r'unable to connect to upstream node "(?P<node>[^"]+)"'), "leader_lost"),
+    (re.compile(r'unable to reconnect to node "(?P<node>[^"]+)" \(ID: \d+\) after \d+ attempts'), "failover_started"),
+    (re.compile(r"promoting standby to primary"), "failover_started"),
+    (re.compile(r"STANDBY PROMOTE successful"), "promoted"),
+    (re.compile(r"attempting to follow new primary"), "member_state"),
+]
+
+
+def _argv(*words: str) -> str:
+    return " ".join(shlex.quote(w) for w in words)
+
+
+# a primary's timeline as its WAL is written now (the control file's names the old one until the
+# first checkpoint after a promotion): the first 8 hex digits of the current WAL file's name
+CURRENT_TIMELINE = "('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int"
+
+
+def _clip(text: str, keep: int = 3000) -> str:
+    """Head and tail of a long command transcript (repmgr says why at the start, how it ended at the end)."""
+    return text if len(text) <= 2 * keep else text[:keep] + "\n[...]\n" + text[-keep:]
 
 
 def role_of(node_type: str, active: bool) -> str:
@@ -105,7 +177,8 @@ class RepmgrManager(HAManager):
                     rows = conn.execute("SELECT node_name, type, active FROM repmgr.nodes ORDER BY node_id").fetchall()
                     any_rows = any_rows or rows
                     in_recovery, tli = conn.execute(
-                        "SELECT pg_is_in_recovery(), (SELECT timeline_id FROM pg_control_checkpoint())").fetchone()
+                        f"SELECT pg_is_in_recovery(), CASE WHEN pg_is_in_recovery() THEN 0 ELSE {CURRENT_TIMELINE} END"
+                    ).fetchone()
             except Exception:
                 continue
             if not in_recovery and (best is None or tli > best[0]):
@@ -183,25 +256,100 @@ class RepmgrManager(HAManager):
                             answer=(res.stdout + res.stderr)[-300:])
 
     def rejoin(self, member: str) -> ActionResult:
-        """The old primary (stopped) rejoins as a standby of the current primary, rewound where its
-        timeline diverged; its repmgrd is started again by the caller's restart."""
+        """The old primary rejoins as a standby of the current primary, as a careful operator does it:
+        stopped if it still runs (an isolated old primary); crash recovery finished in single-user
+        mode (no client can connect) where it died uncleanly, so its control file shows how far its
+        own timeline went; a CHECKPOINT on the new primary, so its control file names its new
+        timeline; then `repmgr node rejoin --force-rewind` (pg_rewind where it diverged). Without
+        the first, repmgr compares the fork point with the last checkpoint before the crash; without
+        the second, pg_rewind finds both on one timeline: either way nothing is rewound and a node
+        that can never follow is started. Where rejoin
+        still fails (the WAL pg_rewind needs is gone) the node is cloned again: `rebuilt` says so."""
         leader = self.leader()
         t_sent = time.time()
         if leader is None or leader == member:
             return ActionResult("rejoin", False, t_sent, time.time(), member=member,
                                 answer=f"no other primary to rejoin (leader: {leader})")
-        conf = shlex.quote(self.config_path(member))
-        target = shlex.quote(self._conninfo(leader).replace("options='-c statement_timeout=5000'", ""))
-        res = self._ssh(member, f"repmgr -f {conf} node rejoin -d {target} --force-rewind --verbose 2>&1")
+        node = next(m for m in self.cluster.members if m.host == member)
+        if node.data_dir is None:
+            return ActionResult("rejoin", False, t_sent, time.time(), member=member,
+                                answer="the member has no data_dir in the inventory")
+        conf = self.config_path(member)
+        leader_member = next(m for m in self.cluster.members if m.host == leader)
+        host, port = self.inventory.member_address(leader_member), leader_member.db_port or self.cluster.port
+        target = f"host={host} port={port} user={self.cfg.user} dbname={self.cfg.database} connect_timeout=2"
+        res = self._ssh(member, _argv("bash", "-c", REJOIN_SCRIPT, "rejoin", conf, str(node.data_dir), target),
+                        timeout=300)
         text = res.stdout + res.stderr
-        return ActionResult("rejoin", res.exited == 0, t_sent, time.time(), member=member, answer=text[-300:],
-                            rewound="pg_rewind" in text and "not required" not in text, rebuilt=False)
+        rewound = "executing pg_rewind" in text
+        # only a node that streams from the primary has rejoined; a failed rejoin gets a short look
+        if self._streams(member, leader, 60 if res.exited == 0 else 5):
+            return ActionResult("rejoin", True, t_sent, time.time(), member=member, answer=text[-300:],
+                                rewound=rewound, rebuilt=False, detail={"log": _clip(text)})
+        clone = self._ssh(member, _argv("bash", "-c", CLONE_SCRIPT, "clone", conf, host, str(port), self.cfg.user,
+                                        self.cfg.database), timeout=600)
+        ok = clone.exited == 0 and self._streams(member, leader, 60)
+        return ActionResult("rejoin", ok, t_sent, time.time(), member=member,
+                            answer=(text[-150:] + " | then cloned again: " + (clone.stdout + clone.stderr)[-150:]),
+                            rewound=False, rebuilt=clone.exited == 0,
+                            detail={"rejoin_failed": _clip(text), "clone": _clip(clone.stdout + clone.stderr)})
+
+    def _streams(self, member: str, leader: str, timeout: float) -> bool:
+        """Whether `member` streams from `leader` (its walsender in state streaming), within a bound."""
+        import psycopg
+
+        name = self.cfg.names.get(member, member)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                with psycopg.connect(self._conninfo(leader), autocommit=True) as conn:
+                    row = conn.execute("SELECT state FROM pg_stat_replication WHERE application_name = %s",
+                                       (name,)).fetchone()
+                if row and row[0] == "streaming":
+                    return True
+            except Exception:  # the leader busy or restarting: ask again
+                pass
+            time.sleep(1.0)
+        return False
 
     # -- detection ---------------------------------------------------------------------------
     def watch(self, sink: Callable[[ManagerEvent], None], interval: float = 0.1) -> Watcher:
         w = Watcher()
         w.spawn(lambda: self._poll_events(sink, max(0.1, interval), w), "watch-repmgr-events")
+        if self.pool is not None:
+            for member in self.cluster.members:
+                w.spawn(lambda h=member.host: self._follow_log(h, sink, w), f"watch-repmgrd-log-{member.host}")
         return w
+
+    def log_file(self, host: str) -> str | None:
+        """repmgrd's log file on that member, as its repmgr.conf names it (None: stderr/syslog)."""
+        if self.pool is None:
+            return None
+        res = self.pool.get(host).shell(f"cat {shlex.quote(self.config_path(host))}", check=False)
+        for line in res.stdout.splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() == "log_file":
+                return value.strip().strip("'\"") or None
+        return None
+
+    def _follow_log(self, host: str, sink: Callable[[ManagerEvent], None], w: Watcher) -> None:
+        """repmgrd's own account, stamped on the host as each line is written: the standby losing
+        its upstream (detection, which repmgr.events cannot hold: a standby cannot write) and the
+        decision to promote. Without a log file repmgr.events alone is used."""
+        from chaoskit.ha.hoststream import follow_file
+
+        path = self.log_file(host)
+        if path is None:
+            return
+        names = self._names()
+        for line in follow_file(self.pool.get(host), path, lambda: w.stopping):  # type: ignore[union-attr]
+            for pattern, kind in LOG_EVENTS:
+                m = pattern.search(line.text)
+                if m:
+                    node = m.groupdict().get("node")
+                    sink(ManagerEvent(line.t, kind, "repmgrd-log", names.get(node, node) if node else host,
+                                      f"{host}: {line.text[:240]}", line.uncertainty_s, line.t_host))
+                    break
 
     def _poll_events(self, sink: Callable[[ManagerEvent], None], interval: float, w: Watcher) -> None:
         """New rows of repmgr.events on every member that answers (the promoting standby records its
@@ -238,8 +386,9 @@ class RepmgrManager(HAManager):
                         continue
                     seen.add(key)
                     host = names.get(node_names.get(node_id, ""), node_names.get(node_id))
-                    kind = "promoted" if event in PROMOTION and ok else "failover_started" if event in REACTION \
-                        else None
+                    kind = EVENT_KINDS.get(event)
+                    if kind == "promoted" and not ok:
+                        kind = "failover_started"
                     if kind is not None:
                         sink(ManagerEvent(clock.to_control(float(ts)), kind, "repmgr-events", host,
                                           f"{event}{'' if ok else ' (failed)'}: {(details or '')[:240]}",

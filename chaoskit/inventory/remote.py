@@ -56,7 +56,7 @@ class Remote(Protocol):
 
     def shell(self, command: str, *, timeout: float | None = 30.0, check: bool = True) -> CommandResult: ...
 
-    def stream(self, command: str, *, stop: Callable[[], bool]) -> Iterator[str]: ...
+    def stream(self, command: str, *, stop: Callable[[], bool], sudo: bool = False) -> Iterator[str]: ...
 
     def close(self) -> None: ...
 
@@ -194,14 +194,15 @@ class SshRemote:
             raise RemoteCommandError(self.name, command, result)
         return result
 
-    def stream(self, command: str, *, stop: Callable[[], bool]) -> Iterator[str]:
-        """Lines of a long-running command as they come (as the login user), until it ends or
-        `stop()` says so; then its process group is ended on the host (it runs under setsid)."""
+    def stream(self, command: str, *, stop: Callable[[], bool], sudo: bool = False) -> Iterator[str]:
+        """Lines of a long-running command as they come (as the login user, or escalated with
+        `sudo`), until it ends or `stop()` says so; then its process group is ended on the host
+        (it runs under setsid)."""
         transport = self.connection().client.get_transport()
         if transport is None:
             raise HostUnreachable(self.name, "no SSH transport")
         channel = transport.open_session()
-        channel.exec_command(f"setsid sh -c {shlex.quote('echo __ckpgid $$; ' + command)}")
+        channel.exec_command(escalate(self.host, f"setsid sh -c {shlex.quote('echo __ckpgid $$; ' + command)}", sudo))
         pgid = None
         buf = b""
         try:

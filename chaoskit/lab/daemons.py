@@ -31,7 +31,9 @@ DEBIAN_PATRONI = Path("/usr/bin/patroni")
 
 def write_launcher(host: LabHost, daemon: str, command: str, pid_file: Path, *, log: Path,
                    user: str | None = None, env: dict[str, str] | None = None) -> Path:
-    """A script that starts `command` detached in the host's namespace and records its pid."""
+    """A script that starts `command` detached in the host's namespace and records its pid; a
+    no-op while the recorded pid still runs (a second copy would fail on the daemon's own pid
+    file or port and leave its dead pid recorded over the live one's)."""
     inner = f"hostname {host.name}; exec "
     if env:
         inner += "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " "
@@ -43,6 +45,8 @@ def write_launcher(host: LabHost, daemon: str, command: str, pid_file: Path, *, 
         "#!/bin/sh\n"
         f"# chaoskit lab: start {daemon} of {host.name} detached in netns {host.netns}, pid to {pid_file}\n"
         "cd /\n"
+        f"pid=$(cat {shlex.quote(str(pid_file))} 2>/dev/null)\n"
+        'if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then exit 0; fi\n'
         f"setsid ip netns exec {host.netns} unshare --uts sh -c {shlex.quote(inner)}"
         f" >>{shlex.quote(str(log))} 2>&1 </dev/null &\n"
         f"echo $! > {shlex.quote(str(pid_file))}\n"
@@ -62,7 +66,7 @@ def sshd_setup(host: LabHost) -> Path:
         f"ListenAddress {host.address}:22",
         f"HostKey {key}",
         f"PidFile {host.dir / 'sshd.pid'}",
-        f"AuthorizedKeysFile {Paths.authorized_keys}",
+        f"AuthorizedKeysFile {Paths.ssh}/keys/%u",
         "StrictModes no", "UsePAM no", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
         "PermitRootLogin prohibit-password", "UseDNS no", "MaxStartups 100:30:200", "MaxSessions 200",
         "AllowTcpForwarding yes", "ClientAliveInterval 5", "LogLevel ERROR",

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from chaoskit.lab.procs import sh
-from chaoskit.lab.spec import BRIDGE, BRIDGE_ADDRESS, NETNS_PREFIX, LabSpec
+from chaoskit.lab.spec import BRIDGE, BRIDGE_ADDRESS, NETNS_PREFIX, SPEC, LabHost, LabSpec
 
 NETNS_ETC = Path("/etc/netns")
 
@@ -25,13 +25,15 @@ def link_exists(name: str) -> bool:
     return Path(f"/sys/class/net/{name}").exists()
 
 
-def build(spec: LabSpec) -> None:
+def build(hosts: list[LabHost]) -> None:
+    """The bridge (if missing) and a namespace + veth for each of these hosts (added beside any
+    the lab already has)."""
     if not link_exists(BRIDGE):
         sh(["ip", "link", "add", BRIDGE, "type", "bridge"])
     sh(["ip", "addr", "replace", f"{BRIDGE_ADDRESS}/24", "dev", BRIDGE])
     sh(["ip", "link", "set", BRIDGE, "up"])
     root_batch: list[str] = []
-    for host in spec.hosts:
+    for host in hosts:
         sh(["ip", "netns", "add", host.netns])
         root_batch += [
             f"link add {host.veth} type veth peer name eth0 netns {host.netns}",
@@ -39,8 +41,8 @@ def build(spec: LabSpec) -> None:
             f"link set {host.veth} up",
         ]
     _ip_batch(root_batch)
-    _etc_hosts(spec)
-    for host in spec.hosts:
+    _etc_hosts(SPEC)
+    for host in hosts:
         _ip_batch([f"addr add {host.address}/24 dev eth0", "link set eth0 up", "link set lo up"],
                   netns=host.netns)
 

@@ -24,7 +24,8 @@ MARIADB_USER = "chaoskit"
 class LabHost:
     name: str
     octet: int
-    role: str  # dcs | pg | mariadb
+    role: str  # dcs | pg | mariadb | pgaf-monitor | pgaf | repmgr
+    stack: str = "base"  # base (always up) or the stack it belongs to
 
     @property
     def address(self) -> str:
@@ -43,16 +44,28 @@ class LabHost:
         return STATE_DIR / "hosts" / self.name
 
 
+STACKS = ("patroni", "mariadb", "pg_auto_failover", "repmgr")
+DEFAULT_STACKS = ("patroni", "mariadb")
+
+
 @dataclass(frozen=True)
 class LabSpec:
     hosts: tuple[LabHost, ...] = field(default_factory=lambda: (
         LabHost("dcs1", 10, "dcs"),
-        LabHost("pg1", 11, "pg"), LabHost("pg2", 12, "pg"), LabHost("pg3", 13, "pg"),
-        LabHost("my1", 21, "mariadb"), LabHost("my2", 22, "mariadb"),
+        LabHost("pg1", 11, "pg", "patroni"), LabHost("pg2", 12, "pg", "patroni"), LabHost("pg3", 13, "pg", "patroni"),
+        LabHost("my1", 21, "mariadb", "mariadb"), LabHost("my2", 22, "mariadb", "mariadb"),
+        LabHost("afm", 30, "pgaf-monitor", "pg_auto_failover"), LabHost("af1", 31, "pgaf", "pg_auto_failover"),
+        LabHost("af2", 32, "pgaf", "pg_auto_failover"), LabHost("af3", 33, "pgaf", "pg_auto_failover"),
+        LabHost("rm1", 41, "repmgr", "repmgr"), LabHost("rm2", 42, "repmgr", "repmgr"),
+        LabHost("rm3", 43, "repmgr", "repmgr"),
     ))
 
     def by_role(self, role: str) -> list[LabHost]:
         return [h for h in self.hosts if h.role == role]
+
+    def of_stacks(self, stacks: set[str] | frozenset[str] | tuple[str, ...]) -> list[LabHost]:
+        """The hosts of these stacks, and always the base (dcs1: etcd, jump host)."""
+        return [h for h in self.hosts if h.stack == "base" or h.stack in stacks]
 
     def host(self, name: str) -> LabHost:
         return next(h for h in self.hosts if h.name == name)

@@ -65,6 +65,12 @@ def check_against_inventory(pb: Playbook, inventory: Inventory, doc: object) -> 
             if step.action.kind in can and not can[step.action.kind]:
                 raise doc.error(("steps", i, "action"), f"{step.action.kind} needs an HA manager that can do it; "  # type: ignore[attr-defined]
                                                         f"cluster {pb.cluster} has ha: {cl.ha.kind}")
-            if step.action.target and step.action.target not in {m.host for m in cl.members}:
+            target = step.action.target
+            if target and target.startswith("fault."):
+                n = int(target.split(".")[1])
+                if n >= len(pb.steps) or pb.steps[n].fault is None or pb.steps[n].at > step.at:
+                    raise doc.error(("steps", i, "action", "target"),  # type: ignore[attr-defined]
+                                    f"{target}: steps[{n}] is not a fault scheduled before this action")
+            elif target and target not in {m.host for m in cl.members}:
                 raise doc.error(("steps", i, "action", "target"),  # type: ignore[attr-defined]
-                                f"{step.action.target!r} is not a member of cluster {pb.cluster}")
+                                f"{target!r} is not a member of cluster {pb.cluster}")

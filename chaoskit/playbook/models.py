@@ -8,9 +8,9 @@ are checked on the values the host will actually get.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, StringConstraints, ValidationInfo, field_validator, model_validator
 
 from chaoskit.faults.spec import FaultSpec, Seconds
 from chaoskit.faults.ttl import drill_fault_ttl
@@ -54,14 +54,19 @@ class ProbeConfig(Frozen):
         return value
 
 
+ActionTarget = Annotated[str, StringConstraints(pattern=r"^(fault\.[0-9]{1,3}|[A-Za-z0-9][A-Za-z0-9_.-]{0,62})$")]
+
+
 class Action(Frozen):
     """switchover (the HA manager's planned switchover); restart: start a member's processes that
     are not running (its configured start command, over SSH); rejoin: bring an old primary back as
-    a replica the HA manager's way (rewind or rebuild)."""
+    a replica the HA manager's way (rewind or rebuild), then start whatever of it is not running.
+    `target` is a member host, or `fault.N`: the host step N's fault was applied to (a role
+    target is resolved when the fault happens)."""
 
     kind: Literal["switchover", "restart", "rejoin"]
     candidate: Name | None = None  # switchover: a member name; default: the manager chooses
-    target: Name | None = None  # restart / rejoin: a member host
+    target: ActionTarget | None = None
 
     @model_validator(mode="after")
     def _needs_target(self) -> Action:
@@ -71,13 +76,16 @@ class Action(Frozen):
 
 
 class Step(Frozen):
-    """One scheduled fault or action. `expect: failover` says the step's point is a failover:
-    preflight then refuses a fault shorter than the HA manager's detection bound."""
+    """One scheduled fault or action. `expect: failover` says the step's point is a failover: the
+    verdict fails unless it led to one, and preflight refuses a fault shorter than the HA
+    manager's detection bound (`short_fault: warn` runs it anyway, with the warning in the
+    evidence: a drill of what a short blip does)."""
 
     at: Seconds
     fault: FaultSpec | None = None
     action: Action | None = None
     expect: Literal["failover", "any"] = "any"
+    short_fault: Literal["refuse", "warn"] = "refuse"
 
     @model_validator(mode="after")
     def _one(self) -> Step:

@@ -89,19 +89,21 @@ def run_preflight(pb: Playbook, inv: Inventory, pool: RemotePool, ha: HAManager,
     if lagging:
         raise PreflightError(f"replication lag too high before the drill: {', '.join(lagging)}")
     bound = ha.detection_bound_s()
+    warnings = []
     for i, step in enumerate(pb.steps):
         if step.expect == "failover" and step.fault is not None and step.fault.duration is not None and bound and \
                 step.fault.duration <= bound:
-            raise PreflightError(
-                f"steps[{i}] expects a failover but lasts {step.fault.duration:g}s, and {ha.kind} notices a failed "
-                f"leader only after {bound:g}s with these settings: the drill would measure no failover "
-                "(lengthen the fault, or set expect: any)")
+            why = (f"steps[{i}] expects a failover but lasts {step.fault.duration:g}s, and {ha.kind} notices a "
+                   f"failed leader only after {bound:g}s with these settings: the drill would measure no failover")
+            if step.short_fault == "refuse":
+                raise PreflightError(why + " (lengthen the fault, set expect: any, or short_fault: warn)")
+            warnings.append(why)
     return {
         "clock_offsets": {h: asdict(o) for h, o in offsets.items()},  # type: ignore[arg-type]
         "capabilities": {h: c.to_dict() for h, c in caps.items()},  # type: ignore[union-attr]
         "roles_before": [r.to_dict() for r in roles], "primary_before": primaries[0],
         "server_settings": settings, "ha": describe_ha(ha), "detection_bound_s": bound,
-        "production_targets": production, "allow_production": allow_production,
+        "production_targets": production, "allow_production": allow_production, "warnings": warnings,
     }
 
 

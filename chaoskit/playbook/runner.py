@@ -115,7 +115,7 @@ def run_drill(pb: Playbook, inv: Inventory, *, run_dir: RunDirectory | None, pla
                 ctx.event("preflight_refused", time.time(), reason=str(exc))
                 raise
             ctx.event("preflight", time.time(), primary=ctx.preflight["primary_before"],
-                      production_targets=ctx.preflight["production_targets"])
+                      production_targets=ctx.preflight["production_targets"], warnings=ctx.preflight["warnings"])
             ctx.recorder = Recorder(base=time.time(), interval=0.1)  # 3
             spec = load_spec_from_playbook(pb)
             ctx.run_id = spec.run_id
@@ -268,6 +268,7 @@ def _do(ctx: RunContext, fm: FaultManager, ha: HAManager, item: schedule.Item, s
             faults = [fm.trigger(s) for s in ready]
         injected[item.step] = faults
         for f in faults:
+            f.step = item.step
             ctx.event("fault_injected", f.t_effect, id=f.id, fault_kind=f.kind, host=f.host, step=item.step,
                       scheduled=t_sched, sent=f.t_sent, applied_from=f.t_apply_start, t_effect_host=f.t_effect_host,
                       offset_s=f.offset_s, uncertainty_s=f.offset_uncertainty_s, duration=step.fault.duration
@@ -282,29 +283,43 @@ def _do(ctx: RunContext, fm: FaultManager, ha: HAManager, item: schedule.Item, s
                           scheduled=item.t)
     elif item.what == "action":
         assert step.action is not None
-        record = _action(ctx, fm, ha, step)
+        record = _action(ctx, fm, ha, step, injected)
         record["t_scheduled"] = t_sched
+        record["step"] = item.step
         ctx.actions.append(record)
         ctx.event("action", record["t_sent"], action=record["kind"], member=record.get("member"),
                   ok=record.get("ok"), candidate=record.get("candidate"))
 
 
-def _action(ctx: RunContext, fm: FaultManager, ha: HAManager, step: Step) -> dict[str, Any]:
+def _action(ctx: RunContext, fm: FaultManager, ha: HAManager, step: Step,
+            injected: dict[int, list[InjectedFault]]) -> dict[str, Any]:
     action = step.action
     assert action is not None
     if action.kind == "switchover":
         return ha.switchover(action.candidate).to_dict()
-    if action.kind == "rejoin":
-        assert action.target
-        return ha.rejoin(action.target).to_dict()
-    # restart: start every configured process of the member that is not running (a kill's revert)
     assert action.target
-    member = next(m for m in ctx.cluster.members if m.host == action.target)
-    scripts = restart_scripts(HostFacts(host=member.host, processes=dict(member.processes)))
+    target = action.target
+    if target.startswith("fault."):
+        faults = injected.get(int(target.split(".")[1]), [])
+        if not faults:
+            raise RuntimeError(f"{target}: that fault was not applied, so there is no host to act on")
+        target = faults[0].host
+    if action.kind == "rejoin":
+        record = ha.rejoin(target).to_dict()
+        record["restart"] = _restart(fm, ctx, target)  # whatever of the member is still not running
+        return record
     t_sent = time.time()
+    res = _restart(fm, ctx, target)
+    return {"kind": "restart", "ok": res["ok"], "t_sent": t_sent, "t_answered": time.time(), "member": target,
+            "answer": res["answer"]}
+
+
+def _restart(fm: FaultManager, ctx: RunContext, host: str) -> dict[str, Any]:
+    """Start every configured process of the member that is not running (a kill's revert)."""
+    member = next(m for m in ctx.cluster.members if m.host == host)
+    scripts = restart_scripts(HostFacts(host=member.host, processes=dict(member.processes)))
     res = fm.pool.get(member.host).shell(journal.oneshot_script(scripts, scripts.revert), check=False, timeout=120)
-    return {"kind": "restart", "ok": res.exited == 0, "t_sent": t_sent, "t_answered": time.time(),
-            "member": member.host, "answer": (res.stderr or res.stdout)[-300:]}
+    return {"ok": res.exited == 0, "answer": (res.stderr or res.stdout)[-300:]}
 
 
 def _wait_recovery(ctx: RunContext, progress: Any) -> None:

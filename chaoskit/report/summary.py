@@ -38,16 +38,18 @@ def fault_line(f: dict[str, Any]) -> str:
         eff = f.get("effect") or {}
         change = eff.get("tps_change")
         return f"{where}: no write outage" + (f"; throughput {change:+.0%} against baseline" if change is not None
-                                               else "")
+                                               else "") + (f"; {f['outcome_text']}" if f.get("outcome_text") else "")
     ph = f.get("phases") or {}
     return (f"{where}: RTO {seconds(f.get('rto_s'))} (write gap {seconds(f.get('write_gap_s'))}); detection "
             f"{seconds(ph.get('detection_s'))}, promotion {seconds(ph.get('promotion_s'))}, reconnect "
             f"{seconds(ph.get('reconnect_s'))}, stabilisation {seconds(ph.get('stabilisation_s'))}"
-            + (f"; {f['outcome']}" if f.get("outcome") else ""))
+            + (f"; {f['outcome_text']}" if f.get("outcome_text") else ""))
 
 
 def print_drill_summary(out: Console, ev: dict[str, Any], run_dir: Path) -> None:
     res = ev.get("results") or {}
+    for w in ev.get("preflight_warnings") or []:
+        out.print(f"preflight warning: {w}", highlight=False)
     for f in res.get("faults", []):
         out.print(fault_line(f), highlight=False)
     r = res.get("rpo")
@@ -58,6 +60,11 @@ def print_drill_summary(out: Console, ev: dict[str, Any], run_dir: Path) -> None
     for name, c in (res.get("checks") or {}).items():
         if name != "rpo":
             out.print(f"check {name}: {verdict_word(c.get('valid'))}", highlight=False)
+        for row in c.get("steps") or [] if name == "expected_outcome" else []:
+            if not row["ok"]:
+                what = row.get("action") or row.get("fault")
+                out.print(f"  steps[{row['step']}] ({what}): expected {row['expected']}, got {row['outcome']}"
+                          + (f": {row['text']}" if row.get("text") else ""), highlight=False)
     for name, s in (res.get("slo") or {}).items():
         out.print(slo_line(name, s), highlight=False)
     if ev.get("aborted"):

@@ -47,6 +47,7 @@ def write_run(ctx: Any, rd: RunDirectory) -> dict[str, Any]:
         "cluster": {"name": pb.cluster, "engine": ctx.cluster.engine, "ha": ctx.cluster.ha.kind},
         "server": ctx.preflight.get("server_settings", {}), "ha": ctx.preflight.get("ha", {}),
         "detection_bound_s": ctx.preflight.get("detection_bound_s"),
+        "preflight_warnings": ctx.preflight.get("warnings", []),
         "settings_changed": ctx.settings_changed,
         "clock_offsets": ctx.preflight.get("clock_offsets", {}),
         "roles_before": ctx.preflight.get("roles_before", []),

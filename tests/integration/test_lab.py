@@ -210,11 +210,16 @@ def test_lab_status_json(lab: Inventory) -> None:
     res = cli("lab", "status", "--json")
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
-    assert {h["name"] for h in data["hosts"]} == {h.name for h in SPEC.hosts}
+    up = set(data["stacks"])
+    assert {"patroni", "mariadb"} <= up
+    assert {h["name"] for h in data["hosts"]} == {h.name for h in SPEC.of_stacks(up)}
     assert all(h["ssh"] for h in data["hosts"])
-    assert sorted(m["role"] for m in data["postgres"]) == ["leader", "replica", "replica"]
-    assert all(set(m) >= {"name", "role", "state", "lag_bytes"} for m in data["postgres"])
-    assert sorted(m["role"] for m in data["mariadb"]) == ["primary", "replica"]
+    pg = data["clusters"]["pg"]
+    assert pg["ha"] == "patroni"
+    assert sorted(m["role"] for m in pg["members"]) == ["primary", "replica", "replica"]
+    assert sorted(m["manager_role"] for m in pg["members"]) == ["leader", "replica", "replica"]
+    assert all(set(m) >= {"name", "role", "manager_role", "state", "lag_bytes"} for m in pg["members"])
+    assert sorted(m["role"] for m in data["clusters"]["mariadb"]["members"]) == ["primary", "replica"]
 
 
 def test_up_is_idempotent(lab: Inventory) -> None:
@@ -243,14 +248,27 @@ def _lab_leftovers() -> list[str]:
     return found
 
 
-def test_down_leaves_nothing_and_up_recovers_from_a_crash(lab: Inventory) -> None:
-    # Simulate a crashed controller: SIGKILL every daemon, leave namespaces/state behind.
+def test_up_revives_killed_daemons_in_place(lab: Inventory) -> None:
+    """A crash of every daemon (not of the lab): `up` starts them again where they were, no rebuild."""
     state = json.loads(Paths.state.read_text())
+    created = state["created"]
     for entry in state["daemons"].values():
         subprocess.run(["kill", "-9", str(entry["pid"])], check=False)
     res = manager.up()
+    assert not res.already_up and not res.cleaned_leftovers and res.added == ()
+    assert json.loads(Paths.state.read_text())["created"] == created  # the same lab, not a new one
+    manager.wait_healthy(90)
+    roles = discover_roles(lab.clusters["pg"], lab)
+    assert sorted(r.sql_role for r in roles) == ["primary", "replica", "replica"]
+
+
+def test_down_leaves_nothing_and_up_recovers_from_a_crash(lab: Inventory) -> None:
+    # A crashed lab: its state record gone, namespaces and daemons left behind: up cleans and rebuilds.
+    Paths.state.unlink()
+    res = manager.up()
     assert res.cleaned_leftovers and not res.already_up
-    assert manager.status()["postgres"]
+    assert manager.status()["clusters"]["pg"]["members"]
+    unlocked_by_lab = manager.POSTGRES_UNLOCKED.exists()
     seconds = manager.down()
     assert seconds < 30
     deadline = time.monotonic() + 10
@@ -259,4 +277,7 @@ def test_down_leaves_nothing_and_up_recovers_from_a_crash(lab: Inventory) -> Non
     assert _lab_leftovers() == []
     assert "ckops" not in Path("/etc/passwd").read_text()
     assert not Paths.sudoers.exists()
+    if unlocked_by_lab:  # the account lock lab up lifted for the nodes' SSH is back
+        shadow = subprocess.run(["getent", "shadow", "postgres"], capture_output=True, text=True).stdout
+        assert shadow.split(":")[1] == "!"
     manager.up()  # leave the session's lab up for the tests that follow

@@ -160,3 +160,21 @@ def test_error_rate_slo_starts_where_service_is_back() -> None:
     assert start == 104.5 and anchor.startswith("every client writing again")
     assert _recovery_start([stuck]) == (None, "a client never wrote again")
     assert _recovery_start([recovered, slow])[0] == 112.0
+
+
+def test_split_brain_joins_one_stretch_and_gives_its_length() -> None:
+    # a: primary at 0.0 .. 1.9 (every 0.1 s), replica from 2.0; b: replica until 0.95, primary from
+    # 1.05 on. Writable together from b's first primary sample (1.05) to a's first replica sample
+    # (2.0): one stretch of 0.95 s, not one entry per probe sample.
+    log = ProbeLog()
+    for i in range(31):
+        t = T0 + i * 0.1
+        log.samples.append((t, "a", "primary" if i < 20 else "replica"))
+        log.samples.append((t + 0.05, "b", "primary" if i >= 10 else "replica"))
+    log.samples.sort()
+    r = split_brain(log, 0.1)
+    assert r["overlap_count"] == 1
+    (o,) = r["overlaps"]
+    assert o["members"] == ["a", "b"]
+    assert o["from"] == pytest.approx(T0 + 1.05) and o["to"] == pytest.approx(T0 + 2.0)
+    assert o["seconds"] == pytest.approx(0.95) and r["overlap_s"] == pytest.approx(0.95)

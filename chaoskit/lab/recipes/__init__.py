@@ -1,0 +1,121 @@
+"""One recipe per lab stack: how its daemons are set up and started, when it is healthy, and what
+it contributes to `inventories/lab.yaml`. A new HA stack is one recipe module here, beside its
+manager in `chaoskit/ha/` and its playbooks.
+
+Every recipe module defines:
+- `NAME` (the stack's name on the command line: `lab up --stack NAME`);
+- `build(b: Build)`: bring the stack up (its hosts' namespaces and sshd already exist) and
+  return once it is healthy or raise;
+- `health(spec) -> (ok, why)`; optionally `repair(spec) -> [what was repaired]`;
+- `clusters(spec) -> {name: cluster mapping}` for the lab inventory;
+- `postgres_data(spec) -> [data dirs]` (postmasters to stop and SysV segments to remove at down).
+"""
+
+from __future__ import annotations
+
+import importlib
+import shlex
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from chaoskit.errors import LabError
+from chaoskit.lab.procs import run_launcher, start_time
+from chaoskit.lab.spec import LabHost, LabSpec, Paths
+
+ORDER = ("base", "patroni", "mariadb", "pg_auto_failover", "repmgr")
+
+
+def recipe(name: str) -> ModuleType:
+    return importlib.import_module(f"chaoskit.lab.recipes.{name}")
+
+
+def recipes(stacks: set[str] | tuple[str, ...] | list[str]) -> list[ModuleType]:
+    """Base first, then the requested stacks in a fixed order."""
+    return [recipe(n) for n in ORDER if n == "base" or n in stacks]
+
+
+@dataclass
+class Build:
+    spec: LabSpec
+    flavour: str
+    deadline: float
+    secrets: dict[str, str]
+    started: dict[str, dict[str, Any]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def launch(self, key: str, script: Path, pid_file: Path) -> int:
+        pid = run_launcher(script, pid_file)
+        with self.lock:
+            self.started[key] = {"pid": pid, "start": start_time(pid) or 0, "pid_file": str(pid_file),
+                                "script": str(script)}
+        return pid
+
+    def left(self) -> float:
+        return max(1.0, self.deadline - time.monotonic())
+
+    def wait(self, check: Any, what: str, step: float = 0.2) -> None:
+        """Until `check()` gives (True, _) or the deadline; the last answer names the problem."""
+        why = "no answer"
+        while time.monotonic() < self.deadline:
+            ok, why = check()
+            if ok:
+                return
+            time.sleep(step)
+        raise LabError(f"{what} not ready in time: {why}")
+
+
+def wait_tcp(address: str, port: int, deadline: float, what: str) -> None:
+    while True:
+        try:
+            with socket.create_connection((address, port), timeout=0.5):
+                return
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                raise LabError(f"{what} not listening on {address}:{port}: {exc}") from None
+            time.sleep(0.05)
+
+
+def run_in(host: LabHost, argv: list[str], *, user: str | None = None, env: dict[str, str] | None = None,
+           timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run a command inside a host's namespace, with its host name, as `user` (a setup step, in
+    the foreground; daemons go through launchers). Raises with the output on failure."""
+    inner = f"hostname {shlex.quote(host.name)}; exec "
+    if env:
+        inner += "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " "
+    if user:
+        inner += f"setpriv --reuid={user} --regid={user} --init-groups "
+    inner += shlex.join(argv)
+    res = subprocess.run(["ip", "netns", "exec", host.netns, "unshare", "--uts", "sh", "-c", inner],
+                         capture_output=True, text=True, timeout=timeout, check=False, cwd="/")
+    if res.returncode != 0:
+        tail = " | ".join((res.stdout + res.stderr).strip().splitlines()[-6:])
+        raise LabError(f"{host.name}: `{' '.join(argv[:3])} ...` failed ({res.returncode}): {tail}")
+    return res
+
+
+def psql(host_dir_or_socket: str, port: int, sql: str, *, database: str = "postgres",
+         user: str = "postgres") -> str:
+    """SQL through a server's unix socket (trusted locally), as the superuser."""
+    res = subprocess.run(["psql", "-h", host_dir_or_socket, "-p", str(port), "-U", user, "-d", database, "-Atq",
+                          "-v", "ON_ERROR_STOP=1", "-c", sql], capture_output=True, text=True, timeout=30,
+                         check=False)
+    if res.returncode != 0:
+        raise LabError(f"psql {host_dir_or_socket}:{port}: {res.stderr.strip()[:300]}")
+    return res.stdout
+
+
+def postgres_key() -> Path:
+    """The lab's SSH key of the postgres user (repmgr and MHA-style tools SSH between nodes)."""
+    key = Paths.ssh / "postgres_ed25519"
+    if not key.exists():
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "chaoskit-lab-postgres", "-f", str(key)],
+                       check=True, capture_output=True)
+        subprocess.run(["chown", "postgres:postgres", str(key), f"{key}.pub"], check=True)
+        key.chmod(0o600)
+    return key

@@ -1,0 +1,114 @@
+"""A MariaDB 10.11 GTID primary/replica pair on my1/my2 (no HA manager), reached through dcs1 as a
+jump host."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from chaoskit.errors import LabError
+from chaoskit.lab import daemons
+from chaoskit.lab.recipes import Build
+from chaoskit.lab.spec import MARIADB_DATABASE, MARIADB_PORT, MARIADB_USER, LabHost, LabSpec, Paths
+
+NAME = "mariadb"
+
+
+def hosts(spec: LabSpec) -> list[LabHost]:
+    return spec.by_role("mariadb")
+
+
+def sql(host: LabHost, statement: str, vertical: bool = False) -> str:
+    fmt = ["-E"] if vertical else ["-N", "-B"]
+    res = subprocess.run(["mariadb", f"--socket={Paths.mariadb_socket(host)}", "-uroot", *fmt, "-e", statement],
+                         capture_output=True, text=True, timeout=20, check=False)
+    if res.returncode != 0:
+        raise LabError(f"MariaDB on {host.name}: {res.stderr.strip()}")
+    return res.stdout
+
+
+def build(b: Build) -> None:
+    nodes = hosts(b.spec)
+    daemons.mariadb_setup(nodes[0], 1)
+    for i, host in enumerate(nodes[1:], start=2):  # a copy of the first datadir: concurrent bootstraps raced
+        daemons.mariadb_setup(host, i, template=nodes[0].dir / "mysql")
+    for host in nodes:
+        b.launch(f"{host.name}/mariadb", Paths.launcher(host, "mariadb"), host.dir / "mariadb.launch.pid")
+    configure(nodes, b.secrets, b.deadline)
+    b.wait(lambda: health(b.spec), "the MariaDB pair")
+
+
+def configure(nodes: list[LabHost], pw: dict[str, str], deadline: float) -> None:
+    primary, replicas = nodes[0], nodes[1:]
+    subnet = primary.address.rsplit(".", 1)[0] + ".%"
+    for host in nodes:
+        while True:
+            try:
+                sql(host, "SELECT 1")
+                break
+            except LabError:
+                if time.monotonic() > deadline:
+                    raise LabError(f"MariaDB on {host.name} did not start (see {host.dir}/error.log)") from None
+                time.sleep(0.1)
+        sql(host, (
+            "SET sql_log_bin=0;"
+            f"CREATE DATABASE IF NOT EXISTS {MARIADB_DATABASE};"
+            f"CREATE OR REPLACE USER '{MARIADB_USER}'@'{subnet}' IDENTIFIED BY '{pw['mariadb_chaoskit']}';"
+            f"GRANT ALL PRIVILEGES ON *.* TO '{MARIADB_USER}'@'{subnet}';"
+            f"CREATE OR REPLACE USER 'repl'@'{subnet}' IDENTIFIED BY '{pw['mariadb_repl']}';"
+            f"GRANT REPLICATION SLAVE ON *.* TO 'repl'@'{subnet}';"
+            "SET sql_log_bin=1;"))
+    for host in replicas:
+        sql(host, (
+            f"CHANGE MASTER TO MASTER_HOST='{primary.address}', MASTER_PORT={MARIADB_PORT},"
+            f" MASTER_USER='repl', MASTER_PASSWORD='{pw['mariadb_repl']}', MASTER_USE_GTID=slave_pos,"
+            " MASTER_CONNECT_RETRY=1, MASTER_HEARTBEAT_PERIOD=1;"
+            "SET GLOBAL read_only=1; START SLAVE;"))
+
+
+def health(spec: LabSpec) -> tuple[bool, str]:
+    nodes = hosts(spec)
+    try:
+        if sql(nodes[0], "SELECT @@read_only").strip() != "0":
+            return False, f"mariadb: {nodes[0].name} is read-only"
+        for host in nodes[1:]:
+            status = sql(host, "SHOW SLAVE STATUS", vertical=True)
+            ro = sql(host, "SELECT @@read_only").strip()
+            if ro != "1" or "Slave_IO_Running: Yes" not in status or "Slave_SQL_Running: Yes" not in status:
+                return False, f"mariadb: {host.name} read_only={ro}, not replicating"
+    except LabError as exc:
+        return False, f"mariadb: {exc}"
+    return True, "ok"
+
+
+def roles(spec: LabSpec) -> list[dict[str, str]]:
+    out = []
+    for host in hosts(spec):
+        role = "down"
+        if Paths.mariadb_socket(host).exists():
+            try:
+                ro, slave = sql(host, "SELECT @@read_only; SHOW SLAVE STATUS;").split("\n", 1)
+                role = "replica" if ro.strip() == "1" or slave.strip() else "primary"
+            except LabError:
+                role = "down"
+        out.append({"name": host.name, "role": role})
+    return out
+
+
+def clusters(spec: LabSpec) -> dict[str, Any]:
+    my_members = [{
+        "host": h.name, "data_dir": str(h.dir / "mysql"),
+        "processes": {"mariadb": {"pid_file": str(Paths.mariadb_pid(h)), "comm": "mariadbd",
+                                  "start": str(Paths.launcher(h, "mariadb"))}},
+    } for h in hosts(spec)]
+    return {"mariadb": {
+        "engine": "mysql", "members": my_members, "port": MARIADB_PORT, "database": MARIADB_DATABASE,
+        "user": MARIADB_USER, "password": {"file": str(Paths.secret("mariadb_chaoskit"))},
+        "endpoints": [f"{h.address}:{MARIADB_PORT}" for h in hosts(spec)],
+    }}
+
+
+def postgres_data(spec: LabSpec) -> list[Path]:
+    return []

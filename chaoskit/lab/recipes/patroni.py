@@ -1,0 +1,128 @@
+"""Patroni + PostgreSQL 15 on pg1-pg3 (Debian's Patroni 3.0.2, or PyPI's 4.x with `--patroni
+pypi`), etcd on dcs1 as the DCS; ttl 10 / loop_wait 1 / retry_timeout 4 (PyPI: ttl 20, its
+minimum) so a failover takes seconds."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from chaoskit.ha.patroni import normalise_role
+from chaoskit.lab import daemons
+from chaoskit.lab.recipes import Build, psql
+from chaoskit.lab.spec import ETCD_PORT, PATRONI_PORT, PG_PORT, PG_SCOPE, LabSpec, Paths
+
+NAME = "patroni"
+
+
+def hosts(spec: LabSpec) -> list[Any]:
+    return spec.by_role("pg")
+
+
+def build(b: Build) -> None:
+    dcs = b.spec.jump_host
+    for host in hosts(b.spec):
+        b.launch(f"{host.name}/patroni",
+                 daemons.patroni_setup(host, dcs, b.flavour, b.secrets["pg_superuser"], b.secrets["pg_replication"]),
+                 Paths.patroni_pid(host))
+    b.wait(lambda: health(b.spec), f"the Patroni cluster (logs under {Paths.root}/hosts/pg*)")
+
+
+def rest(url: str, method: str = "GET", body: dict[str, Any] | None = None, timeout: float = 1.0) -> tuple[int, Any]:
+    """The lab's own Patroni REST calls (no auth, no TLS): (status, JSON body or None)."""
+    req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            status, raw = resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        status, raw = exc.code, exc.read()
+    except OSError:
+        return 0, None
+    try:
+        return status, json.loads(raw or b"null")
+    except ValueError:
+        return status, None
+
+
+def members(spec: LabSpec) -> list[dict[str, Any]]:
+    for host in hosts(spec):
+        _, data = rest(f"http://{host.address}:{PATRONI_PORT}/cluster")
+        if not isinstance(data, dict) or "members" not in data:
+            continue
+        out = []
+        for m in data.get("members", []):
+            lag = m.get("lag")
+            out.append({"name": m.get("name"), "role": normalise_role(m.get("role", "")), "state": m.get("state"),
+                        "lag_bytes": lag if isinstance(lag, int) else None, "timeline": m.get("timeline")})
+        return sorted(out, key=lambda m: m["name"] or "")
+    return []
+
+
+def health(spec: LabSpec) -> tuple[bool, str]:
+    ms = members(spec)
+    if not ms:
+        return False, "patroni: REST API not answering"
+    leaders = [m for m in ms if m["role"] == "leader"]
+    streaming = [m for m in ms if m["role"] == "replica" and m["state"] in ("running", "streaming")
+                 and isinstance(m.get("lag_bytes"), int)]
+    if len(leaders) != 1 or len(streaming) != len(hosts(spec)) - 1:
+        return False, "patroni: " + ", ".join(f"{m['name']}={m['role']}/{m['state']}" for m in ms)
+    leader = next(h for h in hosts(spec) if h.name == leaders[0]["name"])
+    try:
+        n = psql(str(leader.dir / "run"), PG_PORT, "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'")
+    except Exception as exc:
+        return False, f"postgres: {exc}"
+    if n.strip() != str(len(hosts(spec)) - 1):
+        return False, f"postgres: {n.strip()} streaming replicas"
+    return True, "ok"
+
+
+def repair(spec: LabSpec) -> list[str]:
+    """Replicas that do not stream (e.g. a diverged old primary that was not rewound) are rebuilt
+    from the leader through Patroni's REST API (POST /reinitialize)."""
+    ms = members(spec)
+    leader = next((m for m in ms if m["role"] == "leader"), None)
+    if leader is None:
+        return []
+    lhost = next(h for h in hosts(spec) if h.name == leader["name"])
+    try:
+        streaming = set(psql(str(lhost.dir / "run"), PG_PORT, "SELECT application_name FROM pg_stat_replication "
+                                                            "WHERE state = 'streaming'").split())
+    except Exception:
+        return []
+    done = []
+    for m in ms:
+        if m["role"] == "replica" and m["name"] not in streaming and m["state"] in ("running", "streaming"):
+            status, _ = rest(f"http://{spec.host(m['name']).address}:{PATRONI_PORT}/reinitialize", "POST",
+                             {"force": True}, timeout=10)
+            if status == 200:
+                done.append(m["name"])
+    return done
+
+
+def clusters(spec: LabSpec) -> dict[str, Any]:
+    pg_members = [{
+        "host": h.name, "data_dir": str(Paths.pg_data(h)),
+        "processes": {
+            "postgres": {"pid_file": str(Paths.pg_data(h) / "postmaster.pid"), "comm": "postgres"},
+            "patroni": {"pid_file": str(Paths.patroni_pid(h)), "comm": "patroni",
+                        "start": str(Paths.launcher(h, "patroni"))},
+        },
+    } for h in hosts(spec)]
+    addresses = ",".join(h.address for h in hosts(spec))
+    return {"pg": {
+        "engine": "postgres",
+        "ha": {"kind": "patroni", "api": {"port": PATRONI_PORT},
+               "dcs": {"endpoints": [f"{spec.jump_host.address}:{ETCD_PORT}"], "scope": PG_SCOPE}},
+        "members": pg_members, "port": PG_PORT, "database": "postgres", "user": "postgres",
+        "password": {"file": str(Paths.secret("pg_superuser"))},
+        "dsn": f"host={addresses} port={PG_PORT} dbname=postgres target_session_attrs=read-write",
+    }}
+
+
+def postgres_data(spec: LabSpec) -> list[Path]:
+    return [Paths.pg_data(h) for h in hosts(spec)]

@@ -1,0 +1,84 @@
+"""What a fault led to, in words: each case is a role-probe timeline written out by hand, with the
+outcome, its times and the expectation verdict read off that timeline (not computed by the code)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from chaoskit.analysis.drill import expectations, mark_split_brain
+from chaoskit.analysis.failover import fault_outcome
+from chaoskit.topology.probe import ProbeLog
+
+T = 1_000.0  # the fault's instant
+
+
+def probe(*samples: tuple[float, str, str]) -> ProbeLog:
+    """Samples as (seconds after the fault, member, role); the cluster before: pg1 primary."""
+    log = ProbeLog()
+    log.samples = [(T - 1, "pg1", "primary"), (T - 1, "pg2", "replica"), (T - 1, "pg3", "replica")]
+    log.samples += sorted((T + dt, m, r) for dt, m, r in samples)
+    return log
+
+
+def test_failover_names_the_member_that_took_over() -> None:
+    out = fault_outcome(probe((0.1, "pg1", "down"), (9.3, "pg2", "primary"), (9.4, "pg3", "replica")),
+                        T, T + 60, outage=True)
+    assert out["outcome"] == "failover"
+    assert out["outcome_text"] == "failover from pg1 to pg2"
+    assert out["t_new_primary"] == T + 9.3 and out["t_left"] == T + 0.1 and out["t_back"] is None
+
+
+def test_restart_in_place_is_not_a_failover() -> None:
+    out = fault_outcome(probe((0.2, "pg1", "down"), (3.0, "pg1", "primary")), T, T + 60, outage=True)
+    assert out["outcome"] == "restarted_in_place"
+    assert out["outcome_text"] == "pg1 came back as the primary in place (no failover)"
+    assert out["t_back"] == T + 3.0 and out["t_new_primary"] is None
+
+
+def test_leader_held_through_a_pause_is_no_reaction() -> None:
+    # a 20 s freeze: the probe cannot reach pg1 but never sees it leave the role (no sample at all)
+    out = fault_outcome(probe((21.0, "pg2", "replica")), T, T + 60, outage=True)
+    assert out["outcome"] == "no_reaction"
+    assert out["outcome_text"] == "no failover: pg1 stayed the primary through the fault (writes stopped meanwhile)"
+
+
+def test_nobody_took_over_within_the_window() -> None:
+    out = fault_outcome(probe((0.1, "pg1", "down"), (30.0, "pg2", "primary")), T, T + 20, outage=True)
+    assert out["outcome"] == "no_writer"
+    assert out["t_new_primary"] is None  # pg2 at +30 s is after the window's end at +20 s
+
+
+def test_old_primary_back_for_a_moment_before_the_failover() -> None:
+    # pg_auto_failover: the orphaned keeper restarts PostgreSQL at +0.87 s, the monitor drains it,
+    # a secondary is promoted at +8.47 s
+    out = fault_outcome(probe((0.07, "pg1", "down"), (0.87, "pg1", "primary"), (1.17, "pg1", "down"),
+                              (8.47, "pg2", "primary")), T, T + 60, outage=True)
+    assert out["outcome"] == "failover" and out["new_primary"] == "pg2"
+    assert out["t_back"] == T + 0.87 and out["t_new_primary"] == T + 8.47
+
+
+def test_split_brain_overrides_the_outcome_only_inside_the_window() -> None:
+    fault = fault_outcome(probe((5.0, "pg2", "primary")), T, T + 30, outage=True)
+    fault["t_fault"] = T
+    assert fault["outcome"] == "failover"  # pg1 still answers as primary: the probe saw both
+    mark_split_brain(fault, {"overlaps": [{"members": ["pg1", "pg2"], "from": T + 5.0, "to": T + 5.2}]})
+    assert fault["outcome"] == "split_brain"
+    assert fault["outcome_text"] == ("split-brain: pg1 and pg2 both answered as writable primaries for 0.2s from "
+                                     "+5.000s after the fault")
+    later = fault_outcome(probe((5.0, "pg2", "primary")), T, T + 30, outage=True) | {"t_fault": T}
+    mark_split_brain(later, {"overlaps": [{"members": ["pg1", "pg2"], "from": T + 31, "to": T + 32}]})
+    assert later["outcome"] == "failover"  # the overlap began after this fault's window
+
+
+def test_expectations_fail_a_drill_that_did_not_fail_over_or_whose_action_failed() -> None:
+    pb = SimpleNamespace(steps=[SimpleNamespace(expect="failover"), SimpleNamespace(expect="any"),
+                                SimpleNamespace(expect="any")])
+    faults = [{"id": "f0", "step": 0, "kind": "pause", "outcome": "no_reaction", "outcome_text": "no failover: ..."},
+              {"id": "f1", "step": 1, "kind": "kill", "outcome": "restarted_in_place"}]
+    actions = [{"kind": "switchover", "step": 2, "ok": False, "answer": "ERROR: unable to connect via SSH"}]
+    res = expectations(pb, faults, actions)
+    assert res["valid"] is False
+    assert [(r["step"], r["expected"], r["outcome"], r["ok"]) for r in res["steps"]] == [
+        (0, "failover", "no_reaction", False), (2, "succeeded", "failed", False)]
+    good = expectations(pb, [dict(faults[0], outcome="failover")], [dict(actions[0], ok=True)])
+    assert good["valid"] is True
