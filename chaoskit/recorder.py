@@ -304,8 +304,9 @@ class Recorder:
                 slot = self._open[idx] = _Open()
             slot.counts = [a + b for a, b in zip(slot.counts, counts, strict=True)]
             slot.hist().add(HdrHistogram.decode(encoded))
-        self.errors.extend(batch.errors[: max(0, self.max_errors - len(self.errors))])
-        self.errors_dropped += batch.errors_dropped + max(0, len(batch.errors) - self.max_errors)
+        kept = batch.errors[: max(0, self.max_errors - len(self.errors))]  # room before extending
+        self.errors.extend(kept)
+        self.errors_dropped += batch.errors_dropped + len(batch.errors) - len(kept)
         self.gaps.extend(batch.gaps)
         for worker, first_seq, raw in batch.ledger:
             incoming = array("I")

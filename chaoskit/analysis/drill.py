@@ -8,9 +8,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from chaoskit.analysis.catchup import standby_catchup
 from chaoskit.analysis.checks import convergence_verdict, gather_convergence, split_brain
 from chaoskit.analysis.durability import rpo_check
-from chaoskit.analysis.failover import analyse_fault, baseline_tps
+from chaoskit.analysis.failover import analyse_fault, baseline_tps, role_at
 from chaoskit.analysis.verdict import checked, merge
 from chaoskit.db.base import Driver, driver_for
 from chaoskit.recorder import Recorder
@@ -56,6 +57,11 @@ def analyse(ctx: Any, truth: dict[str, Any]) -> tuple[dict[str, Any], list[dict[
         faults.append(checked(analyse_fault, f, rec, probe.log, baseline=base, window_end=window_end,
                               tps_fraction=pb.recovery.tps_fraction, hold=pb.recovery.hold,
                               manager_observable=observable))
+    for f, fa in zip(first_at, faults, strict=True):
+        if fa.get("valid") != "unknown" and role_at(probe.log, f["t_effect"]).get(f["host"]) == "replica":
+            fa["catchup"] = checked(standby_catchup, probe.log, f["host"], f["t_effect"], f.get("t_reverted"),
+                                    fa.get("window_end") or ctx.ended,
+                                    baseline=(ctx.t0 + pb.load.warmup, ctx.t0 + pb.baseline), actions=ctx.actions)
     marks = [{"t": fa[key], "mark": key, "fault": fa.get("id")} for fa in faults for key in MARKS if fa.get(key)]
     checks: dict[str, Any] = {}
     outage_faults = [f for f in faults if f.get("outage")]

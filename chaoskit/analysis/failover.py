@@ -42,7 +42,7 @@ def baseline_tps(rec: Recorder, start: float, end: float) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _role_at(probe: ProbeLog, t: float) -> dict[str, str]:
+def role_at(probe: ProbeLog, t: float) -> dict[str, str]:
     roles: dict[str, str] = {}
     for ts, member, role in probe.samples:
         if ts > t:
@@ -148,7 +148,7 @@ def fault_outcome(probe: ProbeLog, t_fault: float, window_end: float, *, outage:
     its role: the manager held its leader through the fault), `no_writer` (the primary left and
     nobody took over within the window). Split-brain is judged over the same window by the caller
     from the split-brain check. `outcome_text` says it in words for the evidence."""
-    old = next((m for m, r in _role_at(probe, t_fault).items() if r == "primary"), None)
+    old = next((m for m, r in role_at(probe, t_fault).items() if r == "primary"), None)
     samples = [(t, m, r) for t, m, r in probe.samples if t_fault < t < window_end]
     t_left = next((t for t, m, r in samples if m == old and r != "primary"), None)
     after = [(t, m) for t, m, r in samples if r == "primary" and m != old]

@@ -154,6 +154,11 @@ class Driver(ABC):
     def create_index(self, conn: Any, name: str, table: str, columns: str) -> None:
         self.execute(conn, f"CREATE INDEX IF NOT EXISTS {name} ON {table} ({columns})")
 
+    def replication_status(self, conn: Any) -> list[tuple[str, str, int | None, float | None]]:
+        """On a primary: (standby address, state, replay lag in bytes, replay delay in seconds) per
+        connected standby; empty where the engine does not say (catch-up is then not reported)."""
+        return []
+
     @staticmethod
     def close_quietly(conn: Any) -> None:
         if conn is None:

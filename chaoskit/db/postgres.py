@@ -165,6 +165,13 @@ class PostgresDriver(Driver):
                            ).fetchone()
         return bool(row[0])
 
+    def replication_status(self, conn: Any) -> list[tuple[str, str, int | None, float | None]]:
+        rows = conn.execute(
+            "SELECT host(client_addr), state, pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn)::bigint, "
+            "extract(epoch FROM replay_lag)::float8 FROM pg_stat_replication WHERE client_addr IS NOT NULL"
+        ).fetchall()
+        return [(str(a), str(s), None if b is None else int(b), d) for a, s, b, d in rows]
+
     def server_version(self, conn: Any) -> str:
         return str(conn.execute("SHOW server_version").fetchone()[0])
 

@@ -25,6 +25,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
@@ -61,6 +62,71 @@ def normalise_role(role: str) -> str:
     if r in _REPLICA:
         return REPLICA
     return r or UNKNOWN
+
+
+def member_views(data: dict[str, Any], hosts: list[str]) -> list[MemberView]:
+    """Patroni's GET /cluster document as one view per member host (member name = host name)."""
+    seen = {m.get("name"): m for m in data.get("members", [])}
+    out = []
+    for host in hosts:
+        m = seen.get(host)
+        if m is None:
+            out.append(MemberView(host, DOWN, error="not in Patroni's member list"))
+            continue
+        lag = m.get("lag")
+        out.append(MemberView(host, normalise_role(m.get("role", "")), state=m.get("state"),
+                              lag_bytes=lag if isinstance(lag, int) else None,
+                              sync=str(m.get("role", "")).lower() == "sync_standby",
+                              timeline=m.get("timeline") if isinstance(m.get("timeline"), int) else None))
+    return out
+
+
+@dataclass(frozen=True)
+class KeyChange:
+    deleted: bool
+    value: str | None  # the leader's name where it was put
+    revision: int | None
+
+
+def key_changes(line: str | bytes) -> list[KeyChange]:
+    """The leader key's changes in one line of a watch: etcd's v3 JSON gateway
+    (`{"result": {"events": [{"type": "DELETE", "kv": ...}]}}`) or `etcdctl watch -w json`
+    (`{"Events": [{"type": 1, "kv": ...}]}`); values and keys are base64."""
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        return []
+    if not isinstance(doc, dict):
+        return []
+    events = (doc.get("result") or {}).get("events") if "result" in doc else doc.get("Events") or doc.get("events")
+    out = []
+    for ev in events or []:
+        kv = ev.get("kv") or {}
+        value = base64.b64decode(kv["value"]).decode() if kv.get("value") else None
+        rev = int(kv["mod_revision"]) if str(kv.get("mod_revision", "")).isdigit() else None
+        deleted = str(ev.get("type", "PUT")).upper() in ("DELETE", "1")
+        out.append(KeyChange(deleted, value, rev))
+    return out
+
+
+class LeaderKeyTracker:
+    """Leader-key changes as detection events: deleted = the leader's lease ended (leader lost),
+    put with another name = a new leader; a put of the same name (lease renewal) is nothing."""
+
+    def __init__(self, leader: str | None) -> None:
+        self.leader = leader
+
+    def feed(self, sink: Callable[[ManagerEvent], None], source: str, change: KeyChange, t: float,
+             t_host: float | None, uncertainty: float) -> None:
+        if change.deleted:
+            sink(ManagerEvent(t, "leader_lost", source, self.leader,
+                              f"leader key deleted (lease of {self.leader} ended)", uncertainty, t_host,
+                              change.revision))
+            self.leader = None
+        elif change.value != self.leader:
+            sink(ManagerEvent(t, "leader_changed", source, change.value, f"leader key -> {change.value}",
+                              uncertainty, t_host, change.revision))
+            self.leader = change.value
 
 
 class PatroniApiConfig(Frozen):
@@ -181,19 +247,7 @@ class PatroniManager(HAManager):
             _, data = self._first("/cluster", timeout=1.0)
         except PatroniError as exc:
             return [MemberView(m.host, UNKNOWN, error=str(exc)) for m in self.cluster.members]
-        seen = {m.get("name"): m for m in data.get("members", [])}
-        out = []
-        for member in self.cluster.members:
-            m = seen.get(member.host)
-            if m is None:
-                out.append(MemberView(member.host, DOWN, error="not in Patroni's member list"))
-                continue
-            lag = m.get("lag")
-            out.append(MemberView(member.host, normalise_role(m.get("role", "")), state=m.get("state"),
-                                  lag_bytes=lag if isinstance(lag, int) else None,
-                                  sync=str(m.get("role", "")).lower() == "sync_standby",
-                                  timeline=m.get("timeline") if isinstance(m.get("timeline"), int) else None))
-        return out
+        return member_views(data, [m.host for m in self.cluster.members])
 
     def health(self) -> tuple[bool, str]:
         ok, why = super().health()
@@ -308,25 +362,12 @@ class PatroniManager(HAManager):
         except OSError:
             return False
 
-    def _key_event(self, sink: Callable[[ManagerEvent], None], source: str, etype: str, value: str | None,
-                   revision: int | None, t: float, t_host: float | None, uncertainty: float,
-                   state: dict[str, str | None]) -> None:
-        if etype == "DELETE":
-            sink(ManagerEvent(t, "leader_lost", source, state.get("leader"),
-                              f"leader key deleted (lease of {state.get('leader')} ended)", uncertainty, t_host,
-                              revision))
-            state["leader"] = None
-        elif value != state.get("leader"):
-            sink(ManagerEvent(t, "leader_changed", source, value, f"leader key -> {value}", uncertainty, t_host,
-                              revision))
-            state["leader"] = value
-
     def _watch_direct(self, key: str, sink: Callable[[ManagerEvent], None], w: Watcher) -> None:
         """etcd's v3 JSON gateway: POST /v3/watch streams one JSON result per line; each event is
         stamped when it arrives (blocking reads; `stop` shuts the socket)."""
         assert self.cfg.dcs is not None
         host, _, port = self.cfg.dcs.endpoints[0].rpartition(":")
-        state: dict[str, str | None] = {"leader": self.leader()}
+        tracker = LeaderKeyTracker(self.leader())
         body = json.dumps({"create_request": {"key": base64.b64encode(key.encode()).decode()}})
         while not w.stopping:
             conn = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=5.0)
@@ -346,24 +387,12 @@ class PatroniManager(HAManager):
                     buf += chunk
                     while b"\n" in buf:
                         line, buf = buf.split(b"\n", 1)
-                        self._gateway_line(line, t, sink, state)
+                        for change in key_changes(line):
+                            tracker.feed(sink, "etcd-watch", change, t, None, 0.001)
             except (OSError, http.client.HTTPException, ValueError):
                 w.wait(0.2)
             finally:
                 conn.close()
-
-    def _gateway_line(self, line: bytes, t: float, sink: Callable[[ManagerEvent], None],
-                      state: dict[str, str | None]) -> None:
-        try:
-            result = json.loads(line).get("result") or {}
-        except ValueError:
-            return
-        for ev in result.get("events") or []:
-            kv = ev.get("kv") or {}
-            value = base64.b64decode(kv["value"]).decode() if kv.get("value") else None
-            rev = int(kv["mod_revision"]) if str(kv.get("mod_revision", "")).isdigit() else None
-            etype = ev.get("type", "PUT")
-            self._key_event(sink, "etcd-watch", etype, value, rev, t, None, 0.001, state)
 
     def _watch_ssh(self, key: str, sink: Callable[[ManagerEvent], None], w: Watcher) -> None:
         """`etcdctl watch` on a member, each line stamped with the host's clock."""
@@ -374,15 +403,7 @@ class PatroniManager(HAManager):
         endpoints = ",".join(f"http://{e}" for e in self.cfg.dcs.endpoints)
         command = (f"ETCDCTL_API=3 exec timeout --foreground 7200 etcdctl --endpoints={shlex.quote(endpoints)} watch "
                    f"{shlex.quote(key)} -w json")
-        state: dict[str, str | None] = {"leader": self.leader()}
+        tracker = LeaderKeyTracker(self.leader())
         for line in stamped(self.pool.get(via), command, lambda: w.stopping):
-            try:
-                data = json.loads(line.text)
-            except ValueError:
-                continue
-            for ev in data.get("Events") or data.get("events") or []:
-                kv = ev.get("kv") or {}
-                value = base64.b64decode(kv["value"]).decode() if kv.get("value") else None
-                etype = "DELETE" if str(ev.get("type", "")).upper() in ("DELETE", "1") else "PUT"
-                self._key_event(sink, "etcdctl-watch", etype, value, kv.get("mod_revision"),
-                                line.t, line.t_host, line.uncertainty_s, state)
+            for change in key_changes(line.text):
+                tracker.feed(sink, "etcdctl-watch", change, line.t, line.t_host, line.uncertainty_s)

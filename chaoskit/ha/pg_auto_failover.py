@@ -9,8 +9,10 @@
   manager reacting, a node reporting wait_primary / primary after it is the promotion;
 - settings: the monitor's `pgautofailover.*` health-check GUCs and the formation's
   number_sync_standbys, read for the evidence;
-- switchover: `pgautofailover.perform_switchover(formation, group)`; an old primary rejoins by
-  itself once its keeper runs again (it is demoted, rewound where needed, and catches up).
+- switchover: `pgautofailover.perform_failover(formation, group)` on a healthy group (what
+  `pg_autoctl perform switchover` calls), or `perform_promotion(formation, node)` for a named
+  candidate; an old primary rejoins by itself once its keeper runs again (it is demoted, rewound
+  where needed, and catches up).
 
 Member names: the nodes are registered under their inventory host names (`pg_autoctl create
 postgres --name <host>`), or `ha.names` maps host -> node name.
@@ -66,6 +68,23 @@ def classify_node(reported: str, goal: str, health: int) -> str:
     return DOWN if health == 0 else REPLICA
 
 
+def member_views(rows: list[tuple], hosts: list[str], names: dict[str, str]) -> list[MemberView]:
+    """The monitor's `pgautofailover.node` rows (nodename, reportedstate, goalstate, health,
+    reportedtli, bytes behind the most advanced node) as one view per member host."""
+    seen = {names.get(r[0], r[0]): r for r in rows}
+    out = []
+    for host in hosts:
+        r = seen.get(host)
+        if r is None:
+            out.append(MemberView(host, DOWN, error="not registered with the monitor"))
+            continue
+        _, reported, goal, health, tli, lag = r
+        out.append(MemberView(host, classify_node(reported, goal, int(health)),
+                              state=f"{reported}>{goal}" if goal != reported else reported,
+                              lag_bytes=int(lag) if lag is not None else None, timeline=tli))
+    return out
+
+
 def event_kind(reported: str, goal: str, description: str, was_leader: bool) -> str | None:
     """What a monitor event means for the analysis (None: nothing the drill needs)."""
     text = description.lower()
@@ -78,6 +97,23 @@ def event_kind(reported: str, goal: str, description: str, was_leader: bool) -> 
     if goal == "demoted" and reported != goal:
         return "demoted"
     return None
+
+
+def classify_events(rows: list[tuple], names: dict[str, str],
+                    leaders: set[str]) -> list[tuple[int, float, str, str, str]]:
+    """The monitor's event rows (eventid, epoch, nodename, reported, goal, description), in order,
+    as (eventid, monitor time, member, kind, description) for those the analysis needs; `leaders`
+    (updated in place) is who led before, so a node reporting primary is a promotion only once."""
+    out = []
+    for eventid, ts, nodename, reported, goal, description in rows:
+        member = names.get(nodename, nodename)
+        kind = event_kind(reported, goal, description or "", member in leaders)
+        if kind == "promoted":
+            leaders.clear()
+            leaders.add(member)
+        if kind is not None:
+            out.append((int(eventid), float(ts), member, kind, description or ""))
+    return out
 
 
 class PgAutoFailoverManager(HAManager):
@@ -122,19 +158,7 @@ class PgAutoFailoverManager(HAManager):
         except Exception as exc:  # the monitor does not answer: the manager's view is unknown
             return [MemberView(m.host, UNKNOWN, error=f"monitor: {str(exc).splitlines()[0][:160]}")
                     for m in self.cluster.members]
-        names = self._node_names()
-        seen = {names.get(r[0], r[0]): r for r in rows}
-        out = []
-        for member in self.cluster.members:
-            r = seen.get(member.host)
-            if r is None:
-                out.append(MemberView(member.host, DOWN, error="not registered with the monitor"))
-                continue
-            _, reported, goal, health, tli, lag = r
-            out.append(MemberView(member.host, classify_node(reported, goal, int(health)),
-                                  state=f"{reported}>{goal}" if goal != reported else reported,
-                                  lag_bytes=int(lag) if lag is not None else None, timeline=tli))
-        return out
+        return member_views(rows, [m.host for m in self.cluster.members], self._node_names())
 
     # -- settings ----------------------------------------------------------------------------
     def read_settings(self) -> dict[str, Any]:
@@ -221,15 +245,11 @@ class PgAutoFailoverManager(HAManager):
                 w.wait(0.5)
                 continue
             assert clock is not None
-            for eventid, ts, nodename, reported, goal, description in rows:
-                last_id = int(eventid)
-                member = names.get(nodename, nodename)
-                kind = event_kind(reported, goal, description or "", member in leaders)
-                if kind == "promoted":
-                    leaders = {member}
-                if kind is not None:
-                    sink(ManagerEvent(clock.to_control(float(ts)), kind, "monitor-events", member,
-                                      (description or "")[:300], clock.uncertainty_s, float(ts), int(eventid)))
+            if rows:
+                last_id = int(rows[-1][0])
+            for eventid, ts, member, kind, description in classify_events(rows, names, leaders):
+                sink(ManagerEvent(clock.to_control(ts), kind, "monitor-events", member, description[:300],
+                                  clock.uncertainty_s, ts, eventid))
             w.wait(interval)
         if conn is not None:
             conn.close()

@@ -132,6 +132,38 @@ def _clip(text: str, keep: int = 3000) -> str:
     return text if len(text) <= 2 * keep else text[:keep] + "\n[...]\n" + text[-keep:]
 
 
+def member_views(rows: list[tuple], hosts: list[str], names: dict[str, str]) -> list[MemberView]:
+    """`repmgr.nodes` rows (node_name, type, active) as the newest primary holds them, one view
+    per member host."""
+    if not rows:
+        return [MemberView(h, UNKNOWN, error="no member's repmgr database answers") for h in hosts]
+    seen = {names.get(name, name): (t, a) for name, t, a in rows}
+    out = []
+    for host in hosts:
+        if host not in seen:
+            out.append(MemberView(host, DOWN, error="not registered with repmgr"))
+            continue
+        node_type, active = seen[host]
+        out.append(MemberView(host, role_of(node_type, bool(active)),
+                              state=f"{node_type}{'' if active else ' (inactive)'}"))
+    return out
+
+
+def event_kind(event: str, successful: bool) -> str | None:
+    """A `repmgr.events` row as a manager event kind (a failed promotion is still a reaction)."""
+    kind = EVENT_KINDS.get(event)
+    return "failover_started" if kind == "promoted" and not successful else kind
+
+
+def log_event(line: str) -> tuple[str, str | None] | None:
+    """A repmgrd log line as (event kind, the node it names) where it tells the failover."""
+    for pattern, kind in LOG_EVENTS:
+        m = pattern.search(line)
+        if m:
+            return kind, m.groupdict().get("node")
+    return None
+
+
 def role_of(node_type: str, active: bool) -> str:
     if not active:
         return DOWN
@@ -188,20 +220,7 @@ class RepmgrManager(HAManager):
     # -- roles -------------------------------------------------------------------------------
     def members(self) -> list[MemberView]:
         _, rows = self._newest_primary()
-        if not rows:
-            return [MemberView(m.host, UNKNOWN, error="no member's repmgr database answers")
-                    for m in self.cluster.members]
-        names = self._names()
-        seen = {names.get(name, name): (t, a) for name, t, a in rows}
-        out = []
-        for member in self.cluster.members:
-            if member.host not in seen:
-                out.append(MemberView(member.host, DOWN, error="not registered with repmgr"))
-                continue
-            node_type, active = seen[member.host]
-            out.append(MemberView(member.host, role_of(node_type, bool(active)),
-                                  state=f"{node_type}{'' if active else ' (inactive)'}"))
-        return out
+        return member_views(rows, [m.host for m in self.cluster.members], self._names())
 
     # -- settings ----------------------------------------------------------------------------
     def _ssh(self, host: str, command: str, timeout: float = 120) -> Any:
@@ -343,13 +362,11 @@ class RepmgrManager(HAManager):
             return
         names = self._names()
         for line in follow_file(self.pool.get(host), path, lambda: w.stopping):  # type: ignore[union-attr]
-            for pattern, kind in LOG_EVENTS:
-                m = pattern.search(line.text)
-                if m:
-                    node = m.groupdict().get("node")
-                    sink(ManagerEvent(line.t, kind, "repmgrd-log", names.get(node, node) if node else host,
-                                      f"{host}: {line.text[:240]}", line.uncertainty_s, line.t_host))
-                    break
+            hit = log_event(line.text)
+            if hit is not None:
+                kind, node = hit
+                sink(ManagerEvent(line.t, kind, "repmgrd-log", names.get(node, node) if node else host,
+                                  f"{host}: {line.text[:240]}", line.uncertainty_s, line.t_host))
 
     def _poll_events(self, sink: Callable[[ManagerEvent], None], interval: float, w: Watcher) -> None:
         """New rows of repmgr.events on every member that answers (the promoting standby records its
@@ -386,9 +403,7 @@ class RepmgrManager(HAManager):
                         continue
                     seen.add(key)
                     host = names.get(node_names.get(node_id, ""), node_names.get(node_id))
-                    kind = EVENT_KINDS.get(event)
-                    if kind == "promoted" and not ok:
-                        kind = "failover_started"
+                    kind = event_kind(event, bool(ok))
                     if kind is not None:
                         sink(ManagerEvent(clock.to_control(float(ts)), kind, "repmgr-events", host,
                                           f"{event}{'' if ok else ' (failed)'}: {(details or '')[:240]}",

@@ -9,7 +9,7 @@ import yaml
 from chaoskit.inventory.loader import load_inventory
 from chaoskit.inventory.models import Inventory
 from chaoskit.lab.recipes import recipes
-from chaoskit.lab.spec import BRIDGE, SPEC, SSH_USER, STACKS, SUBNET_PREFIX, LabSpec, Paths
+from chaoskit.lab.spec import BRIDGE, SPEC, SSH_USER, SUBNET_PREFIX, LabSpec, Paths
 
 REPO_LAB_INVENTORY = Path(__file__).resolve().parents[2] / "inventories" / "lab.yaml"
 
@@ -32,11 +32,11 @@ def render(spec: LabSpec = SPEC) -> str:
     hosts = {}
     for h in spec.hosts:
         entry: dict = {"address": h.address}
-        if h.role == "mariadb":
+        if h.jump:
             entry["jump"] = jump
         hosts[h.name] = entry
     clusters: dict = {}
-    for module in recipes(STACKS):
+    for module in recipes({h.stack for h in spec.hosts}):
         clusters.update(module.clusters(spec))
     doc = {
         "lab": {"subnet": f"{SUBNET_PREFIX}.0/24", "bridge": BRIDGE},

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 STATE_DIR = Path("/var/lib/chaoskit-lab")
@@ -25,7 +25,8 @@ class LabHost:
     name: str
     octet: int
     role: str  # dcs | pg | mariadb | pgaf-monitor | pgaf | repmgr
-    stack: str = "base"  # base (always up) or the stack it belongs to
+    stack: str = "base"  # base (always up) or the recipe (stack) it belongs to
+    jump: bool = False  # reached through the base's jump host in the lab inventory (as staging often is)
 
     @property
     def address(self) -> str:
@@ -44,21 +45,9 @@ class LabHost:
         return STATE_DIR / "hosts" / self.name
 
 
-STACKS = ("patroni", "mariadb", "pg_auto_failover", "repmgr")
-DEFAULT_STACKS = ("patroni", "mariadb")
-
-
 @dataclass(frozen=True)
 class LabSpec:
-    hosts: tuple[LabHost, ...] = field(default_factory=lambda: (
-        LabHost("dcs1", 10, "dcs"),
-        LabHost("pg1", 11, "pg", "patroni"), LabHost("pg2", 12, "pg", "patroni"), LabHost("pg3", 13, "pg", "patroni"),
-        LabHost("my1", 21, "mariadb", "mariadb"), LabHost("my2", 22, "mariadb", "mariadb"),
-        LabHost("afm", 30, "pgaf-monitor", "pg_auto_failover"), LabHost("af1", 31, "pgaf", "pg_auto_failover"),
-        LabHost("af2", 32, "pgaf", "pg_auto_failover"), LabHost("af3", 33, "pgaf", "pg_auto_failover"),
-        LabHost("rm1", 41, "repmgr", "repmgr"), LabHost("rm2", 42, "repmgr", "repmgr"),
-        LabHost("rm3", 43, "repmgr", "repmgr"),
-    ))
+    hosts: tuple[LabHost, ...]
 
     def by_role(self, role: str) -> list[LabHost]:
         return [h for h in self.hosts if h.role == role]
@@ -75,7 +64,20 @@ class LabSpec:
         return self.by_role("dcs")[0]
 
 
-SPEC = LabSpec()
+
+
+def __getattr__(name: str) -> object:
+    """SPEC, STACKS and DEFAULT_STACKS come from the recipes (`chaoskit.lab.recipes`: each declares
+    its hosts), assembled on first use: a new stack is its recipe module, nothing here."""
+    if name not in ("SPEC", "STACKS", "DEFAULT_STACKS"):
+        raise AttributeError(name)
+    from chaoskit.lab.recipes import discover
+
+    found = discover()
+    globals().update(SPEC=LabSpec(tuple(h for m in found.values() for h in m.HOSTS)),
+                     STACKS=tuple(n for n in found if n != "base"),
+                     DEFAULT_STACKS=tuple(n for n, m in found.items() if getattr(m, "DEFAULT", False)))
+    return globals()[name]
 
 
 class Paths:

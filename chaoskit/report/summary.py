@@ -46,12 +46,27 @@ def fault_line(f: dict[str, Any]) -> str:
             + (f"; {f['outcome_text']}" if f.get("outcome_text") else ""))
 
 
+def catchup_line(c: dict[str, Any]) -> str:
+    if c.get("valid") == "unknown":
+        return f"  standby catch-up: analysis failed: {c.get('error')}"
+    if c.get("streaming_s") is None:
+        return f"  standby {c['member']}: " + ("; ".join(c.get("notes") or []) or "no catch-up observed")
+    peak = c.get("peak_lag_bytes")
+    delay = c.get("peak_replay_delay_s")
+    how = "rebuilt" if c.get("rebuilt") else "rewound" if c.get("rewound") else None
+    return (f"  standby {c['member']} back: streaming after {seconds(c['streaming_s'])}, caught up after "
+            f"{seconds(c.get('caught_up_s'))} (peak lag {'—' if peak is None else f'{peak:,} bytes'}"
+            f"{'' if delay is None else f', replay delay {delay:.2f} s'})" + (f"; {how}" if how else ""))
+
+
 def print_drill_summary(out: Console, ev: dict[str, Any], run_dir: Path) -> None:
     res = ev.get("results") or {}
     for w in ev.get("preflight_warnings") or []:
         out.print(f"preflight warning: {w}", highlight=False)
     for f in res.get("faults", []):
         out.print(fault_line(f), highlight=False)
+        if f.get("catchup"):
+            out.print(catchup_line(f["catchup"]), highlight=False)
     r = res.get("rpo")
     if r and "acknowledged" in r:
         out.print(f"RPO: {r['lost_acknowledged']:,} of {r['acknowledged']:,} acknowledged writes lost; "

@@ -28,6 +28,8 @@ class ProbeLog:
     manager: list[tuple[float, str | None, dict[str, str]]] = field(default_factory=list)  # (t, leader, states)
     lag: list[tuple[float, dict[str, int | None], dict[str, int | None]]] = field(default_factory=list)  # lag, timeline
     manager_events: list[ManagerEvent] = field(default_factory=list)
+    # as the primary reports its standbys: (t, {member: (state, replay lag bytes, replay delay s)})
+    replication: list[tuple[float, dict[str, tuple[str, int | None, float | None]]]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     sink: Callable[[dict[str, Any]], None] | None = None  # e.g. the run directory: events as they happen
@@ -105,17 +107,24 @@ class RoleProbe:
         conn = None
         last = None
         next_t = time.time()
+        by_address = {self.inventory.member_address(m): m.host for m in self.cluster.members}
         while not self._stop.is_set():
             role = "down"
+            standbys = None
             try:
                 if conn is None:
                     conn = self.driver.connect_member(member)
                 role = "primary" if self.driver.is_writable(conn) else "replica"
+                if role == "primary":  # the standbys' catch-up, as their primary sees it
+                    standbys = {by_address.get(a, a): (st, b, d)
+                                for a, st, b, d in self.driver.replication_status(conn)}
             except Exception:
                 Driver.close_quietly(conn)
                 conn = None
             t = time.time()
             with self.log.lock:
+                if standbys is not None:
+                    self.log.replication.append((t, standbys))
                 self.log.samples.append((t, member.host, role))
                 if role != last:
                     self.log.emit({"kind": "role", "t": t, "member": member.host, "role": role,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from chaoskit.analysis.drill import expectations, mark_split_brain
 from chaoskit.analysis.failover import fault_outcome
 from chaoskit.topology.probe import ProbeLog
@@ -82,3 +84,27 @@ def test_expectations_fail_a_drill_that_did_not_fail_over_or_whose_action_failed
         (0, "failover", "no_reaction", False), (2, "succeeded", "failed", False)]
     good = expectations(pb, [dict(faults[0], outcome="failover")], [dict(actions[0], ok=True)])
     assert good["valid"] is True
+
+
+def test_standby_catchup_read_off_the_primarys_view() -> None:
+    from chaoskit.analysis.catchup import standby_catchup
+
+    log = ProbeLog()
+    # baseline: pg2 streams with 8-16 kB of replay lag; the fault (T) kills it, it is restarted at T+10
+    log.replication = [(T - 9, {"pg2": ("streaming", 8_000, 0.002)}), (T - 8, {"pg2": ("streaming", 16_000, 0.004)}),
+                       (T + 1, {}),  # gone from pg_stat_replication
+                       (T + 12.0, {"pg2": ("catchup", 40_000_000, None)}),
+                       (T + 12.5, {"pg2": ("streaming", 9_000_000, 1.5)}),
+                       (T + 13.0, {"pg2": ("streaming", 20_000, 0.2)}),  # above the 16 kB level still
+                       (T + 13.5, {"pg2": ("streaming", 12_000, 0.01)}),  # caught up
+                       (T + 14.0, {"pg2": ("streaming", 50_000_000, 9.0)})]  # after: not a peak of this return
+    c = standby_catchup(log, "pg2", T, T + 10, T + 60, baseline=(T - 10, T - 5), actions=[])
+    assert c["baseline_lag_bytes"] == 16_000
+    assert c["streaming_s"] == pytest.approx(2.5) and c["caught_up_s"] == pytest.approx(3.5)
+    assert c["peak_lag_bytes"] == 40_000_000 and c["peak_replay_delay_s"] == 1.5
+    assert c["rewound"] is None and c["rebuilt"] is None  # no rejoin action, no manager states
+    rejoined = standby_catchup(log, "pg2", T, T + 10, T + 60, baseline=(T - 10, T - 5),
+                               actions=[{"kind": "rejoin", "member": "pg2", "rewound": True, "rebuilt": False}])
+    assert rejoined["rewound"] is True and rejoined["rebuilt"] is False
+    never = standby_catchup(log, "pg2", T, T + 10, T + 12.4, baseline=(T - 10, T - 5), actions=[])
+    assert never["streaming_s"] is None and never["notes"][0] == "pg2 was not streaming again before the window ended"

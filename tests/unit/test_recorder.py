@@ -147,3 +147,21 @@ def test_bucketed_latencies_give_the_same_histogram_as_recording_each_value() ->
     assert merged.get_total_count() == direct.get_total_count() == 20_000
     for p in (1, 25, 50, 90, 99, 99.9, 100):
         assert merged.get_value_at_percentile(p) == direct.get_value_at_percentile(p), p
+
+
+def test_merge_counts_the_errors_it_drops() -> None:
+    """200 kept of 250 shipped: 50 dropped (the parent used to compare the batch with the cap and
+    report 0); the next 10 find the list full and are all dropped, on top of the 3 the worker
+    process had already dropped itself."""
+    from chaoskit.recorder import Batch
+
+    parent = Recorder(base=0.0, max_errors=200)
+    parent.merge(Batch(errors=[(float(i), 0, "timeout", "x") for i in range(250)]))
+    assert len(parent.errors) == 200 and parent.errors_dropped == 50
+    parent.merge(Batch(errors=[(300.0 + i, 1, "timeout", "x") for i in range(10)], errors_dropped=3))
+    assert len(parent.errors) == 200 and parent.errors_dropped == 63
+    # 100 already kept, a batch of 150 arrives: 100 more fit, 50 are dropped (not 0)
+    two = Recorder(base=0.0, max_errors=200)
+    two.merge(Batch(errors=[(float(i), 0, "timeout", "x") for i in range(100)]))
+    two.merge(Batch(errors=[(100.0 + i, 1, "timeout", "x") for i in range(150)]))
+    assert len(two.errors) == 200 and two.errors_dropped == 50

@@ -4,6 +4,8 @@ manager in `chaoskit/ha/` and its playbooks.
 
 Every recipe module defines:
 - `NAME` (the stack's name on the command line: `lab up --stack NAME`);
+- `HOSTS`: its lab hosts (`LabHost(name, last octet, role, NAME)`); stacks are ordered by their
+  lowest address, and `DEFAULT = True` puts a stack in `lab up` without `--stack`;
 - `build(b: Build)`: bring the stack up (its hosts' namespaces and sshd already exist) and
   return once it is healthy or raise;
 - `health(spec) -> (ok, why)`; optionally `repair(spec) -> [what was repaired]`;
@@ -14,6 +16,7 @@ Every recipe module defines:
 from __future__ import annotations
 
 import importlib
+import pkgutil
 import shlex
 import socket
 import subprocess
@@ -28,16 +31,31 @@ from chaoskit.errors import LabError
 from chaoskit.lab.procs import run_launcher, start_time
 from chaoskit.lab.spec import LabHost, LabSpec, Paths
 
-ORDER = ("base", "patroni", "mariadb", "pg_auto_failover", "repmgr")
+_FOUND: dict[str, ModuleType] | None = None
+
+
+def discover() -> dict[str, ModuleType]:
+    """Every recipe module of this package by NAME, base first, then by lowest host address."""
+    global _FOUND
+    if _FOUND is None:
+        import chaoskit.lab.recipes as pkg
+
+        found = {}
+        for info in pkgutil.iter_modules(pkg.__path__):
+            module = importlib.import_module(f"{pkg.__name__}.{info.name}")
+            if hasattr(module, "NAME") and hasattr(module, "HOSTS"):
+                found[module.NAME] = module
+        _FOUND = dict(sorted(found.items(), key=lambda kv: (kv[0] != "base", min(h.octet for h in kv[1].HOSTS))))
+    return _FOUND
 
 
 def recipe(name: str) -> ModuleType:
-    return importlib.import_module(f"chaoskit.lab.recipes.{name}")
+    return discover()[name]
 
 
 def recipes(stacks: set[str] | tuple[str, ...] | list[str]) -> list[ModuleType]:
-    """Base first, then the requested stacks in a fixed order."""
-    return [recipe(n) for n in ORDER if n == "base" or n in stacks]
+    """Base first, then the requested stacks in their fixed order."""
+    return [m for n, m in discover().items() if n == "base" or n in stacks]
 
 
 @dataclass

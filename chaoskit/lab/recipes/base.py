@@ -8,9 +8,10 @@ from typing import Any
 
 from chaoskit.lab import daemons
 from chaoskit.lab.recipes import Build, psql, wait_tcp
-from chaoskit.lab.spec import ETCD_PORT, PG_PORT, LabSpec, Paths
+from chaoskit.lab.spec import ETCD_PORT, PG_PORT, LabHost, LabSpec, Paths
 
 NAME = "base"
+HOSTS = (LabHost("dcs1", 10, "dcs"),)  # etcd, a standalone PostgreSQL, the jump host
 
 
 def build(b: Build) -> None:

@@ -14,6 +14,8 @@ from chaoskit.lab.recipes import Build
 from chaoskit.lab.spec import MARIADB_DATABASE, MARIADB_PORT, MARIADB_USER, LabHost, LabSpec, Paths
 
 NAME = "mariadb"
+DEFAULT = True
+HOSTS = (LabHost("my1", 21, "mariadb", NAME, jump=True), LabHost("my2", 22, "mariadb", NAME, jump=True))
 
 
 def hosts(spec: LabSpec) -> list[LabHost]:

@@ -13,9 +13,11 @@ from typing import Any
 from chaoskit.ha.patroni import normalise_role
 from chaoskit.lab import daemons
 from chaoskit.lab.recipes import Build, psql
-from chaoskit.lab.spec import ETCD_PORT, PATRONI_PORT, PG_PORT, PG_SCOPE, LabSpec, Paths
+from chaoskit.lab.spec import ETCD_PORT, PATRONI_PORT, PG_PORT, PG_SCOPE, LabHost, LabSpec, Paths
 
 NAME = "patroni"
+DEFAULT = True
+HOSTS = tuple(LabHost(f"pg{i}", 10 + i, "pg", NAME) for i in (1, 2, 3))
 
 
 def hosts(spec: LabSpec) -> list[Any]:

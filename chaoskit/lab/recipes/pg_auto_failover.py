@@ -20,6 +20,8 @@ from chaoskit.lab.recipes import Build, psql, run_in
 from chaoskit.lab.spec import SUBNET_PREFIX, LabHost, LabSpec, Paths
 
 NAME = "pg_auto_failover"
+HOSTS = (LabHost("afm", 30, "pgaf-monitor", NAME),
+         *(LabHost(f"af{i}", 30 + i, "pgaf", NAME) for i in (1, 2, 3)))
 SOCKETS = "/var/run/postgresql"
 MONITOR_PORT = 5440
 MONITOR_SETTINGS = {"health_check_period": 1000, "health_check_timeout": 1000, "health_check_max_retries": 1,

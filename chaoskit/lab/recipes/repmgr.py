@@ -25,6 +25,7 @@ from chaoskit.lab.recipes import Build, postgres_key, psql, run_in
 from chaoskit.lab.spec import SUBNET_PREFIX, LabHost, LabSpec, Paths
 
 NAME = "repmgr"
+HOSTS = tuple(LabHost(f"rm{i}", 40 + i, "repmgr", NAME) for i in (1, 2, 3))
 SOCKETS = "/var/run/postgresql"
 
 

@@ -1,0 +1,66 @@
+"""A standby's return after a fault on it, as its primary saw it (pg_stat_replication sampled by
+the role probe every interval):
+
+- t_back: the fault's end (the kill's revert restarted it, the partition healed, the pause ended);
+- streaming_s: from t_back to the first sample where the primary lists it as `streaming`;
+- caught_up_s: from t_back to the first sample, once streaming, whose replay lag is back at the
+  standby's own level before the fault (the largest replay lag in bytes sampled during the
+  baseline: under steady writes a healthy standby is never at exactly zero bytes);
+- peak_lag_bytes / peak_replay_delay_s: the largest lag sampled between t_back and caught up;
+- rewound / rebuilt: from a rejoin action on that member when the drill had one, else from the
+  manager's own states where it names a rebuild (Patroni: `creating replica`); null otherwise.
+Null with a note where the engine reports no replication (MySQL/MariaDB for now)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chaoskit.topology.probe import ProbeLog
+
+REBUILD_STATES = ("creating replica",)
+
+
+def standby_catchup(probe: ProbeLog, member: str, t_fault: float, t_back: float | None, window_end: float, *,
+                    baseline: tuple[float, float], actions: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"member": member, "t_back": t_back, "streaming_s": None, "caught_up_s": None,
+                           "peak_lag_bytes": None, "peak_replay_delay_s": None, "rewound": None, "rebuilt": None,
+                           "baseline_lag_bytes": None, "notes": []}
+    if not probe.replication:
+        out["notes"].append("the engine reports no replication status: no catch-up figures")
+        return out
+    before = [s[member][1] for t, s in probe.replication
+              if baseline[0] <= t <= baseline[1] and member in s and s[member][1] is not None]
+    level = max(before) if before else 0
+    out["baseline_lag_bytes"] = level
+    if t_back is None:
+        out["notes"].append("the fault has no end within the drill: no catch-up")
+        return out
+    after = [(t, s[member]) for t, s in probe.replication if t_back <= t < window_end and member in s]
+    t_streaming = next((t for t, (state, _, _) in after if state == "streaming"), None)
+    t_caught = next((t for t, (state, lag, _) in after if t_streaming is not None and t >= t_streaming
+                     and state == "streaming" and lag is not None and lag <= level), None)
+    seen = [(lag, delay) for t, (_, lag, delay) in after if t_caught is None or t <= t_caught]
+    lags = [lag for lag, _ in seen if lag is not None]
+    delays = [d for _, d in seen if d is not None]
+    out.update({
+        "streaming_s": None if t_streaming is None else round(t_streaming - t_back, 6),
+        "caught_up_s": None if t_caught is None else round(t_caught - t_back, 6),
+        "t_streaming": t_streaming, "t_caught_up": t_caught,
+        "peak_lag_bytes": max(lags) if lags else None, "peak_replay_delay_s": max(delays) if delays else None,
+    })
+    if t_streaming is None:
+        out["notes"].append(f"{member} was not streaming again before the window ended")
+    elif t_caught is None:
+        out["notes"].append(f"{member} streamed again but its lag never came back to {level} bytes in the window")
+    rejoin = next((a for a in actions if a.get("kind") == "rejoin" and a.get("member") == member), None)
+    if rejoin is not None:
+        out["rewound"], out["rebuilt"] = rejoin.get("rewound"), rejoin.get("rebuilt")
+    else:
+        states = {st.split("/")[1] for t, _, states in probe.manager if t_fault <= t < window_end
+                  for m, st in states.items() if m == member and "/" in st}
+        if states:
+            out["rebuilt"] = any(s in REBUILD_STATES for s in states)
+            out["manager_states"] = sorted(states)
+        else:
+            out["notes"].append("rewind/rebuild not observable: no rejoin action and no manager states")
+    return out

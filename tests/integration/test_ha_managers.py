@@ -1,0 +1,140 @@
+"""The three PostgreSQL HA managers drilled the same way on the lab (shortened drills): each
+fault's outcome, where its detection came from, what was lost, and the old primary back as a
+standby. The lab's pg_auto_failover and repmgr stacks are added beside the session's lab once."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from chaoskit.inventory.models import Inventory
+from chaoskit.lab import manager
+
+INV = "inventories/lab.yaml"
+
+
+@pytest.fixture(scope="module")
+def stacks(lab: Inventory) -> Inventory:
+    manager.up(stacks=("patroni", "mariadb", "pg_auto_failover", "repmgr"))
+    manager.wait_healthy(120)
+    return lab
+
+
+def shortened(src: str, tmp: Path, **changes: Any) -> Path:
+    """The shipped playbook with the drill's clock shortened (same faults, checks and SLOs)."""
+    data = yaml.safe_load(Path(src).read_text())
+    data["name"] = data["name"] + "-short"
+    data["load"]["warmup"] = "2s"
+    data["baseline"] = "6s"
+    steps = data["steps"]
+    steps[0]["at"] = "8s"
+    if "fault" in steps[0]:
+        steps[0]["fault"]["duration"] = changes.pop("fault_duration", "15s")
+    if len(steps) > 1:
+        steps[1]["at"] = changes.pop("second_at", "25s")
+    data["duration"] = changes.pop("duration", "30s")
+    data.update(changes)
+    path = tmp / Path(src).name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def run(playbook: Path, tmp: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    out = tmp / "runs"
+    res = subprocess.run(["chaoskit", "run", str(playbook), "-i", INV, "--out", str(out)], capture_output=True,
+                         text=True, timeout=400)
+    dirs = sorted(out.glob("*"))
+    assert dirs, res.stdout + res.stderr
+    return res, json.loads((dirs[-1] / "run.json").read_text())
+
+
+def marks_in_order(f: dict[str, Any]) -> None:
+    marks = [f[k] for k in ("t_fault", "t_detect", "t_promoted", "t_first_ok")]
+    assert None not in marks and marks == sorted(marks), marks
+
+
+def test_pgaf_keeper_killed_fails_over_without_loss(stacks: Inventory, tmp_path: Path) -> None:
+    res, ev = run(shortened("playbooks/pgaf-kill-primary.yaml", tmp_path), tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    (f,) = ev["results"]["faults"]
+    assert f["outcome"] == "failover" and f["new_primary"] != f["old_primary"] == f["target_host"]
+    assert f["detect_signal"].startswith("monitor-events: ")  # the monitor's own event table
+    marks_in_order(f)
+    assert ev["ha"]["manager"] == "pg_auto_failover"
+    rpo = ev["results"]["rpo"]  # pg_auto_failover commits synchronously to a secondary
+    assert rpo["lost_acknowledged"] == 0 and rpo["phantoms"] == 0 and rpo["acknowledged"] > 1000
+    assert ev["results"]["checks"]["expected_outcome"]["valid"] is True
+
+
+def test_repmgr_primary_killed_fails_over_and_is_rejoined_rewound(stacks: Inventory, tmp_path: Path) -> None:
+    res, ev = run(shortened("playbooks/repmgr-kill-primary.yaml", tmp_path), tmp_path)
+    (f,) = ev["results"]["faults"]
+    assert f["outcome"] == "failover" and f["new_primary"] != f["target_host"], res.stdout
+    # detection from repmgrd's log on the standbys, before the promotion repmgr.events records
+    assert f["detect_signal"].startswith("repmgrd-log: ") and "unable to connect to upstream" in f["detect_signal"]
+    assert f["phases"]["detection_s"] > 0 and f["phases"]["promotion_s"] > 0
+    marks_in_order(f)
+    (rejoin,) = ev["actions"]
+    # the killed primary's crash recovery diverged from the new timeline: rejoin must rewind, not clone
+    assert rejoin["ok"] and rejoin["rewound"] is True and rejoin["rebuilt"] is False, rejoin["answer"]
+    assert ev["results"]["checks"]["replica_convergence"]["valid"] is True
+    assert ev["results"]["rpo"]["phantoms"] == 0
+
+
+@pytest.mark.parametrize("playbook", ["pgaf-switchover", "repmgr-switchover"])
+def test_switchover_moves_the_primary_and_loses_nothing(stacks: Inventory, tmp_path: Path, playbook: str) -> None:
+    res, ev = run(shortened(f"playbooks/{playbook}.yaml", tmp_path), tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    (action,) = ev["actions"]
+    assert action["kind"] == "switchover" and action["ok"], action["answer"]
+    (f,) = ev["results"]["faults"]
+    assert f["outcome"] == "failover" and f["new_primary"] != f["old_primary"]
+    rpo = ev["results"]["rpo"]
+    assert rpo["lost_acknowledged"] == 0 and rpo["phantoms"] == 0
+
+
+def test_repmgr_partition_is_split_brain_and_the_rewind_loses_what_the_old_primary_acknowledged(
+        stacks: Inventory, tmp_path: Path) -> None:
+    """repmgr has no fencing: the isolated primary goes on acknowledging writes (its clients still
+    reach it) while a standby is promoted; the rejoin rewinds them away. The drill must show it."""
+    res, ev = run(shortened("playbooks/repmgr-partition-primary.yaml", tmp_path), tmp_path)
+    assert res.returncode == 1, res.stdout + res.stderr
+    (f,) = ev["results"]["faults"]
+    assert f["outcome"] == "split_brain", f["outcome_text"]
+    assert ev["results"]["checks"]["split_brain"]["valid"] is False
+    rpo = ev["results"]["rpo"]
+    assert rpo["lost_acknowledged"] > 0 and rpo["phantoms"] == 0
+    (rejoin,) = ev["actions"]
+    assert rejoin["ok"] and rejoin["rewound"] is True
+    assert ev["results"]["checks"]["replica_convergence"]["valid"] is True
+
+
+def test_pgaf_partition_overlaps_roles_but_loses_nothing(stacks: Inventory, tmp_path: Path) -> None:
+    """pg_auto_failover keeps the isolated primary in its role until the keeper's partition timeout
+    (20 s) while the monitor promotes a secondary after ~12 s: two primaries for a while, but the
+    isolated one cannot acknowledge a commit (synchronous replication)."""
+    res, ev = run(shortened("playbooks/pgaf-partition-primary.yaml", tmp_path, fault_duration="16s",
+                            duration="32s"), tmp_path)
+    (f,) = ev["results"]["faults"]
+    assert f["outcome"] == "split_brain", f["outcome_text"]
+    rpo = ev["results"]["rpo"]
+    assert rpo["lost_acknowledged"] == 0 and rpo["phantoms"] == 0
+    assert res.returncode == 1  # split-brain is a finding, whatever the data says
+
+
+def test_standby_kill_reports_its_catch_up(stacks: Inventory, tmp_path: Path) -> None:
+    res, ev = run(shortened("playbooks/pg-kill-standby.yaml", tmp_path, fault_duration="6s", duration="25s"),
+                  tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    (f,) = ev["results"]["faults"]
+    assert f["outcome"] == "no_reaction" and not f["outage"]
+    c = f["catchup"]
+    assert c["member"] == f["target_host"]
+    assert c["t_back"] == pytest.approx(ev["faults_injected"][0]["t_reverted"])
+    assert 0 < c["streaming_s"] <= c["caught_up_s"] < 30
+    assert c["peak_lag_bytes"] > c["baseline_lag_bytes"]  # it came back behind, and caught up
