@@ -176,6 +176,9 @@ def patroni_setup(host: LabHost, dcs: LabHost, flavour: str, superuser_pw: str, 
             "pg_hba": [
                 "local all all trust",
                 "host all all 127.0.0.1/32 trust",
+                # Patroni reads a diverged replica's own timeline over a local replication
+                # connection before it rewinds it; without this line it loops on "no pg_hba.conf entry"
+                "host replication replicator 127.0.0.1/32 trust",
                 f"host replication replicator {subnet} scram-sha-256",
                 f"host all all {subnet} scram-sha-256",
             ],
