@@ -1,4 +1,5 @@
-"""Lab bring-up and teardown times (targets: up <= 15 s, down <= 10 s, packages installed).
+"""Lab bring-up and teardown times: the default stacks (targets: up <= 15 s, down <= 10 s) and
+all four (Patroni, MariaDB, pg_auto_failover, repmgr; target: up <= 20 s), packages installed.
 
 python3 benchmarks/lab_up_down.py [--rounds 3]   (root; leaves the lab down)
 """
@@ -9,6 +10,7 @@ import argparse
 import statistics
 
 from chaoskit.lab import manager
+from chaoskit.lab.spec import DEFAULT_STACKS, STACKS
 
 
 def main() -> None:
@@ -16,13 +18,15 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     manager.down()
-    ups, downs = [], []
-    for _ in range(args.rounds):
-        res = manager.up()
-        ups.append(res.seconds)
-        downs.append(manager.down())
-    print(f"lab up   {', '.join(f'{s:.1f}' for s in ups)} s  (median {statistics.median(ups):.1f} s, target 15)")
-    print(f"lab down {', '.join(f'{s:.1f}' for s in downs)} s  (median {statistics.median(downs):.1f} s, target 10)")
+    for label, stacks, target in (("default", DEFAULT_STACKS, 15), ("all", STACKS, 20)):
+        ups, downs = [], []
+        for _ in range(args.rounds):
+            ups.append(manager.up(stacks=stacks).seconds)
+            downs.append(manager.down())
+        print(f"lab up {label:<8} {', '.join(f'{s:.1f}' for s in ups)} s  (median {statistics.median(ups):.1f} s, "
+              f"target {target}); stacks: {', '.join(stacks)}")
+        print(f"lab down {label:<6} {', '.join(f'{s:.1f}' for s in downs)} s  "
+              f"(median {statistics.median(downs):.1f} s, target 10)")
 
 
 if __name__ == "__main__":
