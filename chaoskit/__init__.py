@@ -1,6 +1,6 @@
 """chaoskit: failover and latency drills for replicated databases, turned into evidence.
 
-Glossary (the contract between the parts; see DESIGN.md for the full definitions):
+Glossary (the contract between the parts; docs/methodology.md has the full definitions):
 
 - host: a machine reached over SSH. Facts about it (clock offset, netem) are measured.
 - cluster: the database nodes under test, how to find their roles, how clients reach the writer.

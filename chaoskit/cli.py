@@ -80,6 +80,9 @@ def lab_up(
         _fail(exc)
     if res.already_up:
         out.print(f"lab already up and healthy (checked in {res.seconds:.1f}s): {', '.join(res.stacks)}")
+    elif res.revived and not res.added:
+        out.print(f"lab revived in {res.seconds:.1f}s (dead daemons started again, stacks repaired): "
+                  f"{', '.join(res.stacks)}")
     else:
         note = " (cleaned leftovers of an earlier run first)" if res.cleaned_leftovers else ""
         out.print(f"lab up in {res.seconds:.1f}s{note}: added {', '.join(res.added) or 'the base'}; running "

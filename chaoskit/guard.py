@@ -64,6 +64,19 @@ def refuse_unreachable_lab(inv: Inventory) -> None:
                          "`chaoskit lab up` first; nothing was sent", source=inv.source, field="lab")
 
 
+def lab_hosts_not_running(inv: Inventory) -> frozenset[str]:
+    """The hosts of a lab inventory whose namespace does not exist (their stack is not up): they
+    are left out of every-host operations and refused at once rather than waited for."""
+    if inv.lab is None:
+        return frozenset()
+    from chaoskit.lab.spec import NETNS_PREFIX, SPEC
+
+    res = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
+    existing = {line.split()[0] for line in res.stdout.splitlines() if line.strip()}
+    lab_names = {h.name for h in SPEC.hosts}
+    return frozenset(h for h in inv.hosts if h in lab_names and NETNS_PREFIX + h not in existing)
+
+
 def routed_elsewhere(subnet: str, bridge: str) -> str | None:
     """Why `subnet` must not be used for the lab: a route or an address of another interface
     already covers it (None when free)."""

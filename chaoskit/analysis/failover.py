@@ -1,4 +1,5 @@
-"""Failover phases and RTO for one fault, exactly as DESIGN.md defines them (control clock).
+"""Failover phases and RTO for one fault, exactly as the methodology (chaoskit/docs/methodology.md)
+defines them (control clock).
 
 - t_fault: the fault took effect on the host (host time, offset-corrected).
 - t_first_err / t_last_ok / t_first_ok: from every worker's outage edges (exact op timestamps)

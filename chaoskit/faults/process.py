@@ -28,17 +28,23 @@ kill -s "$SIGNAL" $PIDS
 mark_effect
 """
 
-# Freeze the whole tree first, then kill it: no process of the member runs (and acknowledges a
-# commit) between the first death and the last; the freeze is the crash's instant. A second pass
-# catches what forked since staging.
-CRASH_INJECT = r"""
+# The member's tree frozen (the named processes, their recorded descendants, then what forked
+# since staging): pause's whole effect, and a crash's instant.
+FREEZE_TREE = r"""
 load_pids || { record_pids; record_kids; load_pids; }
 kill -s STOP $PIDS $KIDS 2>/dev/null || true
 mark_effect
 late=$(descendants $PIDS $KIDS)
 if [ -n "$late" ]; then kill -s STOP $late 2>/dev/null || true; fi
-kill -s KILL $PIDS $KIDS $late 2>/dev/null || true
 for p in $late; do echo "child $p 0" >> "$J/$ID.pids"; done
+"""
+
+PAUSE_INJECT = FREEZE_TREE
+
+# Freeze the whole tree first, then kill it: no process of the member runs (and acknowledges a
+# commit) between the first death and the last; the freeze is the crash's instant.
+CRASH_INJECT = FREEZE_TREE + r"""
+kill -s KILL $PIDS $KIDS $late 2>/dev/null || true
 """
 
 RESTART_REVERT = r"""
@@ -48,15 +54,6 @@ restart_missing
 RESTART_ACTIVE = r"""
 if restart_pending; then exit 0; fi
 exit 1
-"""
-
-PAUSE_INJECT = r"""
-load_pids || { record_pids; record_kids; load_pids; }
-kill -s STOP $PIDS $KIDS 2>/dev/null || true
-mark_effect
-late=$(descendants $PIDS $KIDS)
-if [ -n "$late" ]; then kill -s STOP $late 2>/dev/null || true; fi
-for p in $late; do echo "child $p 0" >> "$J/$ID.pids"; done
 """
 
 PAUSE_REVERT = r"""

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from chaoskit.errors import HostUnreachable
 from chaoskit.inventory.models import Inventory
 from chaoskit.inventory.remote import Remote, SshRemote
 
@@ -19,15 +20,19 @@ class RemotePool:
     """Persistent connections to the hosts of one inventory, opened on first use."""
 
     def __init__(self, inventory: Inventory, factory: Callable[[str], Remote] | None = None) -> None:
+        self.absent: frozenset[str] = frozenset()
         if factory is None:  # real SSH: a lab inventory must not reach out while the lab is down
-            from chaoskit.guard import refuse_unreachable_lab
+            from chaoskit.guard import lab_hosts_not_running, refuse_unreachable_lab
 
             refuse_unreachable_lab(inventory)
+            self.absent = lab_hosts_not_running(inventory)
         self.inventory = inventory
         self._factory = factory or (lambda name: SshRemote(inventory.hosts[name], inventory))
         self._remotes: dict[str, Remote] = {}
 
     def get(self, name: str) -> Remote:
+        if name in self.absent:
+            raise HostUnreachable(name, "a lab host whose stack is not up (chaoskit lab up --stack ...)")
         if name not in self._remotes:
             self.inventory.host(name)  # raises KeyError with the known names
             self._remotes[name] = self._factory(name)
@@ -47,7 +52,8 @@ class RemotePool:
 
 def fan_out_pool(pool: RemotePool, fn: Callable[[Remote], T], hosts: Iterable[str] | None = None,
                  max_workers: int = 16) -> dict[str, T | BaseException]:
-    names = list(hosts) if hosts is not None else list(pool.inventory.hosts)
+    # every host: those that exist (a lab inventory lists the hosts of stacks that are not up)
+    names = list(hosts) if hosts is not None else [h for h in pool.inventory.hosts if h not in pool.absent]
 
     def call(name: str) -> T | BaseException:
         try:

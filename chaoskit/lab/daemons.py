@@ -46,7 +46,9 @@ def write_launcher(host: LabHost, daemon: str, command: str, pid_file: Path, *, 
         f"# chaoskit lab: start {daemon} of {host.name} detached in netns {host.netns}, pid to {pid_file}\n"
         "cd /\n"
         f"pid=$(cat {shlex.quote(str(pid_file))} 2>/dev/null)\n"
-        'if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then exit 0; fi\n'
+        # running, and not a zombie its reaper has not collected yet (kill -0 succeeds on those)
+        'if [ -n "$pid" ] && [ -r "/proc/$pid/status" ] && ! grep -q "^State:[[:space:]]*Z" "/proc/$pid/status"; '
+        "then exit 0; fi\n"
         f"setsid ip netns exec {host.netns} unshare --uts sh -c {shlex.quote(inner)}"
         f" >>{shlex.quote(str(log))} 2>&1 </dev/null &\n"
         f"echo $! > {shlex.quote(str(pid_file))}\n"

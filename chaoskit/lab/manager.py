@@ -49,6 +49,7 @@ class UpResult:
     cleaned_leftovers: bool
     stacks: tuple[str, ...] = ()
     added: tuple[str, ...] = ()
+    revived: bool = False  # dead daemons started again / a stack repaired, nothing rebuilt
 
 
 def require_root() -> None:
@@ -96,16 +97,17 @@ def _write_state(state: dict[str, Any]) -> None:
     Paths.state.write_text(json.dumps(state, indent=2))
 
 
+def _pid_alive(entry: dict[str, Any]) -> bool:
+    pid = read_pid_file(Path(entry["pid_file"])) if entry.get("pid_file") else entry["pid"]
+    return bool(pid) and alive(pid)
+
+
 def _daemons_alive(state: dict[str, Any], stacks: set[str]) -> bool:
     """Every daemon of these stacks (and the base) runs, judged by its pid file now (a drill may
     have restarted it)."""
     hosts = {h.name for h in SPEC.of_stacks(stacks)}
     procs = {k: v for k, v in state.get("daemons", {}).items() if k.split("/")[0] in hosts}
-    for entry in procs.values():
-        pid = read_pid_file(Path(entry["pid_file"])) if entry.get("pid_file") else entry["pid"]
-        if not pid or not alive(pid):
-            return False
-    return bool(procs)
+    return bool(procs) and all(_pid_alive(e) for e in procs.values())
 
 
 def _revive(state: dict[str, Any], stacks: set[str], spec: LabSpec, timeout: float) -> bool:
@@ -113,11 +115,18 @@ def _revive(state: dict[str, Any], stacks: set[str], spec: LabSpec, timeout: flo
     back as it is (launchers are no-ops for what still runs; then each stack's repair) rather than
     rebuilt: seconds instead of a rebuild, and the other stacks keep running."""
     hosts = {h.name for h in spec.of_stacks(stacks)}
-    for key, entry in state.get("daemons", {}).items():
-        script = entry.get("script")
-        pid = read_pid_file(Path(entry["pid_file"])) if entry.get("pid_file") else entry.get("pid")
-        if key.split("/")[0] in hosts and script and Path(script).exists() and not (pid and alive(pid)):
-            subprocess.run([script], check=False, timeout=30, capture_output=True)
+    entries = [e for k, e in state.get("daemons", {}).items() if k.split("/")[0] in hosts and e.get("script")]
+    deadline = time.monotonic() + min(timeout, 20.0)
+    # started again until they stay up: a postmaster refuses to start while the backends of the
+    # one that was killed still hold its shared memory, for a few seconds
+    while True:
+        dead = [e for e in entries if not _pid_alive(e)]
+        if not dead or time.monotonic() > deadline:
+            break
+        for e in dead:
+            if Path(e["script"]).exists():
+                subprocess.run([e["script"]], check=False, timeout=30, capture_output=True)
+        time.sleep(1.0)
     try:
         wait_healthy(min(timeout, 45.0), spec, stacks=tuple(sorted(stacks)), repair_after=3.0)
     except LabError:
@@ -146,10 +155,11 @@ def up(flavour: str = "debian", stacks: tuple[str, ...] | list[str] = DEFAULT_ST
         have = set(state.get("stacks", ())) if state else set()
         same = bool(state) and state.get("patroni") == flavour and network.link_exists(BRIDGE)
         reusable = same and _daemons_alive(state, have) and all(recipe(s).health(spec)[0] for s in ("base", *have))
+        revived = False
         if same and not reusable and have:
-            reusable = _revive(state, have, spec, timeout)
+            reusable = revived = _revive(state, have, spec, timeout)
         if reusable and set(wanted) <= have:
-            return UpResult(time.monotonic() - t0, True, False, tuple(sorted(have)))
+            return UpResult(time.monotonic() - t0, not revived, False, tuple(sorted(have)), revived=revived)
         cleaned = False
         if not reusable:
             cleaned = has_leftovers(spec)
@@ -174,7 +184,7 @@ def up(flavour: str = "debian", stacks: tuple[str, ...] | list[str] = DEFAULT_ST
         all_up = sorted(have | set(adding))
         _write_state({"patroni": flavour, "created": (state or {}).get("created", time.time()), "stacks": all_up,
                       "daemons": {**(state or {}).get("daemons", {}), **started}})
-        return UpResult(time.monotonic() - t0, False, cleaned, tuple(all_up), tuple(adding))
+        return UpResult(time.monotonic() - t0, False, cleaned, tuple(all_up), tuple(adding), revived=revived)
 
 
 def _build(spec: LabSpec, flavour: str, timeout: float, *, base: bool, stacks: list[str],

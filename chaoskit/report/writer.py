@@ -22,6 +22,9 @@ SCHEMA_VERSION = 2
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 
 
+METHODOLOGY = Path(__file__).parents[1] / "docs" / "methodology.md"
+
+
 def sha256_file(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
@@ -58,6 +61,7 @@ def write_run(ctx: Any, rd: RunDirectory) -> dict[str, Any]:
     }
     evidence = clean(evidence)
     rd.write_json("run.json", evidence)
+    rd.write_text("methodology.md", METHODOLOGY.read_text())  # the evidence carries its own definitions
     if rec is not None and ctx.probe is not None:
         node_columns = _node_columns(ctx, rec)
         rec.write_timeline_csv(str(rd.file("timeline.csv")), t0=ctx.t0, extra=node_columns)

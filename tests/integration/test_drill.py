@@ -57,7 +57,7 @@ def kill_primary(lab: Inventory, tmp_path_factory: pytest.TempPathFactory) -> tu
 def test_kill_primary_end_to_end(kill_primary: tuple[subprocess.CompletedProcess[str], Path]) -> None:
     res, run_dir = kill_primary
     assert res.returncode == 0, res.stdout + res.stderr
-    for name in ("run.json", "events.jsonl", "timeline.csv", "report.html", "summary.md", "junit.xml",
+    for name in ("run.json", "events.jsonl", "timeline.csv", "report.html", "summary.md", "junit.xml", "methodology.md",
                  "plots/timeline.png", "plots/latency_histogram.png"):
         assert (run_dir / name).stat().st_size > 0, name
     ev = json.loads((run_dir / "run.json").read_text())
@@ -77,22 +77,21 @@ def test_kill_primary_end_to_end(kill_primary: tuple[subprocess.CompletedProcess
     assert f["target_host"] == f["old_primary"] != f["new_primary"]
     assert 0 < f["rto_s"] < 30 and f["write_gap_s"] >= f["rto_s"] - 0.5
     assert set(f["phases"]) == {"detection_s", "promotion_s", "reconnect_s", "stabilisation_s"}
-    assert sum(f["phases"].values()) == pytest.approx(f["t_recovered"] - f["t_fault"], abs=1e-5)
     assert ev["results"]["checks"]["replica_convergence"]["old_primary"]["rejoined"] is True
     assert ev["results"]["checks"]["split_brain"]["valid"] is True
     assert ev["results"]["verdict"] is True and all(s["ok"] for s in ev["results"]["slo"].values())
     assert ev["faults_injected"][0]["revert_verified"] is True
 
 
-def test_rto_recomputed_from_events_and_timeline(kill_primary: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+def test_rto_against_the_hosts_record_and_the_timeline(kill_primary: tuple[subprocess.CompletedProcess[str],
+                                                                                        Path]) -> None:
     _, run_dir = kill_primary
     ev = json.loads((run_dir / "run.json").read_text())
     f = ev["results"]["faults"][0]
-    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
-    injected = next(e for e in events if e["kind"] == "fault_injected")
-    first_ok = next(e for e in events if e["kind"] == "phase_mark" and e["mark"] == "t_first_ok")
-    assert injected["t"] == pytest.approx(f["t_fault"], abs=1e-6)
-    assert first_ok["t"] - injected["t"] == pytest.approx(f["rto_s"], abs=1e-5)
+    # T_fault is the host's own timestamp of the kill, moved to the control clock by the measured offset
+    (inj,) = ev["faults_injected"]
+    assert f["t_fault"] == pytest.approx(inj["t_effect_host"] - inj["offset_s"], abs=1e-6)
+    assert inj["t_sent"] <= f["t_fault"] + inj["offset_uncertainty_s"]
     # the timeline (100 ms intervals) agrees: no write completes in between, and writes resume there
     t0 = ev["t0_load_start"]
     rows = list(csv.DictReader((run_dir / "timeline.csv").open()))
@@ -102,6 +101,26 @@ def test_rto_recomputed_from_events_and_timeline(kill_primary: tuple[subprocess.
     resumed = next(float(r["t"]) for r in rows if float(r["t"]) > f["t_last_ok"] + 0.1 and int(r["write_ok"]) > 0)
     assert resumed == pytest.approx(f["t_first_ok"], abs=0.11)
     assert float(rows[0]["t_rel_s"]) == pytest.approx(float(rows[0]["t"]) - t0, abs=0.001)
+
+
+def test_ledger_recounted_with_plain_sql_on_every_member(lab: Inventory,
+                                                         kill_primary: tuple[subprocess.CompletedProcess[str],
+                                                                             Path]) -> None:
+    """Every member holds exactly: acknowledged - lost + indeterminate found + phantoms rows of the
+    run, counted here with psycopg and plain SQL, not through chaoskit's drivers."""
+    import psycopg
+
+    _, run_dir = kill_primary
+    ev = json.loads((run_dir / "run.json").read_text())
+    rpo = ev["results"]["rpo"]
+    expected = rpo["acknowledged"] - rpo["lost_acknowledged"] + rpo["indeterminate_found"] + rpo["phantoms"]
+    password = Path("/var/lib/chaoskit-lab/secrets/pg_superuser").read_text().strip()
+    for member in lab.clusters["pg"].members:
+        with psycopg.connect(host=lab.member_address(member), port=member.db_port or 5432, user="postgres",
+                             password=password, dbname="postgres", connect_timeout=5) as conn:
+            (count,) = conn.execute("SELECT count(*) FROM chaoskit_ledger WHERE run_id = %s",
+                                    (ev["run_id"],)).fetchone()
+        assert count == expected, (member.host, count, expected)
 
 
 def test_report_html_parses_and_plots_are_images(kill_primary: tuple[subprocess.CompletedProcess[str],

@@ -252,10 +252,11 @@ def test_up_revives_killed_daemons_in_place(lab: Inventory) -> None:
     """A crash of every daemon (not of the lab): `up` starts them again where they were, no rebuild."""
     state = json.loads(Paths.state.read_text())
     created = state["created"]
-    for entry in state["daemons"].values():
-        subprocess.run(["kill", "-9", str(entry["pid"])], check=False)
+    for entry in state["daemons"].values():  # each daemon as it runs now (drills restart some)
+        pid = Path(entry["pid_file"]).read_text().split("\n", 1)[0].strip()
+        subprocess.run(["kill", "-9", pid], check=False)
     res = manager.up()
-    assert not res.already_up and not res.cleaned_leftovers and res.added == ()
+    assert res.revived and not res.already_up and not res.cleaned_leftovers and res.added == ()
     assert json.loads(Paths.state.read_text())["created"] == created  # the same lab, not a new one
     manager.wait_healthy(90)
     roles = discover_roles(lab.clusters["pg"], lab)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from chaoskit.analysis.checks import split_brain
-from chaoskit.analysis.durability import rpo_check
 from chaoskit.analysis.failover import analyse_fault, baseline_tps
 from chaoskit.analysis.verdict import checked, merge
 from chaoskit.ha.base import ManagerEvent
@@ -64,8 +63,6 @@ def test_phases_are_exact_and_ordered() -> None:
     assert order == sorted(order)
     assert r["rto_s"] == pytest.approx(r["t_first_ok"] - FAULT, abs=1e-6)  # reported to the microsecond
     assert r["write_gap_s"] == pytest.approx(r["t_first_ok"] - r["t_last_ok"], abs=1e-6)
-    ph = r["phases"]
-    assert sum(ph.values()) == pytest.approx(r["t_recovered"] - FAULT, abs=1e-6)
     assert set(r["per_client_rto_s"]) == {"1", "2"}
     assert r["t_recovered"] == pytest.approx(r["t_first_ok"] + 1.0, abs=0.15)  # rolling 1 s window refills
 
@@ -87,22 +84,6 @@ def test_fault_without_outage_has_no_phases() -> None:
                       manager_observable=True)
     assert r["outage"] is False and r["rto_s"] is None and all(v is None for v in r["phases"].values())
     assert r["effect"]["baseline_tps"] == 200 and "dip_depth" in r["effect"]
-
-
-def test_rpo_lost_indeterminate_phantoms() -> None:
-    rec, _ = history()
-    acked = set(rec.ledger_keys(OK))
-    info = set(rec.ledger_keys(INFO))
-    assert info
-    lost = sorted(k for k in acked if rec.ledger_outcome(*k)[1] > FAULT - 0.5)[:7]  # the last ~0.5 s lost
-    present = (acked - set(lost)) | set(list(info)[:1]) | {(9, 1)}  # one info found, one phantom
-    r = rpo_check(rec, present, FAULT, max_lost=0)
-    assert r["lost_acknowledged"] == 7 and r["phantoms"] == 1 and r["valid"] is False
-    assert r["indeterminate"] == len(info) and r["indeterminate_found"] == 1
-    earliest = min(rec.ledger_outcome(*k)[1] for k in lost)
-    assert r["rpo_s"] == pytest.approx(FAULT - earliest, abs=0.002)
-    clean = rpo_check(rec, acked, FAULT, max_lost=0)
-    assert clean["valid"] is True and clean["lost_acknowledged"] == 0 and clean["rpo_s"] is None
 
 
 def test_split_brain_detects_overlap_only() -> None:

@@ -196,3 +196,28 @@ def test_committed_lab_inventory_matches_the_lab_spec() -> None:
     for name in ("pg", "pgaf", "repmgr"):
         for m in inv.clusters[name].members:
             assert m.data_dir and all(p.pid_file for p in m.processes.values()), (name, m.host)
+
+
+def test_ansible_vars_precedence_all_parent_child_host(tmp_path: Path) -> None:
+    """Ansible's order: all < parent group < child group < host; the nearest definition wins."""
+    inv = load_inventory(write(tmp_path, """
+        all:
+          vars: {ansible_user: from-all, ansible_port: 2201}
+          children:
+            pg:
+              vars: {ansible_user: from-parent, ansible_port: 2202}
+              hosts:
+                a: {ansible_host: 10.0.0.1}
+              children:
+                pgprod:
+                  vars: {ansible_user: from-child}
+                  hosts:
+                    b: {ansible_host: 10.0.0.2}
+                    c: {ansible_host: 10.0.0.3, ansible_user: from-host}
+            other:
+              hosts:
+                d: {ansible_host: 10.0.0.4}
+        """))
+    got = {n: (h.user, h.port) for n, h in inv.hosts.items()}
+    assert got == {"a": ("from-parent", 2202), "b": ("from-child", 2202), "c": ("from-host", 2202),
+                   "d": ("from-all", 2201)}

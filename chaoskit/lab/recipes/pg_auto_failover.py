@@ -16,7 +16,7 @@ from typing import Any
 from chaoskit.errors import LabError
 from chaoskit.lab import daemons
 from chaoskit.lab.procs import alive, netns_pids, read_pid_file, terminate
-from chaoskit.lab.recipes import Build, psql, run_in
+from chaoskit.lab.recipes import Build, postgres_cluster, psql, run_in
 from chaoskit.lab.spec import SUBNET_PREFIX, LabHost, LabSpec, Paths
 
 NAME = "pg_auto_failover"
@@ -175,23 +175,8 @@ def health(spec: LabSpec) -> tuple[bool, str]:
 
 
 def clusters(spec: LabSpec) -> dict[str, Any]:
-    members = [{
-        "host": h.name, "db_port": port(h), "data_dir": str(Paths.pg_data(h)),
-        "processes": {
-            "postgres": {"pid_file": str(Paths.pg_data(h) / "postmaster.pid"), "comm": "postgres"},
-            "pg_autoctl": {"pid_file": str(h.dir / "pg_autoctl.pid"), "comm": "pg_autoctl",
-                           "start": str(Paths.launcher(h, "pg_autoctl"))},
-        },
-    } for h in keepers(spec)]
-    hosts = ",".join(h.address for h in keepers(spec))
-    ports = ",".join(str(port(h)) for h in keepers(spec))
-    return {"pgaf": {
-        "engine": "postgres",
-        "ha": {"kind": "pg_auto_failover", "monitor": f"{monitor(spec).address}:{MONITOR_PORT}"},
-        "members": members, "database": "postgres", "user": "postgres",
-        "password": {"file": str(Paths.secret("pg_superuser"))},
-        "dsn": f"host={hosts} port={ports} dbname=postgres target_session_attrs=read-write",
-    }}
+    ha = {"kind": "pg_auto_failover", "monitor": f"{monitor(spec).address}:{MONITOR_PORT}"}
+    return {"pgaf": postgres_cluster(keepers(spec), port, ha, "pg_autoctl", lambda h: h.dir / "pg_autoctl.pid")}
 
 
 def postgres_data(spec: LabSpec) -> list[Path]:

@@ -21,7 +21,7 @@ from typing import Any
 from chaoskit.errors import LabError
 from chaoskit.ha.repmgr import CLONE_SCRIPT, CURRENT_TIMELINE, REJOIN_SCRIPT
 from chaoskit.lab import daemons
-from chaoskit.lab.recipes import Build, postgres_key, psql, run_in
+from chaoskit.lab.recipes import Build, postgres_cluster, postgres_key, psql, run_in
 from chaoskit.lab.spec import SUBNET_PREFIX, LabHost, LabSpec, Paths
 
 NAME = "repmgr"
@@ -109,7 +109,7 @@ def build(b: Build) -> None:
         run_in(host, ["repmgr", "-h", primary.address, "-p", str(port(primary)), "-U", "repmgr", "-d", "repmgr",
                       "-f", str(conf(host)), "standby", "clone", "--fast-checkpoint"], user="postgres",
                timeout=b.left())
-        b.launch(f"{host.name}/postgres", Paths.launcher(host, "postgres"), host.dir / "postgres.launch.pid")
+        b.launch(f"{host.name}/postgres", Paths.launcher(host, "postgres"), Paths.pg_data(host) / "postmaster.pid")
         b.wait(lambda h=host: _answers(h), f"PostgreSQL on {host.name}")
         run_in(host, ["repmgr", "-f", str(conf(host)), "standby", "register"], user="postgres")
         b.launch(f"{host.name}/repmgrd", Paths.launcher(host, "repmgrd"), host.dir / "repmgrd.launch.pid")
@@ -147,7 +147,8 @@ def _init_primary(host: LabHost, b: Build) -> None:
         fh.write("\n".join([f"host repmgr repmgr {SUBNET_PREFIX}.0/24 trust",
                             f"host replication repmgr {SUBNET_PREFIX}.0/24 trust",
                             f"host all all {SUBNET_PREFIX}.0/24 scram-sha-256", ""]))
-    b.launch(f"{host.name}/postgres", Paths.launcher(host, "postgres"), host.dir / "postgres.launch.pid")
+    # judged alive by PostgreSQL's own pid file: repmgr (rejoin, switchover) restarts it with pg_ctl
+    b.launch(f"{host.name}/postgres", Paths.launcher(host, "postgres"), Paths.pg_data(host) / "postmaster.pid")
     b.wait(lambda: _answers(host), f"PostgreSQL on {host.name}")
     psql(SOCKETS, port(host), "CREATE USER repmgr SUPERUSER")
     psql(SOCKETS, port(host), "CREATE DATABASE repmgr OWNER repmgr")
@@ -194,23 +195,8 @@ def health(spec: LabSpec) -> tuple[bool, str]:
 
 
 def clusters(spec: LabSpec) -> dict[str, Any]:
-    members = [{
-        "host": h.name, "db_port": port(h), "data_dir": str(Paths.pg_data(h)),
-        "processes": {
-            "postgres": {"pid_file": str(Paths.pg_data(h) / "postmaster.pid"), "comm": "postgres"},
-            "repmgrd": {"pid_file": str(h.dir / "repmgrd.launch.pid"), "comm": "repmgrd",
-                        "start": str(Paths.launcher(h, "repmgrd"))},
-        },
-    } for h in hosts(spec)]
-    addresses = ",".join(h.address for h in hosts(spec))
-    ports = ",".join(str(port(h)) for h in hosts(spec))
-    return {"repmgr": {
-        "engine": "postgres",
-        "ha": {"kind": "repmgr", "config_file": f"{Paths.root}/hosts/{{host}}/repmgr.conf"},
-        "members": members, "database": "postgres", "user": "postgres",
-        "password": {"file": str(Paths.secret("pg_superuser"))},
-        "dsn": f"host={addresses} port={ports} dbname=postgres target_session_attrs=read-write",
-    }}
+    ha = {"kind": "repmgr", "config_file": f"{Paths.root}/hosts/{{host}}/repmgr.conf"}
+    return {"repmgr": postgres_cluster(hosts(spec), port, ha, "repmgrd", lambda h: h.dir / "repmgrd.launch.pid")}
 
 
 def postgres_data(spec: LabSpec) -> list[Path]:
