@@ -178,7 +178,6 @@ class Recorder:
         self._last_ok: dict[int, float] = {}
         self.ledger: dict[int, LedgerColumn] = {}
         self._ledger_shipped: dict[int, int] = {}
-        self.events: list[dict[str, Any]] = []
         self._errors_shipped = 0
         self._gaps_shipped = 0
 
@@ -242,9 +241,6 @@ class Recorder:
         else:
             value = LEDGER_FAIL if outcome == FAIL else LEDGER_INFO
         col.set(seq - 1, value)
-
-    def event(self, kind: str, t: float, **data: Any) -> None:
-        self.events.append({"kind": kind, "t": t, **data})
 
     # -- closing intervals and moving batches ----------------------------------------------
     def close_before(self, idx: int) -> None:

@@ -36,6 +36,7 @@ from chaoskit.inventory.capabilities import Capabilities, probe_capabilities
 from chaoskit.inventory.clock import ClockOffset, measure_offset
 from chaoskit.inventory.fanout import RemotePool, fan_out_pool
 from chaoskit.inventory.models import Cluster, Inventory
+from chaoskit.inventory.remote import CommandResult
 
 if TYPE_CHECKING:
     from chaoskit.faults.client_link import ClientLink
@@ -113,8 +114,12 @@ def controller_alive(meta: dict[str, Any]) -> bool:
 
 class FaultManager:
     def __init__(self, inventory: Inventory, pool: RemotePool | None = None,
-                 roles: Callable[[Cluster], tuple[RoleView, set[str]]] | None = None) -> None:
+                 roles: Callable[[Cluster], tuple[RoleView, set[str]]] | None = None,
+                 journal_root: str = journal.ROOT, clock: Callable[[], float] = time.time) -> None:
         self.inventory = inventory
+        # where the journal lives on every host (tests point it at a temporary directory)
+        self.journal_root = journal_root
+        self.clock = clock  # the control clock (t_staged, t_sent); a FakeClock in unit tests
         self.pool = pool or RemotePool(inventory)
         self._own_pool = pool is None
         self.roles = roles or _discovered_roles(inventory)
@@ -188,7 +193,8 @@ class FaultManager:
                 raise InputError(str(exc), source="command line", field="processes") from None
             planned_ms = None if spec.duration is None else int((spec.duration + DEADMAN_MARGIN_S) * 1000)
             files = journal.journal_files(fault_id, scripts, self._meta(fault_id, spec, host), planned_ms)
-            planned.append(PlannedFault(host, files, journal.stage_script(fault_id, files, spec.ttl)))
+            script = journal.stage_script(fault_id, files, spec.ttl, root=self.journal_root)
+            planned.append(PlannedFault(host, files, script))
         return fault_id, planned
 
     def _meta(self, fault_id: str, spec: FaultBase, host: str) -> dict[str, Any]:
@@ -235,7 +241,7 @@ class FaultManager:
             except RemoteCommandError as exc:
                 raise RemoteCommandError(p.host, f"stage {spec.kind} ({fault_id})", exc.result) from None
             jdir, shell = journal.parse_staged(res.stdout)
-            staged = StagedFault(fault_id, p.host, spec, t_scheduled, time.time(), jdir, shell)
+            staged = StagedFault(fault_id, p.host, spec, t_scheduled, self.clock(), jdir, shell)
             self.staged.append(staged)
             self.pending.remove((fault_id, p.host))
             out.append(staged)
@@ -244,9 +250,10 @@ class FaultManager:
     def trigger(self, staged: StagedFault) -> InjectedFault:
         """The instant: apply a staged fault (one `sh` on the open channel)."""
         remote = self.pool.get(staged.host)
-        t_sent = time.time()
+        t_sent = self.clock()
         try:
-            res = remote.shell(journal.trigger_script(staged.id, jdir=staged.journal_dir, shell=staged.shell),
+            res = remote.shell(journal.trigger_script(staged.id, root=self.journal_root, jdir=staged.journal_dir,
+                                                     shell=staged.shell),
                                timeout=60)
         except RemoteCommandError as exc:
             self._forget_staged(staged)
@@ -271,7 +278,7 @@ class FaultManager:
     def discard(self, staged: StagedFault) -> None:
         """Unjournal a staged fault that will not be triggered (e.g. its role moved)."""
         with contextlib.suppress(Exception):
-            self.pool.get(staged.host).shell(journal.revert_script(staged.id), timeout=120, check=False)
+            self._revert_on(staged.host, staged.id)
         self._forget_staged(staged)
 
     def inject(self, spec: FaultBase, t_scheduled: float | None = None) -> list[InjectedFault]:
@@ -284,7 +291,7 @@ class FaultManager:
         if self.client_link is None:
             raise InputError("target client needs the load to run through a client link (a drill step with "
                              "target: client sets one up)", source="command line", field="--target")
-        t_sent = time.time()
+        t_sent = self.clock()
         t_effect = self.client_link.apply(spec)  # type: ignore[arg-type]
         fault = InjectedFault(
             id=uuid.uuid4().hex[:12], kind=spec.kind, host=CLIENT, target=spec.target,
@@ -308,7 +315,7 @@ class FaultManager:
                 fault.revert_error = str(exc)
             return
         try:
-            res = self.pool.get(fault.host).shell(journal.revert_script(fault.id), timeout=120, check=False)
+            res = self._revert_on(fault.host, fault.id)
         except HostUnreachable as exc:
             fault.revert_error = str(exc)
             return
@@ -325,6 +332,10 @@ class FaultManager:
         fault.reverted_by = by
         fault.revert_verified = True
 
+    def _revert_on(self, host: str, fault_id: str, by: str = "controller") -> CommandResult:
+        return self.pool.get(host).shell(journal.revert_script(fault_id, by=by, root=self.journal_root),
+                                         timeout=120, check=False)
+
     def proxy_stats(self, fault: InjectedFault) -> list[dict[str, Any]]:
         """A latency fault's measured added delay (per peer), read on the host before revert."""
         if fault.host == CLIENT:
@@ -336,7 +347,7 @@ class FaultManager:
         """True in effect, False not, None unknown."""
         if fault.host == CLIENT:
             return self.client_link is not None and self.client_link.active
-        res = self.pool.get(fault.host).shell(journal.active_script(fault.id), check=False)
+        res = self.pool.get(fault.host).shell(journal.active_script(fault.id, root=self.journal_root), check=False)
         return True if res.exited == 0 else False if res.exited == 1 else None
 
     def revert_all(self) -> list[InjectedFault]:
@@ -345,7 +356,7 @@ class FaultManager:
         interrupted stage or trigger."""
         for fault_id, host in reversed(list(self.pending)):
             with contextlib.suppress(Exception):
-                res = self.pool.get(host).shell(journal.revert_script(fault_id), timeout=120, check=False)
+                res = self._revert_on(host, fault_id)
                 if res.exited in (0, 4):
                     self.pending.remove((fault_id, host))
         for staged in reversed(list(self.staged)):
@@ -360,11 +371,12 @@ class FaultManager:
 
     # -- journals on hosts -----------------------------------------------------------------
     def journaled(self, hosts: list[str] | None = None) -> dict[str, list[dict] | BaseException]:
-        return fan_out_pool(self.pool, lambda r: journal.parse_list(r.shell(journal.list_script()).stdout), hosts)
+        listing = journal.list_script(root=self.journal_root)
+        return fan_out_pool(self.pool, lambda r: journal.parse_list(r.shell(listing).stdout), hosts)
 
     def revert_by_id(self, fault_id: str) -> dict[str, str]:
-        results = fan_out_pool(self.pool, lambda r: r.shell(journal.revert_script(fault_id, by="recover"),
-                                                            timeout=120, check=False))
+        script = journal.revert_script(fault_id, by="recover", root=self.journal_root)
+        results = fan_out_pool(self.pool, lambda r: r.shell(script, timeout=120, check=False))
         out = {}
         for host, res in results.items():
             if isinstance(res, BaseException):
@@ -391,8 +403,7 @@ class FaultManager:
                     ctl = entry["controller"]
                     done[entry["id"]] = f"skipped: its controller (pid {ctl['pid']}) still runs; --force reverts it"
                     continue
-                res = self.pool.get(host).shell(journal.revert_script(entry["id"], by="recover"), timeout=120,
-                                                check=False)
+                res = self._revert_on(host, entry["id"], by="recover")
                 done[entry["id"]] = "reverted" if res.exited in (0, 4) else \
                     f"failed: {(res.stderr or res.stdout).strip()[-200:]}"
             report[host] = done
