@@ -5,7 +5,6 @@ log, the faults and that truth, and returns the results plus the phase marks to 
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from chaoskit.analysis.catchup import standby_catchup
@@ -85,7 +84,7 @@ def analyse(ctx: Any, truth: dict[str, Any]) -> tuple[dict[str, Any], list[dict[
     if "convergence" in truth:
         checks["replica_convergence"] = checked(convergence_verdict, truth["convergence"],
                                                 ctx.preflight.get("primary_before"), ctx.preflight.get("ha", {}))
-    slo = _slo(pb, faults, checks, rec)
+    slo = _slo(pb, faults, checks, rec, ctx.ended)
     verdict = merge([c.get("valid", "unknown") for c in checks.values()] + [s["ok"] for s in slo.values()])
     if ctx.aborted:
         verdict = "aborted"
@@ -127,7 +126,8 @@ def expectations(pb: Any, faults: list[dict[str, Any]], actions: list[dict[str, 
     return {"valid": all(r["ok"] for r in rows), "steps": rows}
 
 
-def _slo(pb: Any, faults: list[dict[str, Any]], checks: dict[str, Any], rec: Recorder) -> dict[str, Any]:
+def _slo(pb: Any, faults: list[dict[str, Any]], checks: dict[str, Any], rec: Recorder,
+         ended: float) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if pb.slo.rto_max is not None:
         rtos = [f.get("rto_s") for f in faults if f.get("outage")]
@@ -142,7 +142,7 @@ def _slo(pb: Any, faults: list[dict[str, Any]], checks: dict[str, Any], rec: Rec
         start, anchor = recovery_start([f for f in faults if f.get("outage")])
         rate = None
         if start is not None:
-            w = rec.window(start, rec.index(time.time()) * rec.interval + 10)
+            w = rec.window(start, ended + rec.interval)  # to the end of the run (the load stopped before it)
             rate = error_rate(w)
         elif not any(f.get("outage") for f in faults):
             rate = error_rate(rec.totals())

@@ -1,0 +1,257 @@
+"""`analyse` (a drill's whole `results`) and the convergence check, on the hand-written history of
+test_figures.py (see its docstring: T0 = 1000, fault at F = 1010, interval 0.125 s, two workers).
+Every expected value is worked out here from that history; the per-fault figures are pinned one by
+one in test_figures.py, and here the glue: baseline window, SLOs with their units, merged verdict,
+phase marks, windows between disturbances, missing truth, aborts, and timeline.csv."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_figures import T0, F, outcome1, outcome2, probe, recorder, t1, t2
+
+from chaoskit.analysis.checks import convergence_verdict, gather_convergence, rewind_note
+from chaoskit.analysis.drill import analyse, error_rate, expectations, recovery_start
+from chaoskit.faults.manager import InjectedFault
+from chaoskit.inventory.models import Cluster
+from chaoskit.playbook.models import Playbook
+from chaoskit.recorder import OK
+
+PLAYBOOK = {
+    "name": "hand", "cluster": "pg",
+    "load": {"workload": "ledger", "workers": 2, "warmup": "2s"},
+    "probes": {"interval": "500ms"}, "baseline": "8s",
+    "steps": [{"at": "10s", "expect": "failover",
+               "fault": {"kind": "kill", "target": "role:primary", "processes": ["postgres"]}}],
+    "duration": "30s", "recovery": {"within": "30s", "tps_fraction": 0.9, "hold": "3s"},
+    "checks": ["rpo", "split_brain"],
+    "slo": {"rto_max": "5s", "rpo_max_writes": 5, "max_error_rate_after_recovery": 0.01},
+}
+
+
+def playbook(**changes: Any) -> Playbook:
+    data = {**PLAYBOOK, **changes}
+    return Playbook.model_validate(data)
+
+
+def kill(t_effect: float = F, fid: str = "f") -> InjectedFault:
+    return InjectedFault(id=fid, kind="kill", host="pg1", target="role:primary", spec={}, t_scheduled=t_effect,
+                         t_staged=t_effect - 1.5, t_sent=t_effect - 0.01, t_effect=t_effect, t_effect_host=t_effect,
+                         t_apply_start=t_effect - 0.001, t_applied=t_effect + 0.001, offset_s=0.0,
+                         offset_uncertainty_s=0.0005, step=0)
+
+
+@dataclass
+class Probe:
+    log: Any
+
+
+@dataclass
+class Ctx:
+    playbook: Playbook
+    recorder: Any
+    probe: Probe
+    faults: list[InjectedFault]
+    actions: list[dict[str, Any]] = field(default_factory=list)
+    preflight: dict[str, Any] = field(default_factory=lambda: {"ha": {"manager": "patroni"},
+                                                               "primary_before": "pg1"})
+    t0: float = T0
+    ended: float = 1030.0
+    aborted: str | None = None
+
+
+ACKED = {(1, k + 1) for k in range(240) if outcome1(k) == OK} | {(2, k + 1) for k in range(240) if outcome2(k) == OK}
+LOST = {(1, 79), (1, 80), (2, 82)}  # worker 1's k = 78, 79 and worker 2's k = 81 (acknowledged before F + 0.22)
+
+
+@pytest.fixture(scope="module")
+def analysed() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    ctx = Ctx(playbook(), recorder(), Probe(probe()), [kill()])
+    return analyse(ctx, {"ledger_present": {"rows": ACKED - LOST}})
+
+
+def test_baseline_and_the_fault_window(analysed: tuple) -> None:
+    results, _ = analysed
+    # warm-up 2 s, baseline 8 s after T0: 1002..1008, two writes per 0.125 s interval = 16/s
+    assert results["baseline_tps"] == 16.0
+    [fault] = results["faults"]
+    assert fault["window_end"] == 1030.0  # the only disturbance: its window runs to the end of the run
+    assert fault["rto_s"] == 4.0625 and fault["outcome"] == "failover"
+
+
+def test_phase_marks_in_order(analysed: tuple) -> None:
+    _, marks = analysed
+    assert marks == [{"t": 1010.0, "mark": "t_fault", "fault": "f"}, {"t": 1011.5, "mark": "t_detect", "fault": "f"},
+                     {"t": 1014.01, "mark": "t_promoted", "fault": "f"},
+                     {"t": 1014.0625, "mark": "t_first_ok", "fault": "f"},
+                     {"t": 1018.625, "mark": "t_recovered", "fault": "f"}]
+
+
+def test_rpo_split_brain_and_expected_outcome(analysed: tuple) -> None:
+    results, _ = analysed
+    rpo = results["checks"]["rpo"]
+    assert results["rpo"] is rpo
+    assert (rpo["acknowledged"], rpo["lost_acknowledged"], rpo["valid"]) == (403, 3, True)  # 3 <= bound 5
+    # the two info commits (worker 1 seq 81, worker 2 seq 83) were not found
+    assert (rpo["indeterminate"], rpo["indeterminate_not_found"], rpo["phantoms"]) == (2, 2, 0)
+    brain = results["checks"]["split_brain"]
+    assert brain["valid"] is True and brain["overlaps"] == [] and brain["samples"] == 122
+    assert results["checks"]["expected_outcome"] == {
+        "valid": True, "steps": [{"step": 0, "fault": "f", "expected": "failover", "outcome": "failover", "ok": True,
+                                  "text": results["faults"][0]["outcome_text"]}]}
+
+
+def test_slos_with_targets_and_measurements(analysed: tuple) -> None:
+    results, _ = analysed
+    slo = results["slo"]
+    assert slo["rto_max"] == {"target": 5.0, "measured": 4.0625, "ok": True}
+    assert slo["rpo_max_writes"] == {"target": 5, "measured": 3, "ok": True}
+    # after T_recovered 1018.625 (interval k = 149 on): 91 writes per worker, one failure (worker 2's
+    # k = 160): 1 / 182 = 0.0054945... -> 0.005495
+    assert slo["max_error_rate_after_recovery"] == {"target": 0.01, "measured": 0.005495, "from": "t_recovered",
+                                                    "ok": True}
+    assert results["verdict"] is True
+
+
+def test_each_bound_exceeded_fails_the_verdict() -> None:
+    rows = {"ledger_present": {"rows": ACKED - LOST}}
+    tight = playbook(slo={"rto_max": "4s", "rpo_max_writes": 2, "max_error_rate_after_recovery": 0.005})
+    results, _ = analyse(Ctx(tight, recorder(), Probe(probe()), [kill()]), rows)
+    assert results["slo"]["rto_max"] == {"target": 4.0, "measured": 4.0625, "ok": False}
+    assert results["slo"]["rpo_max_writes"] == {"target": 2, "measured": 3, "ok": False}
+    assert results["slo"]["max_error_rate_after_recovery"]["ok"] is False  # 0.005495 > 0.005
+    assert results["checks"]["rpo"]["valid"] is False  # 3 lost over a bound of 2
+    assert results["verdict"] is False
+    exact = playbook(slo={"rto_max": "4.0625s", "rpo_max_writes": 3, "max_error_rate_after_recovery": 0.005495})
+    results, _ = analyse(Ctx(exact, recorder(), Probe(probe()), [kill()]), rows)
+    assert [s["ok"] for s in results["slo"].values()] == [True, True, True]  # a bound met exactly passes
+
+
+def test_aborted_drill_is_aborted_whatever_the_checks_say() -> None:
+    results, _ = analyse(Ctx(playbook(), recorder(), Probe(probe()), [kill()], aborted="interrupted"),
+                         {"ledger_present": {"rows": ACKED}})
+    assert results["verdict"] == "aborted"
+
+
+def test_no_writer_after_the_drill_makes_rpo_unknown_not_passed() -> None:
+    results, _ = analyse(Ctx(playbook(slo={}), recorder(), Probe(probe()), [kill()]),
+                         {"writer_error": "no writer after the drill: timeout"})
+    assert results["checks"]["rpo"] == {"valid": "unknown", "error": "no writer after the drill: timeout"}
+    assert results["verdict"] == "unknown"
+
+
+def test_a_switchover_action_is_a_disturbance_and_closes_the_faults_window() -> None:
+    """A switchover issued at 1020 s: analysed from the instant it was sent; the kill's window ends
+    there, and the switchover's runs to the end of the run."""
+    action = {"kind": "switchover", "member": "pg2", "t_sent": 1020.0, "t_scheduled": 1020.0, "step": 1, "ok": True}
+    pb = playbook(steps=[*PLAYBOOK["steps"], {"at": "20s", "action": {"kind": "switchover"}}], slo={})
+    results, marks = analyse(Ctx(pb, recorder(), Probe(probe()), [kill()], actions=[action]),
+                             {"ledger_present": {"rows": ACKED}})
+    kill_fa, switch_fa = results["faults"]
+    assert (kill_fa["id"], kill_fa["window_end"]) == ("f", 1020.0)
+    assert (switch_fa["id"], switch_fa["kind"], switch_fa["t_fault"]) == ("action0", "switchover", 1020.0)
+    assert switch_fa["window_end"] == 1030.0
+    rows = results["checks"]["expected_outcome"]["steps"]
+    assert [(r.get("fault"), r.get("action"), r["expected"]) for r in rows] == [
+        ("f", None, "failover"), ("action0", None, "failover"), (None, "switchover", "succeeded")]
+    assert marks[0] == {"t": 1010.0, "mark": "t_fault", "fault": "f"}
+
+
+def test_expectations_fail_on_a_failed_action_or_another_outcome() -> None:
+    pb = playbook()
+    rows = expectations(pb, [{"step": 0, "id": "f", "outcome": "no_failover", "outcome_text": "x"}],
+                        [{"kind": "rejoin", "step": 1, "ok": False, "answer": "E" * 400}])
+    assert rows["valid"] is False
+    assert rows["steps"][0]["ok"] is False and rows["steps"][1]["text"] == "E" * 300
+    assert expectations(pb, [{"step": None, "id": "g"}], [])["steps"] == []
+
+
+def test_error_rate_and_recovery_start() -> None:
+    assert error_rate({"ok": 7, "fail": 2, "info": 1}) == 0.3
+    assert error_rate({"ok": 0, "fail": 0, "info": 0}) == 0.0
+    assert error_rate({"ok": 2, "fail": 0, "info": 1}) == 0.333333
+    assert recovery_start([]) == (None, "")
+    assert recovery_start([{"t_recovered": 5.0}, {"t_recovered": 7.0}]) == (7.0, "t_recovered")
+    # throughput never back: the moment every client wrote again (T_fault + the slowest client)
+    start, why = recovery_start([{"t_recovered": None, "t_fault": 10.0, "per_client_rto_s": {"1": 2.0, "2": 3.5}}])
+    assert start == 13.5 and why.startswith("every client writing again")
+    assert recovery_start([{"t_recovered": None, "t_fault": 10.0, "per_client_rto_s": {"1": None}}]) == (
+        None, "a client never wrote again")
+    assert recovery_start([{"t_recovered": None, "t_fault": 10.0, "per_client_rto_s": {}}])[0] is None
+
+
+def test_timeline_csv_rows(tmp_path: Path) -> None:
+    rec = recorder()
+    path = tmp_path / "timeline.csv"
+    rec.write_timeline_csv(str(path), t0=T0, extra={"role_pg1": ["x"] * len(rec.to_frame()), "short": [1]})
+    rows = list(csv.DictReader(path.open()))
+    assert "short" not in rows[0]  # a column of the wrong length is left out
+    by_rel = {r["t_rel_s"]: r for r in rows}
+    # interval k = 81 starts at 8081 x 0.125 = 1010.125 (t_rel 10.125): worker 1 fails, worker 2's
+    # last ok (1010.21875): one ok, one error -> 1 / 0.125 s = 8 errors/s
+    row = by_rel["10.125"]
+    assert (row["ok"], row["errors_per_s"], row["role_pg1"]) == ("1", "8.000", "x")
+    assert rows[0]["t_rel_s"] == "0.000" and by_rel["2.000"]["ok"] == "2"
+    assert t1(81) < 1010.25 and t2(81) < 1010.25
+
+
+class FakeDriver:
+    """Members answer a fixed (rows, seq_sum, writable) per read, or raise."""
+
+    def __init__(self, answers: dict[str, list[Any]]) -> None:
+        self.answers = answers
+
+    def q(self, sql: str) -> str:
+        return sql
+
+    def connect_member(self, member: Any) -> str:
+        seq = self.answers[member.host]
+        answer = seq.pop(0) if len(seq) > 1 else seq[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def query(self, conn: Any, sql: str, params: tuple) -> list[tuple[int, int]]:
+        return [conn[:2]]
+
+    def is_writable(self, conn: Any) -> bool:
+        return conn[2]
+
+
+def cluster() -> Cluster:
+    return Cluster.model_validate({"name": "pg", "engine": "postgres", "user": "u",
+                                   "members": [{"host": "pg1"}, {"host": "pg2"}, {"host": "pg3"}]})
+
+
+def test_convergence_waits_for_a_lagging_member_then_judges_the_old_primary() -> None:
+    drv = FakeDriver({"pg1": [(10, 55, False)], "pg2": [(10, 55, True)],
+                      "pg3": [(9, 45, False), (10, 55, False)]})  # pg3 one row behind on the first read
+    got = gather_convergence(drv, cluster(), None, "run", within=5.0)  # type: ignore[arg-type]
+    assert got["members"]["pg3"] == {"rows": 10, "seq_sum": 55, "role": "replica"}
+    assert 0.4 <= got["waited_s"] < 2.0  # one 0.5 s pause between the two reads
+    v = convergence_verdict(got, "pg1", {"manager": "patroni"})
+    assert v["valid"] is True
+    assert v["old_primary"] == {"host": "pg1", "role_now": "replica", "rejoined": True, "diverged": False,
+                                "rewind": "unknown: not observable through patroni's interface (see the member's "
+                                          "manager log)"}
+
+
+def test_convergence_reports_divergence_and_a_member_down() -> None:
+    drv = FakeDriver({"pg1": [(12, 99, False)], "pg2": [(10, 55, True)], "pg3": [ConnectionError("refused\nmore")]})
+    got = gather_convergence(drv, cluster(), None, "run", within=0.0)  # type: ignore[arg-type]
+    assert got["members"]["pg3"] == {"error": "refused"}
+    v = convergence_verdict(got, "pg1", {"manager": "none"})
+    assert v["valid"] is False
+    assert v["old_primary"]["rejoined"] is False and v["old_primary"]["diverged"] is True
+    assert v["old_primary"]["rewind"] == "not applicable: no HA manager rejoins nodes in this cluster"
+    assert convergence_verdict({"valid": "unknown", "error": "x"}, "pg1", {}) == {"valid": "unknown", "error": "x"}
+    nobody = convergence_verdict({"members": {"pg1": {"error": "x"}}}, "pg1", {})
+    assert nobody["valid"] == "unknown" and nobody["old_primary"]["rejoined"] is False
+    assert rewind_note("repmgr", "primary") == "not needed: the old primary is the writer again"
+    back = convergence_verdict({"members": {"pg1": {"rows": 3, "seq_sum": 6, "role": "primary"},
+                                            "pg2": {"rows": 3, "seq_sum": 6, "role": "replica"}}}, "pg1", {})
+    assert back["old_primary"]["rejoined"] is True and back["old_primary"]["diverged"] is False
