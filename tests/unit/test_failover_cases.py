@@ -85,7 +85,7 @@ def test_restart_in_place_whole_record() -> None:
         "per_client_rto_percentiles_s": {"p50": 5.25, "p90": 5.25, "p99": 5.25, "p100": 5.25},
         "workers_in_outage": 1, "workers_not_recovered": 0,
         "outcome": "restarted_in_place", "outcome_text": "pg1 came back as the primary in place (no failover)",
-        "primary_at_fault": "pg1", "window_end": 130.0, "t_new_primary": None, "new_primary": None,
+        "primary_at_fault": "pg1", "window_end": 130.0, "t_new_primary": None,
         "t_back": 114.0, "t_left": 110.5,
         "effect": {"window_s": 6.0, "writes_ok": 4, "baseline_tps": 2.0, "min_tps": 0.0, "dip_depth": 1.0,
                    "mean_tps": 0.7, "tps_change": -0.6667, "transactions_lost_to_dip": 8},
