@@ -8,6 +8,7 @@ import getpass
 import signal
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,21 @@ from chaoskit.report.rundir import RunDirectory
 from chaoskit.topology.probe import RoleProbe
 from chaoskit.workload.runner import LoadRunner
 from chaoskit.workload.spec import load_spec_from_playbook
+
+
+@dataclass(frozen=True)
+class DrillParts:
+    """The side effects a drill is built from (SSH pool, HA manager, preflight, load, role probe,
+    the after-run reads), made once per drill and handed down. The defaults are the real ones;
+    unit tests hand in shipped fakes (`chaoskit.testing`) to drive every exit path."""
+
+    pool: Callable[[Inventory], RemotePool] = RemotePool
+    ha: Callable[[Cluster, Inventory, RemotePool], HAManager] = manager_for
+    preflight: Callable[..., dict[str, Any]] = run_preflight
+    load: Callable[..., LoadRunner] = LoadRunner
+    probe: Callable[..., RoleProbe] = RoleProbe
+    truth: Callable[[Any, Any], dict[str, Any]] = gather_truth
+    journal_root: str = journal.ROOT
 
 
 class Aborted(Exception):
@@ -82,7 +98,7 @@ class RunContext:
 
 def run_drill(pb: Playbook, inv: Inventory, *, run_dir: RunDirectory | None, playbook_path: str,
               inventory_path: str, playbook_sha256: str = "", allow_production: bool = False,
-              progress: Any = None) -> RunContext:
+              progress: Any = None, parts: DrillParts = DrillParts()) -> RunContext:
     """Run one drill.
 
     1. Load + validate inventory and playbook (done by the caller; nothing touched yet).
@@ -105,11 +121,12 @@ def run_drill(pb: Playbook, inv: Inventory, *, run_dir: RunDirectory | None, pla
     runner: LoadRunner | None = None
     try:
         with contextlib.ExitStack() as stack:
-            pool = stack.enter_context(RemotePool(inv))
-            ha = manager_for(ctx.cluster, inv, pool)
-            fm = FaultManager(inv, pool, roles=lambda cluster: _live_roles(ctx, cluster, fm))
+            pool = stack.enter_context(parts.pool(inv))
+            ha = parts.ha(ctx.cluster, inv, pool)
+            fm = FaultManager(inv, pool, roles=lambda cluster: _live_roles(ctx, cluster, fm),
+                              journal_root=parts.journal_root)
             try:
-                ctx.preflight = run_preflight(pb, inv, pool, ha, fm, allow_production)  # 2
+                ctx.preflight = parts.preflight(pb, inv, pool, ha, fm, allow_production)  # 2
             except ChaoskitError as exc:
                 ctx.refused = str(exc)
                 ctx.event("preflight_refused", time.time(), reason=str(exc))
@@ -128,10 +145,10 @@ def run_drill(pb: Playbook, inv: Inventory, *, run_dir: RunDirectory | None, pla
                 ctx.event("client_link", time.time(), relays=link.driver.endpoints(),
                           note="the load reaches the database through relays on the control node for the whole "
                                "drill; the baseline includes their overhead")
-            runner = LoadRunner(load_cluster, inv, spec, ctx.recorder)
+            runner = parts.load(load_cluster, inv, spec, ctx.recorder)
             runner.setup()
-            ctx.probe = RoleProbe(ctx.cluster, inv, ha, pb.probes.interval, sink=ctx.run_dir.event if run_dir
-                                  else None)
+            ctx.probe = parts.probe(ctx.cluster, inv, ha, pb.probes.interval,
+                                    sink=ctx.run_dir.event if run_dir else None)
             ctx.probe.start()
             stack.callback(ctx.probe.stop)
             ctx.t0 = runner.start()
@@ -160,7 +177,7 @@ def run_drill(pb: Playbook, inv: Inventory, *, run_dir: RunDirectory | None, pla
         if ctx.probe is not None:
             ctx.events.extend(ctx.probe.log.events)
     if runner is not None and ctx.recorder is not None and ctx.probe is not None:
-        truth = gather_truth(ctx, runner)  # 8
+        truth = parts.truth(ctx, runner)  # 8
         ctx.results, marks = analyse(ctx, truth)
         for mark in marks:
             ctx.event("phase_mark", mark["t"], mark=mark["mark"], fault=mark["fault"])
@@ -318,7 +335,8 @@ def _restart(fm: FaultManager, ctx: RunContext, host: str) -> dict[str, Any]:
     """Start every configured process of the member that is not running (a kill's revert)."""
     member = next(m for m in ctx.cluster.members if m.host == host)
     scripts = restart_scripts(HostFacts(host=member.host, processes=dict(member.processes)))
-    res = fm.pool.get(member.host).shell(journal.oneshot_script(scripts, scripts.revert), check=False, timeout=120)
+    res = fm.pool.get(member.host).shell(journal.oneshot_script(scripts, scripts.revert, root=fm.journal_root),
+                                         check=False, timeout=120)
     return {"ok": res.exited == 0, "answer": (res.stderr or res.stdout)[-300:]}
 
 

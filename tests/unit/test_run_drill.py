@@ -1,0 +1,278 @@
+"""`run_drill` end to end without a lab: scripted hosts (ScriptedRemote), a fake load and a fake role
+probe handed in through `DrillParts`. Each exit path of the lifecycle must heal first (revert every
+staged or applied fault), then wait for recovery (skipped when aborted), then stop the load, then
+the probe; and a preflight refusal must touch nothing. Drills here are 4 s long (real time)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import textwrap
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from chaoskit.errors import PreflightError
+from chaoskit.faults.registry import REGISTRY
+from chaoskit.inventory import load_inventory
+from chaoskit.inventory.capabilities import Capabilities
+from chaoskit.inventory.clock import ClockOffset
+from chaoskit.inventory.fanout import RemotePool
+from chaoskit.inventory.models import Inventory
+from chaoskit.playbook.models import Playbook
+from chaoskit.playbook.runner import DrillParts, RunContext, run_drill
+from chaoskit.recorder import FAIL, OK
+from chaoskit.testing.remote import Reply, ScriptedRemote
+from chaoskit.topology.probe import ProbeLog
+
+EVERYTHING = Capabilities(have=frozenset().union(*(k.needs for k in REGISTRY.values())))
+
+
+def inventory(tmp_path: Path) -> Inventory:
+    p = tmp_path / "inv.yaml"
+    p.write_text(textwrap.dedent("""
+        hosts:
+          pg1: {address: 127.0.0.1}
+          pg2: {address: 127.0.0.1}
+        clusters:
+          pg:
+            engine: postgres
+            user: postgres
+            members:
+              - {host: pg1, processes: {postgres: {pid_file: /run/pg/pid, comm: postgres}}}
+              - {host: pg2, processes: {postgres: {pid_file: /run/pg/pid, comm: postgres}}}
+        """).lstrip("\n"))
+    return load_inventory(p)
+
+
+def playbook(**changes: Any) -> Playbook:
+    data = {"name": "unit", "cluster": "pg", "load": {"workload": "ledger", "workers": 1, "warmup": "0s"},
+            "probes": {"interval": "100ms"}, "baseline": "1s",
+            "steps": [{"at": "2s", "fault": {"kind": "pause", "target": "pg1", "duration": "1s"}}],
+            "duration": "4s", "recovery": {"within": "3s", "hold": "1s"}, "checks": ["split_brain"]}
+    return Playbook.model_validate({**data, **changes})
+
+
+def now_line(word: str, *extra: str) -> Any:
+    return lambda cmd: Reply(stdout=" ".join([word, *[f"{time.time():.6f}"] * (3 if word == "applied" else 1),
+                                                *extra]))
+
+
+def is_stage(c: str) -> bool:
+    return "deadman.pid" in c and "set -e" in c
+
+
+def is_trigger(c: str) -> bool:
+    return ".inject" in c and not is_stage(c)
+
+
+def is_revert(c: str) -> bool:
+    return '.revert" controller' in c and not is_trigger(c) and not is_stage(c)
+
+
+class Lab:
+    """The fakes of one drill and one ordered log of what happened to them."""
+
+    def __init__(self, tmp_path: Path, failing_load: bool = False) -> None:
+        self.inv = inventory(tmp_path)
+        self.log: list[str] = []
+        self.failing_load = failing_load
+        self.hosts: dict[str, ScriptedRemote] = {}
+        for name in ("pg1", "pg2"):
+            r = ScriptedRemote(name, default=None)
+            r.on(is_stage, self._logged(name, "stage", Reply(stdout=f"staged /var/lib/chaoskit/faults/{name} sh")))
+            r.on(is_trigger, self._logged(name, "trigger", now_line("applied")))
+            r.on(is_revert, self._logged(name, "revert", now_line("reverted", "controller")))
+            self.hosts[name] = r
+        self.pool_closed = False
+
+    def _logged(self, host: str, what: str, reply: Any) -> Any:
+        def answer(cmd: str) -> Reply:
+            self.log.append(f"{what} {host}")
+            got = reply(cmd) if callable(reply) and not isinstance(reply, Reply) else reply
+            if isinstance(got, BaseException):
+                raise got
+            return got
+        return answer
+
+    def parts(self, preflight: Any = None) -> DrillParts:
+        lab = self
+
+        class Pool(RemotePool):
+            def close(self) -> None:
+                lab.pool_closed = True
+                super().close()
+
+        def pool(inv: Inventory) -> RemotePool:
+            return Pool(inv, factory=self.hosts.__getitem__)
+
+        def ready(pb: Any, inv: Inventory, pool: RemotePool, ha: Any, fm: Any, allow: bool) -> dict[str, Any]:
+            for h in inv.hosts:
+                fm.capabilities[h] = EVERYTHING
+                fm.offsets[h] = ClockOffset(offset_s=0.0, uncertainty_s=0.0005, rtt_s=0.001, samples=7)
+            return {"primary_before": "pg1", "production_targets": [], "warnings": [], "ha": {"manager": "none"}}
+
+        return DrillParts(pool=pool, ha=lambda cluster, inv, pool: SimpleNamespace(kind="none"),
+                          preflight=preflight or ready, load=self.load, probe=self.probe,
+                          truth=lambda ctx, runner: {}, journal_root="/var/lib/chaoskit")
+
+    def load(self, cluster: Any, inv: Inventory, spec: Any, recorder: Any) -> Any:
+        lab = self
+
+        class Load:
+            lock = threading.Lock()
+            workload = None
+
+            def __init__(self) -> None:
+                self._stop = threading.Event()
+                self._thread = threading.Thread(target=self._write, daemon=True)
+
+            def setup(self) -> None:
+                lab.log.append("load.setup")
+
+            def _write(self) -> None:
+                seq = 0
+                while not self._stop.wait(0.02):
+                    seq += 1
+                    t = time.time()
+                    with self.lock:
+                        recorder.record(1, "write", t - 0.005, t, FAIL if lab.failing_load else OK,
+                                        "connect_refused" if lab.failing_load else None, ledger_seq=seq)
+                        recorder.close_before(recorder.index(t))
+
+            def start(self) -> float:
+                lab.log.append("load.start")
+                self._thread.start()
+                return time.time()
+
+            def stop(self) -> None:
+                self._stop.set()
+                self._thread.join()
+                with self.lock:
+                    recorder.finish()
+                lab.log.append("load.stop")
+
+        return Load()
+
+    def probe(self, cluster: Any, inv: Inventory, ha: Any, interval: float, sink: Any = None) -> Any:
+        lab = self
+        log = ProbeLog()
+        t = time.time()
+        log.samples += [(t, "pg1", "primary"), (t, "pg2", "replica")]
+
+        class Probe:
+            def __init__(self) -> None:
+                self.log = log
+
+            def start(self) -> None:
+                lab.log.append("probe.start")
+
+            def stop(self) -> None:
+                lab.log.append("probe.stop")
+
+        return Probe()
+
+    def drill(self, pb: Playbook | None = None, progress: Any = None, preflight: Any = None) -> RunContext:
+        return run_drill(pb or playbook(), self.inv, run_dir=None, playbook_path="pb.yaml", inventory_path="inv.yaml",
+                         progress=progress, parts=self.parts(preflight))
+
+
+def kinds(ctx: RunContext) -> list[str]:
+    return [e["kind"] for e in ctx.events]
+
+
+def test_a_clean_drill_reverts_on_schedule_then_waits_then_stops(tmp_path: Path) -> None:
+    lab = Lab(tmp_path)
+    ctx = lab.drill()
+    assert ctx.aborted is None and ctx.refused is None
+    assert lab.log == ["load.setup", "probe.start", "load.start", "stage pg1", "trigger pg1", "revert pg1",
+                       "load.stop", "probe.stop"]
+    [fault] = ctx.faults
+    # staged 1.5 s ahead, triggered at t0 + 2 s, reverted by the schedule at its effect + 1 s
+    assert fault.t_staged is not None and 1.4 <= fault.t_sent - fault.t_staged <= 1.8
+    assert 1.95 <= fault.t_sent - ctx.t0 <= 2.3
+    assert fault.reverted_by == "controller" and 1.0 <= fault.t_reverted - fault.t_effect <= 1.3
+    assert ctx.heal == {"reverted": [fault.id], "not_verified": []}
+    assert [k for k in kinds(ctx) if k.startswith(("fault_", "cluster_"))] == [
+        "fault_staged", "fault_injected", "fault_reverted", "cluster_steady"]
+    assert lab.pool_closed and ctx.results["verdict"] is True
+
+
+def test_a_preflight_refusal_touches_nothing(tmp_path: Path) -> None:
+    lab = Lab(tmp_path)
+    before = signal.getsignal(signal.SIGTERM)
+
+    def refuse(*args: Any) -> dict[str, Any]:
+        raise PreflightError("pg1: a pause fault needs setsid, which this host lacks")
+
+    with pytest.raises(PreflightError, match="lacks"):
+        lab.drill(preflight=refuse)
+    assert lab.log == [] and all(r.calls == [] for r in lab.hosts.values())
+    assert lab.pool_closed and signal.getsignal(signal.SIGTERM) is before
+
+
+def test_an_error_mid_drill_is_recorded_healed_and_the_load_stopped(tmp_path: Path) -> None:
+    lab = Lab(tmp_path)
+    lab.hosts["pg1"].rules[1].reply = lab._logged("pg1", "trigger", Reply(exited=3, stderr="pid 7 is not postgres"))
+    ctx = lab.drill()
+    assert ctx.aborted is not None and ctx.aborted.startswith("error: RemoteCommandError: pg1: `inject pause (")
+    # the trigger script reverts on the host itself; nothing is left for the heal; no recovery wait
+    assert lab.log == ["load.setup", "probe.start", "load.start", "stage pg1", "trigger pg1", "load.stop",
+                       "probe.stop"]
+    assert "cluster_steady" not in kinds(ctx) and "aborted" in kinds(ctx)
+    assert ctx.results["verdict"] == "aborted"
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_an_interrupt_after_the_fault_heals_first(tmp_path: Path, how: str) -> None:
+    lab = Lab(tmp_path)
+    previous = signal.signal(signal.SIGTERM, lambda *a: None)
+    mine = signal.getsignal(signal.SIGTERM)
+
+    def progress(ctx: RunContext, window: dict) -> None:
+        if "trigger pg1" in lab.log:
+            if how == "sigterm":
+                os.kill(os.getpid(), signal.SIGTERM)
+            else:
+                raise KeyboardInterrupt
+
+    try:
+        ctx = lab.drill(progress=progress)
+        assert signal.getsignal(signal.SIGTERM) is mine  # the drill's handler is gone again
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert ctx.aborted == "interrupted (Ctrl-C or SIGTERM)"
+    assert lab.log[3:] == ["stage pg1", "trigger pg1", "revert pg1", "load.stop", "probe.stop"]
+    [fault] = ctx.faults
+    assert fault.revert_verified and fault.t_reverted - fault.t_effect < 1.0  # before its planned end
+    assert ctx.results["verdict"] == "aborted"
+
+
+def test_the_abort_rule_unjournals_a_staged_fault(tmp_path: Path) -> None:
+    """Every write fails from the start; the rule (over 50 % for 1 s) stops the drill after the
+    fault was staged (at 1.5 s) and before its instant (3 s): the staged entry is reverted."""
+    lab = Lab(tmp_path, failing_load=True)
+    pb = playbook(steps=[{"at": "3s", "fault": {"kind": "pause", "target": "pg1"}}],
+                  abort={"error_rate_above": 0.5, "for": "1s"}, duration="5s")
+    ctx = lab.drill(pb)
+    assert ctx.aborted == "error rate above 50% for 1s"
+    assert lab.log[3:] == ["stage pg1", "revert pg1", "load.stop", "probe.stop"]
+    assert ctx.faults == [] and ctx.heal == {"reverted": [], "not_verified": []}
+    stage, revert = lab.hosts["pg1"].calls
+    assert stage.split("ID=")[1][:12] == revert.split("ID=")[1][:12]
+
+
+def test_a_revert_that_fails_verification_is_in_the_heal_record(tmp_path: Path) -> None:
+    lab = Lab(tmp_path)
+    lab.hosts["pg1"].rules[2].reply = lab._logged("pg1", "revert", Reply(exited=1, stderr="still frozen: 4242"))
+    ctx = lab.drill()
+    [fault] = ctx.faults
+    assert ctx.heal["reverted"] == []
+    assert ctx.heal["not_verified"] == [{"id": fault.id, "host": "pg1",
+                                         "error": "still in effect after its revert: still frozen: 4242"}]
+    # tried on schedule and again at the heal: the dead-man and `recover` remain
+    assert lab.log.count("revert pg1") == 2
