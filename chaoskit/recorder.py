@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from hdrh.histogram import HdrHistogram
 
 from chaoskit.db.base import ErrorClass
+from chaoskit.history import OpHistory
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -71,6 +72,7 @@ class Batch:
     errors_dropped: int = 0
     gaps: list[Gap] = field(default_factory=list)
     ledger: list[tuple[int, int, bytes]] = field(default_factory=list)  # worker, first seq, array bytes
+    ops: list[tuple] = field(default_factory=list)  # history.Op tuples, when the source keeps them
     watermark: int = -1  # intervals below this index are complete in this batch's source
 
 
@@ -164,7 +166,7 @@ class LedgerColumn:
 
 
 class Recorder:
-    def __init__(self, base: float, interval: float = 0.1, max_errors: int = 200_000) -> None:
+    def __init__(self, base: float, interval: float = 0.1, max_errors: int = 200_000, keep_ops: bool = False) -> None:
         self.base = base  # wall-clock origin of ledger ack times
         self.interval = interval
         self.max_errors = max_errors
@@ -179,6 +181,9 @@ class Recorder:
         self.ledger: dict[int, LedgerColumn] = {}
         self._ledger_shipped: dict[int, int] = {}
         self._errors_shipped = 0
+        self.keep_ops = keep_ops  # every op as a history.Op, shipped with the batches
+        self.ops: list[tuple] = []
+        self.history = OpHistory()  # the ops around each fault (history.jsonl)
         self._gaps_shipped = 0
 
     # -- recording (hot path) --------------------------------------------------------------
@@ -194,8 +199,12 @@ class Recorder:
         return slot
 
     def record(self, worker: int, kind: str, t_invoke: float, t_done: float, outcome: str,
-               error_class: str | None = None, message: str = "", ledger_seq: int | None = None) -> None:
+               error_class: str | None = None, message: str = "", ledger_seq: int | None = None,
+               node: str | None = None) -> None:
         """One op: `kind` is write|read; the op is booked in the interval where it completed."""
+        if self.keep_ops:
+            self.ops.append((t_invoke, t_done, worker, kind, outcome, ledger_seq, node,
+                             None if outcome == OK else error_class or ErrorClass.other.value))
         slot = self._slot(t_done)
         counts = slot.counts
         if outcome == OK:
@@ -276,6 +285,7 @@ class Recorder:
         """Everything new since the last drain; intervals ending before `now` - one interval."""
         watermark = self.index(now) - 1 if not final else 1 << 62
         batch = Batch(watermark=watermark)
+        batch.ops, self.ops = self.ops, []
         for i in sorted(k for k in self._open if k < watermark):
             slot = self._open.pop(i)
             batch.intervals.append((i, slot.counts, slot.hist().encode()))
@@ -304,6 +314,8 @@ class Recorder:
         self.errors.extend(kept)
         self.errors_dropped += batch.errors_dropped + len(batch.errors) - len(kept)
         self.gaps.extend(batch.gaps)
+        if batch.ops:
+            self.history.add(batch.ops)
         for worker, first_seq, raw in batch.ledger:
             incoming = array("I")
             incoming.frombytes(raw)
@@ -314,6 +326,9 @@ class Recorder:
     def finish(self) -> None:
         """Close every interval and every open gap (an outage lasting to the end has no first ok)."""
         self.close_before(1 << 62)
+        self.history.add(self.ops)
+        self.ops = []
+        self.history.flush()
         self.gaps.extend(self._open_gap.values())
         self._open_gap.clear()
         self.gaps.sort(key=lambda g: (g.first_err, g.worker))

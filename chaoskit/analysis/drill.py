@@ -10,10 +10,10 @@ from typing import Any
 from chaoskit.analysis.catchup import standby_catchup
 from chaoskit.analysis.checks import convergence_verdict, gather_convergence, split_brain
 from chaoskit.analysis.durability import rpo_check
-from chaoskit.analysis.failover import analyse_fault, baseline_tps, role_at
+from chaoskit.analysis.failover import analyse_fault, baseline_tps, client_figures, fault_gaps, role_at
 from chaoskit.analysis.verdict import checked, merge
 from chaoskit.db.base import Driver, driver_for
-from chaoskit.recorder import Recorder
+from chaoskit.recorder import OK, Recorder
 
 MARKS = ("t_fault", "t_detect", "t_promoted", "t_first_ok", "t_recovered")
 
@@ -84,12 +84,55 @@ def analyse(ctx: Any, truth: dict[str, Any]) -> tuple[dict[str, Any], list[dict[
     if "convergence" in truth:
         checks["replica_convergence"] = checked(convergence_verdict, truth["convergence"],
                                                 ctx.preflight.get("primary_before"), ctx.preflight.get("ha", {}))
-    slo = _slo(pb, faults, checks, rec, ctx.ended)
+    groups = group_figures(getattr(ctx, "groups", None) or {}, pb, rec, first_at, faults, truth, t_fault)
+    slo = _slo(pb, faults, checks, rec, ctx.ended, groups)
     verdict = merge([c.get("valid", "unknown") for c in checks.values()] + [s["ok"] for s in slo.values()])
     if ctx.aborted:
         verdict = "aborted"
-    return ({"baseline_tps": base, "faults": faults, "rpo": checks.get("rpo"), "checks": checks, "slo": slo,
-             "verdict": verdict}, marks)
+    out = {"baseline_tps": base, "faults": faults, "rpo": checks.get("rpo"), "checks": checks, "slo": slo,
+           "verdict": verdict}
+    if groups:
+        out["groups"] = groups
+    return out, marks
+
+
+def group_figures(groups: dict[str, dict[str, Any]], pb: Any, rec: Recorder, disturbances: list[dict[str, Any]],
+                  faults: list[dict[str, Any]], truth: dict[str, Any], t_fault: float | None) -> dict[str, Any]:
+    """Each client group's own figures (results.groups.<name>): per fault what its clients saw
+    (outage edges, RTO, write gap, per-client RTO), and its RPO: the acknowledged writes of its
+    workers that are gone, when they were acknowledged relative to the fault and on which node.
+    The group's `rto_s` / `write_gap_s` are the worst over the faults that caused it an outage
+    (null if one of them never ended for it)."""
+    rows = (truth.get("ledger_present") or {}).get("rows")
+    nodes = {(o.worker, o.seq): o.node for o in rec.history.kept
+             if o.outcome == OK and o.seq is not None and o.node is not None}
+    out: dict[str, Any] = {}
+    for name, group in groups.items():
+        workers = set(group["workers"])
+        per_fault = []
+        for dist, fa in zip(disturbances, faults, strict=True):
+            if "t_fault" not in fa:  # its analysis failed (reported there)
+                continue
+            gaps = fault_gaps(rec, dist, fa["window_end"], workers)
+            figures = client_figures(gaps, fa["t_fault"]) if gaps else {
+                "outage": False, "rto_s": None, "write_gap_s": None, "per_client_rto_s": {}}
+            per_fault.append({"id": fa["id"], "t_fault": fa["t_fault"], **figures})
+        outages = [f for f in per_fault if f["outage"]]
+        applies = pb.slo.group in (None, name)
+        rpo = None
+        if "rpo" in pb.checks and rows is not None:
+            rpo = rpo_check(rec, rows, t_fault, pb.slo.rpo_max_writes if applies else None, workers=workers,
+                            nodes=nodes)
+        out[name] = {
+            "profile": group["profile"], "workers": sorted(workers),
+            "rto_s": _worst([f["rto_s"] for f in outages]), "write_gap_s": _worst([f["write_gap_s"] for f in outages]),
+            "rpo": rpo, "faults": per_fault}
+    return out
+
+
+def _worst(values: list[float | None]) -> float | None:
+    """The largest, or None if any is None (an outage that never ended); 0.0 for no outage."""
+    return None if any(v is None for v in values) else max(values, default=0.0)  # type: ignore[type-var]
 
 
 def mark_split_brain(fault: dict[str, Any], brain: dict[str, Any]) -> None:
@@ -127,17 +170,32 @@ def expectations(pb: Any, faults: list[dict[str, Any]], actions: list[dict[str, 
 
 
 def _slo(pb: Any, faults: list[dict[str, Any]], checks: dict[str, Any], rec: Recorder,
-         ended: float) -> dict[str, Any]:
+         ended: float, groups: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Each SLO against the worst of the client groups it applies to (every group unless
+    `slo.group` names one); without groups, against the totals."""
     out: dict[str, Any] = {}
+    scope = {n: g for n, g in (groups or {}).items() if pb.slo.group in (None, n)}
     if pb.slo.rto_max is not None:
-        rtos = [f.get("rto_s") for f in faults if f.get("outage")]
-        worst = None if any(r is None for r in rtos) else max(rtos, default=0.0)
+        if scope:
+            by_group = {n: g["rto_s"] for n, g in scope.items()}
+            worst = _worst(list(by_group.values()))
+        else:
+            by_group = None
+            worst = _worst([f.get("rto_s") for f in faults if f.get("outage")])
         out["rto_max"] = {"target": pb.slo.rto_max, "measured": worst,
                           "ok": worst is not None and worst <= pb.slo.rto_max}
+        if by_group is not None:
+            out["rto_max"]["by_group"] = by_group
     if pb.slo.rpo_max_writes is not None:
-        lost = (checks.get("rpo") or {}).get("lost_acknowledged")
+        if scope and all(g.get("rpo") for g in scope.values()):
+            by_lost = {n: g["rpo"]["lost_acknowledged"] for n, g in scope.items()}
+            lost = max(by_lost.values())
+        else:
+            by_lost, lost = None, (checks.get("rpo") or {}).get("lost_acknowledged")
         out["rpo_max_writes"] = {"target": pb.slo.rpo_max_writes, "measured": lost,
                                  "ok": lost is not None and lost <= pb.slo.rpo_max_writes}
+        if by_lost is not None:
+            out["rpo_max_writes"]["by_group"] = by_lost
     if pb.slo.max_error_rate_after_recovery is not None:
         start, anchor = recovery_start([f for f in faults if f.get("outage")])
         rate = None

@@ -16,10 +16,19 @@ from chaoskit.recorder import FAIL, INFO, OK, Recorder
 
 
 def rpo_check(rec: Recorder, present: set[tuple[int, int]], t_fault: float | None,
-              max_lost: int | None) -> dict[str, Any]:
-    acked = set(rec.ledger_keys(OK))
-    info = set(rec.ledger_keys(INFO))
-    failed = set(rec.ledger_keys(FAIL))
+              max_lost: int | None, workers: set[int] | None = None,
+              nodes: dict[tuple[int, int], str] | None = None) -> dict[str, Any]:
+    """Of every worker's ledger, or of `workers` only (a client group's). `nodes`: the member
+    that acknowledged a write, where the op history knows it."""
+
+    def mine(keys: Any) -> set[tuple[int, int]]:
+        return {k for k in keys if workers is None or k[0] in workers}
+
+    acked = mine(rec.ledger_keys(OK))
+    info = mine(rec.ledger_keys(INFO))
+    failed = mine(rec.ledger_keys(FAIL))
+    if workers is not None:
+        present = {k for k in present if k[0] in workers}
     lost = sorted(acked - present)
     phantoms = sorted(present - acked - info)
     phantom_failed = [k for k in phantoms if k in failed]
@@ -28,11 +37,21 @@ def rpo_check(rec: Recorder, present: set[tuple[int, int]], t_fault: float | Non
     if lost_ack_times and t_fault is not None:
         rpo_s = round(max(0.0, t_fault - min(lost_ack_times)), 3)
     valid = not phantoms and (max_lost is None or len(lost) <= max_lost)
+    by_node: dict[str, int] = {}
+    for k in lost:
+        node = (nodes or {}).get(k)
+        if node is not None:
+            by_node[node] = by_node.get(node, 0) + 1
+    window = [min(lost_ack_times), max(lost_ack_times)] if lost_ack_times else None
+    rel = [round(window[0] - t_fault, 3), round(window[1] - t_fault, 3)] if window and t_fault is not None else None
+    text = f"{len(lost)} lost" + (f", acknowledged between {rel[0]:+.3f} s and {rel[1]:+.3f} s of the fault" if rel
+                                  else "") + (", on " + ", ".join(f"{n} ({c})" for n, c in sorted(by_node.items()))
+                                              if by_node else "")
     return {
         "valid": valid, "acknowledged": len(acked), "lost_acknowledged": len(lost),
         "indeterminate": len(info), "indeterminate_found": len(info & present),
         "indeterminate_not_found": len(info - present), "phantoms": len(phantoms),
         "phantoms_that_failed": len(phantom_failed), "rpo_s": rpo_s,
         "lost_sample": [list(k) for k in lost[:20]], "phantom_sample": [list(k) for k in phantoms[:20]],
-        "lost_ack_window": [min(lost_ack_times), max(lost_ack_times)] if lost_ack_times else None,
+        "lost_ack_window": window, "lost_ack_window_rel_s": rel, "lost_by_node": by_node, "text": text,
     }

@@ -52,14 +52,43 @@ def role_at(probe: ProbeLog, t: float) -> dict[str, str]:
     return roles
 
 
-def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, baseline: float | None,
-                  window_end: float, tps_fraction: float, hold: float, manager_observable: bool) -> dict[str, Any]:
+def fault_gaps(rec: Recorder, fault: dict[str, Any], window_end: float,
+               workers: set[int] | None = None) -> list[Any]:
+    """The workers' gaps that belong to this fault (of the given workers, or all)."""
     t_fault = fault["t_effect"]
     # The fault took effect somewhere between the host's two timestamps: a client may see its
     # first error before t_fault (the later one). Admit gaps from the earlier one, less the clock
     # uncertainty; RTO is still measured from t_fault as defined.
     t_open = min(t_fault, fault.get("t_apply_start") or t_fault) - (fault.get("offset_uncertainty_s") or 0.0)
-    gaps = [g for g in rec.gaps if t_open <= g.first_err < window_end]
+    return [g for g in rec.gaps if t_open <= g.first_err < window_end and (workers is None or g.worker in workers)]
+
+
+def client_figures(gaps: list[Any], t_fault: float) -> dict[str, Any]:
+    """What the clients saw of one fault, from their gaps (each worker's first one counts): the
+    outage edges, RTO, write gap and per-client RTO. One formula for the totals and every group."""
+    first_gap: dict[int, Any] = {}
+    for g in sorted(gaps, key=lambda g: g.first_err):
+        first_gap.setdefault(g.worker, g)
+    t_first_err = min(g.first_err for g in first_gap.values())
+    lasts = [g.last_ok_before for g in first_gap.values() if g.last_ok_before is not None]
+    t_last_ok = max(lasts) if lasts else None
+    firsts = [g.first_ok_after for g in first_gap.values() if g.first_ok_after is not None]
+    t_first_ok = min(firsts) if firsts else None
+    per_client = {str(w): (g.first_ok_after - t_fault if g.first_ok_after else None)
+                  for w, g in sorted(first_gap.items())}
+    rtos = sorted(v for v in per_client.values() if v is not None)
+    return {"first_err_after_fault_s": round(t_first_err - t_fault, 6), "outage": True, "t_last_ok": t_last_ok,
+            "t_first_err": t_first_err, "t_first_ok": t_first_ok, "rto_s": _diff(t_first_ok, t_fault),
+            "write_gap_s": _diff(t_first_ok, t_last_ok), "per_client_rto_s": per_client,
+            "per_client_rto_percentiles_s": {f"p{p}": _pct(rtos, p) for p in (50, 90, 99, 100)} if rtos else {},
+            "workers_in_outage": len(first_gap),
+            "workers_not_recovered": sum(1 for v in per_client.values() if v is None)}
+
+
+def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, baseline: float | None,
+                  window_end: float, tps_fraction: float, hold: float, manager_observable: bool) -> dict[str, Any]:
+    t_fault = fault["t_effect"]
+    gaps = fault_gaps(rec, fault, window_end)
     out: dict[str, Any] = {"id": fault["id"], "kind": fault["kind"], "target_host": fault["host"],
                            "t_scheduled": fault.get("t_scheduled"), "t_fault": t_fault,
                            "t_reverted": fault.get("t_reverted"), "step": fault.get("step"), "notes": []}
@@ -72,16 +101,8 @@ def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, base
         out["notes"].append("no write outage observed: no phases; effect is the throughput change below")
         out["effect"] = _effect(rec, t_fault, fault.get("t_reverted") or window_end, baseline)
         return out
-    first_gap: dict[int, Any] = {}
-    for g in sorted(gaps, key=lambda g: g.first_err):
-        first_gap.setdefault(g.worker, g)
-    t_first_err = min(g.first_err for g in first_gap.values())
-    lasts = [g.last_ok_before for g in first_gap.values() if g.last_ok_before is not None]
-    t_last_ok = max(lasts) if lasts else None
-    firsts = [g.first_ok_after for g in first_gap.values() if g.first_ok_after is not None]
-    t_first_ok = min(firsts) if firsts else None
-    per_client = {str(w): (g.first_ok_after - t_fault if g.first_ok_after else None)
-                  for w, g in sorted(first_gap.items())}
+    clients = client_figures(gaps, t_fault)
+    t_last_ok, t_first_ok = clients["t_last_ok"], clients["t_first_ok"]
 
     outcome = fault_outcome(probe, t_fault, window_end, outage=True)
     old_primary, new_primary = outcome["primary_at_fault"], outcome.get("new_primary")
@@ -122,21 +143,15 @@ def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, base
         "reconnect_s": _diff(t_first_ok, t_promoted),
         "stabilisation_s": _diff(t_recovered, t_first_ok),
     }
-    rtos = sorted(v for v in per_client.values() if v is not None)
     if t_last_ok is not None and t_last_ok - t_fault > 1.0:
         out["notes"].append(f"writes kept succeeding for {t_last_ok - t_fault:.3f}s after the fault before the "
                             "outage: check rpo and split_brain for where they went")
     out.update({
-        "first_err_after_fault_s": round(t_first_err - t_fault, 6), "outage": True, "t_last_ok": t_last_ok,
-        "t_first_err": t_first_err, "t_detect": t_detect,
+        **clients, "t_detect": t_detect,
         "detect_signal": detect_how, "detect_uncertainty_s": detect_unc, "t_promoted": t_promoted,
         "promoted_evidence": evidence,
-        "old_primary": old_primary, "new_primary": new_primary, "t_first_ok": t_first_ok, "t_recovered": t_recovered,
-        "phases": phases, "rto_s": _diff(t_first_ok, t_fault), "write_gap_s": _diff(t_first_ok, t_last_ok),
-        "per_client_rto_s": per_client,
-        "per_client_rto_percentiles_s": {f"p{p}": _pct(rtos, p) for p in (50, 90, 99, 100)} if rtos else {},
-        "workers_in_outage": len(first_gap), "workers_not_recovered": sum(1 for v in per_client.values() if v is None),
-        **outcome,
+        "old_primary": old_primary, "new_primary": new_primary, "t_recovered": t_recovered,
+        "phases": phases, **outcome,
     })
     out["effect"] = _effect(rec, t_fault, t_recovered or window_end, baseline)
     return out

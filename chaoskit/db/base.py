@@ -18,6 +18,7 @@ import contextlib
 import os
 import socket
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -37,16 +38,36 @@ class ErrorClass(StrEnum):
     other = "other"
 
 
+@dataclass(frozen=True)
+class ClientProfile:
+    """How a client's connections are configured (see chaoskit.workload.spec.ClientGroup): the
+    `deadline` profile gets statement timeout = op_timeout, aggressive keepalives and a TCP user
+    timeout; `pool` and `per-op` get the driver's defaults and a server-side statement timeout
+    only when one is given."""
+
+    name: str = "deadline"
+    statement_timeout: float | None = None
+    validate: bool = False
+
+    @property
+    def careful(self) -> bool:
+        return self.name == "deadline"
+
+
+DEADLINE = ClientProfile()
+
+
 class Driver(ABC):
     family: str = ""
     placeholder: str = "%s"
 
     def __init__(self, cluster: Cluster, inventory: Inventory, *, connect_timeout: float = 2.0,
-                 op_timeout: float = 5.0) -> None:
+                 op_timeout: float = 5.0, profile: ClientProfile = DEADLINE) -> None:
         self.cluster = cluster
         self.inventory = inventory
         self.connect_timeout = connect_timeout
         self.op_timeout = op_timeout
+        self.profile = profile
 
     def password(self) -> str | None:
         if self.cluster.password is None:
@@ -56,6 +77,25 @@ class Driver(ABC):
         except LookupError as exc:
             raise InputError(str(exc), source=self.inventory.source,
                              field=f"clusters.{self.cluster.name}.password") from None
+
+    def node_of(self, conn: Any) -> str | None:
+        """The member a connection reached (by its address and port), None where the driver
+        cannot tell: the evidence names the node that acknowledged a write."""
+        try:
+            host, port = self._peer(conn)
+        except Exception:
+            return None
+        for m in self.cluster.members:
+            if self.member_endpoint(m) == (host, port):
+                return m.host
+        return f"{host}:{port}"
+
+    def _peer(self, conn: Any) -> tuple[str, int]:
+        raise NotImplementedError
+
+    def ping(self, conn: Any) -> None:
+        """A pool's validation query."""
+        self.query(conn, "SELECT 1")
 
     def member_endpoint(self, member: Member) -> tuple[str, int]:
         return self.inventory.member_address(member), member.db_port or self.cluster.port

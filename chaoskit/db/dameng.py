@@ -16,6 +16,7 @@ import math
 from typing import Any
 
 from chaoskit.db.base import Driver, ErrorClass
+from chaoskit.errors import InputError
 from chaoskit.inventory.models import Member
 
 _REFUSED_CODES = {-70028, -70020, -70089, -2501, -2504}
@@ -49,6 +50,10 @@ class DamengDriver(Driver):
     placeholder = "?"
 
     def connect_params(self, server: str, port: int | None) -> dict[str, Any]:
+        if self.profile.statement_timeout is not None:
+            raise InputError("dmPython offers no statement timeout chaoskit can set: leave statement_timeout "
+                             "unset for a DM cluster", source=self.inventory.source,
+                             field=f"clusters.{self.cluster.name}")
         params: dict[str, Any] = {
             "user": self.cluster.user, "server": server,
             "login_timeout": max(1, math.ceil(self.connect_timeout)),

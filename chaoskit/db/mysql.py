@@ -54,10 +54,12 @@ class MySQLDriver(Driver):
         params: dict[str, Any] = {
             "host": host, "port": port, "user": self.cluster.user, "database": self.cluster.database,
             "connect_timeout": max(1, math.ceil(self.connect_timeout)),
-            "read_timeout": max(1, math.ceil(self.op_timeout)),
-            "write_timeout": max(1, math.ceil(self.op_timeout)),
             "autocommit": True, "charset": "utf8mb4",
         }
+        if self.profile.careful:  # client-side socket timeouts: the deadline profile's
+            params["read_timeout"] = params["write_timeout"] = max(1, math.ceil(self.op_timeout))
+        elif self.profile.statement_timeout is not None:  # MariaDB's server-side statement timeout
+            params["init_command"] = f"SET SESSION max_statement_time={float(self.profile.statement_timeout):.3f}"
         password = self.password()
         if password is not None:
             params["password"] = password
@@ -69,6 +71,9 @@ class MySQLDriver(Driver):
 
     def _connect(self, host: str, port: int) -> pymysql.connections.Connection:
         return pymysql.connect(**self.connect_params(host, port))
+
+    def _peer(self, conn: Any) -> tuple[str, int]:
+        return str(conn.host), int(conn.port)
 
     def connect_member(self, member: Member) -> pymysql.connections.Connection:
         return self._connect(*self.member_endpoint(member))

@@ -55,14 +55,16 @@ class PostgresDriver(Driver):
     family = "postgres"
 
     def _params(self) -> dict[str, Any]:
-        statement_ms = max(1, math.ceil(self.op_timeout * 1000))
-        params: dict[str, Any] = {
-            "connect_timeout": max(1, math.ceil(self.connect_timeout)),
-            "keepalives": 1, "keepalives_idle": 1, "keepalives_interval": 1, "keepalives_count": 3,
-            "tcp_user_timeout": statement_ms,
-            "application_name": "chaoskit",
-            "options": f"-c statement_timeout={statement_ms}",
-        }
+        params: dict[str, Any] = {"connect_timeout": max(1, math.ceil(self.connect_timeout))}
+        if self.profile.careful:
+            statement_ms = max(1, math.ceil(self.op_timeout * 1000))
+            params.update({"keepalives": 1, "keepalives_idle": 1, "keepalives_interval": 1, "keepalives_count": 3,
+                           "tcp_user_timeout": statement_ms, "application_name": "chaoskit",
+                           "options": f"-c statement_timeout={statement_ms}"})
+        else:  # libpq's defaults, as an application's pool has them
+            params["application_name"] = f"chaoskit-{self.profile.name}"
+            if self.profile.statement_timeout is not None:
+                params["options"] = f"-c statement_timeout={max(1, math.ceil(self.profile.statement_timeout * 1000))}"
         if self.cluster.user:
             params["user"] = self.cluster.user
         password = self.password()
@@ -98,6 +100,10 @@ class PostgresDriver(Driver):
     def member_conninfo(self, member: Member) -> str:
         host, port = self.member_endpoint(member)
         return make_conninfo(**self._params(), host=host, port=port, dbname=self.cluster.database)
+
+    def _peer(self, conn: Any) -> tuple[str, int]:
+        pgconn = conn.pgconn
+        return (pgconn.hostaddr or pgconn.host).decode(), int(pgconn.port.decode())
 
     def connect_writer(self) -> psycopg.Connection:
         return psycopg.connect(self.writer_conninfo(), autocommit=True)

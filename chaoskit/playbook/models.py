@@ -23,7 +23,34 @@ CheckName = Literal["rpo", "bank", "replica_convergence", "split_brain"]
 MAX_DRILL_S = 24 * 3600.0
 
 
+class GroupConfig(Frozen):
+    """One client group of the load (see chaoskit.workload.spec.ClientGroup for the profiles)."""
+
+    name: Name | None = None  # default: the profile's name
+    profile: Literal["deadline", "pool", "per-op"] = "deadline"
+    workers: int = Field(spec.DEFAULT_WORKERS, ge=1, le=2048)
+    statement_timeout: Seconds | None = None  # pool / per-op: the server-side timeout, if the application sets one
+    validation: bool = False  # pool: a validation query before each op (as a pool's test-on-borrow)
+
+    @property
+    def group_name(self) -> str:
+        return self.name or self.profile
+
+    @model_validator(mode="after")
+    def _fits_profile(self) -> GroupConfig:
+        if self.profile == "deadline" and (self.statement_timeout is not None or self.validation):
+            raise ValueError("a deadline group takes its timeout from load.op_timeout; statement_timeout and "
+                             "validation are for pool and per-op groups")
+        if self.validation and self.profile != "pool":
+            raise ValueError("validation is a pool's check on checkout (profile: pool)")
+        return self
+
+
 class LoadConfig(Frozen):
+    """The background load. `groups` runs several client profiles side by side (the shipped drills
+    compare chaoskit's careful `deadline` clients with `pool` clients as applications keep them);
+    without it, `workers` deadline clients."""
+
     workload: str = spec.DEFAULT_WORKLOAD
     workers: int = Field(spec.DEFAULT_WORKERS, ge=1, le=2048)
     rate: float | None = Field(None, gt=0, le=1_000_000)
@@ -32,6 +59,30 @@ class LoadConfig(Frozen):
     connect_timeout: Seconds = spec.DEFAULT_CONNECT_TIMEOUT_S
     processes: int | None = Field(None, ge=1, le=256)
     table_rows: int = Field(spec.DEFAULT_TABLE_ROWS, ge=10, le=100_000_000)
+    groups: tuple[GroupConfig, ...] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _workers_from_groups(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("groups"), list | tuple):
+            return data
+        total = sum(g.get("workers", spec.DEFAULT_WORKERS) if isinstance(g, dict) else 0 for g in data["groups"])
+        if "workers" in data and data["workers"] != total:
+            raise ValueError(f"workers ({data['workers']}) must be the sum of the groups' workers ({total}), "
+                             "or left out")
+        return {**data, "workers": total}
+
+    @field_validator("groups")
+    @classmethod
+    def _unique(cls, value: tuple[GroupConfig, ...] | None) -> tuple[GroupConfig, ...] | None:
+        if value is not None:
+            if not value:
+                raise ValueError("groups needs at least one group")
+            names = [g.group_name for g in value]
+            dup = next((n for n in names if names.count(n) > 1), None)
+            if dup:
+                raise ValueError(f"two groups named {dup!r}: give each a name")
+        return value
 
     @field_validator("workload")
     @classmethod
@@ -101,6 +152,10 @@ class Recovery(Frozen):
 
 
 class Slo(Frozen):
+    """Targets; each applies to every client group of the load (the worst group counts) unless
+    `group` names one."""
+
+    group: Name | None = None
     rto_max: Seconds | None = None
     rpo_max_writes: int | None = Field(None, ge=0)
     max_error_rate_after_recovery: float | None = Field(None, ge=0, le=1)
@@ -168,6 +223,15 @@ class Playbook(Frozen):
     def _bounded(cls, value: float) -> float:
         if not 0 < value <= MAX_DRILL_S:
             raise ValueError(f"a drill lasts between 0 and {MAX_DRILL_S / 3600:g} h")
+        return value
+
+    @field_validator("slo")
+    @classmethod
+    def _slo_group_exists(cls, value: Slo, info: ValidationInfo) -> Slo:
+        load = info.data.get("load")
+        names = [g.group_name for g in (load.groups or ())] if load and load.groups else ["main"]
+        if value.group is not None and value.group not in names:
+            raise ValueError(f"slo.group {value.group!r} is not a group of the load ({', '.join(names)})")
         return value
 
     @field_validator("checks")

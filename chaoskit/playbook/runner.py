@@ -81,6 +81,8 @@ class RunContext:
     heal: dict[str, Any] = field(default_factory=dict)
     settings_changed: dict[str, Any] = field(default_factory=dict)
     results: dict[str, Any] = field(default_factory=dict)
+    groups: dict[str, dict[str, Any]] = field(default_factory=dict)  # client group -> profile, worker ids
+    truth: dict[str, Any] = field(default_factory=dict)  # what gather_truth read after the run
     allow_production: bool = False
     operator: str = field(default_factory=lambda: f"{getpass.getuser()}@{socket.gethostname()}")
 
@@ -136,6 +138,8 @@ def run_drill(pb: Playbook, inv: Inventory, *, run_dir: RunDirectory | None, pla
             ctx.recorder = Recorder(base=time.time(), interval=0.1)  # 3
             spec = load_spec_from_playbook(pb)
             ctx.run_id = spec.run_id
+            ctx.groups = {g.name: {"profile": g.profile, "workers": list(g.worker_ids), "statement_timeout":
+                                   g.statement_timeout, "validation": g.validate} for g in spec.client_groups()}
             load_cluster = ctx.cluster
             if any(st.fault is not None and split_target(st.fault.target)[0] == CLIENT for st in pb.steps):
                 # the load runs through clean relays from the start; the step changes their toxics
@@ -177,8 +181,8 @@ def run_drill(pb: Playbook, inv: Inventory, *, run_dir: RunDirectory | None, pla
         if ctx.probe is not None:
             ctx.events.extend(ctx.probe.log.events)
     if runner is not None and ctx.recorder is not None and ctx.probe is not None:
-        truth = parts.truth(ctx, runner)  # 8
-        ctx.results, marks = analyse(ctx, truth)
+        ctx.truth = parts.truth(ctx, runner)  # 8
+        ctx.results, marks = analyse(ctx, ctx.truth)
         for mark in marks:
             ctx.event("phase_mark", mark["t"], mark=mark["mark"], fault=mark["fault"])
     return ctx
@@ -285,6 +289,7 @@ def _do(ctx: RunContext, fm: FaultManager, ha: HAManager, item: schedule.Item, s
             faults = [fm.trigger(s) for s in ready]
         injected[item.step] = faults
         for f in faults:
+            ctx.recorder.history.keep_around(f.t_effect)  # type: ignore[union-attr]
             f.step = item.step
             ctx.event("fault_injected", f.t_effect, id=f.id, fault_kind=f.kind, host=f.host, step=item.step,
                       scheduled=t_sched, sent=f.t_sent, applied_from=f.t_apply_start, t_effect_host=f.t_effect_host,
@@ -303,6 +308,8 @@ def _do(ctx: RunContext, fm: FaultManager, ha: HAManager, item: schedule.Item, s
         record = _action(ctx, fm, ha, step, injected)
         record["t_scheduled"] = t_sched
         record["step"] = item.step
+        if record["kind"] == "switchover":
+            ctx.recorder.history.keep_around(record["t_sent"])  # type: ignore[union-attr]
         ctx.actions.append(record)
         ctx.event("action", record["t_sent"], action=record["kind"], member=record.get("member"),
                   ok=record.get("ok"), candidate=record.get("candidate"))

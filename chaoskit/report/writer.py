@@ -62,6 +62,11 @@ def write_run(ctx: Any, rd: RunDirectory) -> dict[str, Any]:
     evidence = clean(evidence)
     rd.write_json("run.json", evidence)
     rd.write_text("methodology.md", METHODOLOGY.read_text())  # the evidence carries its own definitions
+    if rec is not None and rec.history.windows:
+        present = (getattr(ctx, "truth", None) or {}).get("ledger_present", {}).get("rows")
+        with rd.file("history.jsonl").open("w") as out:
+            rec.history.write(out, run_id=ctx.run_id, faults=(ctx.results or {}).get("faults", []), present=present,
+                              groups={n: g["workers"] for n, g in (getattr(ctx, "groups", None) or {}).items()})
     if rec is not None and ctx.probe is not None:
         node_columns = _node_columns(ctx, rec)
         rec.write_timeline_csv(str(rd.file("timeline.csv")), t0=ctx.t0, extra=node_columns)

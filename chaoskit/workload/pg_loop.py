@@ -59,6 +59,7 @@ class _Slot:
         "future",
         "gen",
         "kind",
+        "node",
         "pg",
         "prep_name",
         "prepared",
@@ -75,6 +76,7 @@ class _Slot:
         self.wid = wid
         self.ctx = ctx
         self.conn: Any = None
+        self.node: str | None = None  # the member this connection reached
         self.pg: Any = None
         self.fd = -1
         self.prepared: dict[str, bytes] = {}
@@ -236,6 +238,7 @@ class PgLoop:
                 slot.state = IDLE
                 continue
             slot.conn, slot.pg = conn, conn.pgconn
+            slot.node = self.driver.node_of(conn)
             slot.pg.nonblocking = 1
             slot.fd = slot.pg.socket
             slot.prepared = {}
@@ -342,7 +345,7 @@ class PgLoop:
         now = time.time()
         slot.state = IDLE
         slot.gen = None
-        self.recorder.record(slot.wid, kind, slot.t_invoke, now, OK, ledger_seq=slot.ctx.ledger_seq)
+        self.recorder.record(slot.wid, kind, slot.t_invoke, now, OK, ledger_seq=slot.ctx.ledger_seq, node=slot.node)
         slot.backoff = self.spec.backoff_min
         self._after_op(slot, now)
 
@@ -352,7 +355,7 @@ class PgLoop:
         cls = ErrorClass.timeout if interrupted else self.driver.classify(exc)
         outcome = outcome_for(cls, ctx.phase, interrupted) if self.workload.writes else FAIL
         self.recorder.record(slot.wid, slot.kind, slot.t_invoke, now, outcome, cls.value, first_line(exc),
-                             ledger_seq=ctx.ledger_seq)
+                             ledger_seq=ctx.ledger_seq, node=slot.node)
         if slot.gen is not None:
             slot.gen.close()
             slot.gen = None

@@ -31,6 +31,7 @@ import queue
 import random
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 from chaoskit.db.base import Driver, ErrorClass, driver_for
@@ -38,7 +39,7 @@ from chaoskit.inventory.models import Cluster, Inventory
 from chaoskit.lifeline import die_with_parent
 from chaoskit.recorder import FAIL, OK, Recorder
 from chaoskit.workload.outcomes import DROP_CONNECTION, client_deadline, connect_error_class, first_line, outcome_for
-from chaoskit.workload.spec import LoadSpec
+from chaoskit.workload.spec import ClientGroup, LoadSpec
 from chaoskit.workload.workloads import OpContext, make_workload
 
 __all__ = ["LoadRunner", "LoadSpec", "outcome_for"]
@@ -48,8 +49,10 @@ DRAIN_EVERY = 0.2
 
 class _Worker:
     def __init__(self, wid: int, driver: Driver, workload: Any, spec: LoadSpec, recorder: Recorder,
-                 lock: threading.Lock, stop: threading.Event, arrivals: Any, t_start: float) -> None:
+                 lock: threading.Lock, stop: threading.Event, arrivals: Any, t_start: float,
+                 group: ClientGroup | None = None) -> None:
         self.wid = wid
+        self.group = group or spec.client_groups()[0]
         self.driver = driver
         self.workload = workload
         self.spec = spec
@@ -61,6 +64,7 @@ class _Worker:
         self.rng = random.Random(hash((spec.run_id, wid)))
         self.ctx = OpContext(worker=wid, rng=self.rng, run_id=spec.run_id, workers=spec.workers)
         self.conn: Any = None
+        self.node: str | None = None  # the member self.conn reached
         self.inflight_since: float | None = None
         self.interrupted = False
 
@@ -87,33 +91,55 @@ class _Worker:
                 self.recorder.missed(now)
         return None
 
+    def _connect(self, t_invoke: float) -> bool:
+        """Reach the writer for the op invoked at t_invoke; a failure is that op's outcome."""
+        self.inflight_since = time.time()
+        try:
+            self.conn = self.driver.connect_writer()
+            self.node = self.driver.node_of(self.conn)
+            return True
+        except Exception as exc:
+            cls = connect_error_class(self.driver, exc)
+            self._record(self.wid, "write" if self.workload.writes else "read", t_invoke, time.time(),
+                         FAIL, cls.value, first_line(exc))
+            return False
+        finally:
+            self.inflight_since = None
+
+    def _checkout(self, t_invoke: float) -> bool:
+        """A connection for the next op, the way this worker's profile gets one."""
+        if self.conn is not None and self.group.validate:  # a pool's test on checkout
+            try:
+                self.driver.ping(self.conn)
+            except Exception:
+                self._drop()
+        if self.conn is None:
+            return self._connect(t_invoke)
+        return True
+
+    def _drop(self) -> None:
+        Driver.close_quietly(self.conn)
+        self.conn, self.node = None, None
+
     def run(self) -> None:
         backoff = self.spec.backoff_min
         while not self.stop.is_set():
             t_invoke = self._next_start()
             if t_invoke is None:
                 break
-            if self.conn is None:
-                self.inflight_since = time.time()
-                try:
-                    self.conn = self.driver.connect_writer()
-                except Exception as exc:
-                    self.inflight_since = None
-                    cls = connect_error_class(self.driver, exc)
-                    self._record(self.wid, "write" if self.workload.writes else "read", t_invoke, time.time(),
-                                 FAIL, cls.value, first_line(exc))
-                    if self.arrivals is None:
-                        self.stop.wait(backoff * (0.5 + self.rng.random()))
-                    backoff = min(self.spec.backoff_max, backoff * 2)
-                    continue
-                finally:
-                    self.inflight_since = None
+            if not self._checkout(t_invoke):
+                if self.arrivals is None:
+                    self.stop.wait(backoff * (0.5 + self.rng.random()))
+                backoff = min(self.spec.backoff_max, backoff * 2)
+                continue
             self._one_op(t_invoke)
             if self.conn is not None:
                 backoff = self.spec.backoff_min
+            if self.group.profile == "per-op":
+                self._drop()
             if self.arrivals is None and self.spec.think_time:
                 self.stop.wait(self.spec.think_time)
-        Driver.close_quietly(self.conn)
+        self._drop()
 
     def _one_op(self, t_invoke: float) -> None:
         ctx = self.ctx
@@ -125,46 +151,52 @@ class _Worker:
             kind = self.workload.run(self.conn, ctx)
             t_done = time.time()
             self.inflight_since = None
-            self._record(self.wid, kind, t_invoke, t_done, OK, ledger_seq=ctx.ledger_seq)
+            self._record(self.wid, kind, t_invoke, t_done, OK, ledger_seq=ctx.ledger_seq, node=self.node)
         except Exception as exc:
             t_done = time.time()
             self.inflight_since = None
             cls = ErrorClass.timeout if self.interrupted else self.driver.classify(exc)
             outcome = outcome_for(cls, ctx.phase, self.interrupted) if self.workload.writes else FAIL
             self._record(self.wid, kind, t_invoke, t_done, outcome, cls.value, first_line(exc),
-                         ledger_seq=ctx.ledger_seq)
+                         ledger_seq=ctx.ledger_seq, node=self.node)
             if cls in DROP_CONNECTION or self.interrupted:
-                Driver.close_quietly(self.conn)
-                self.conn = None
+                self._drop()
 
-    def watchdog_check(self, now: float, deadline: float) -> None:
+    def watchdog_check(self, now: float, deadline: float, stopping: bool = False) -> None:
+        """The deadline profile's client-side deadline; other profiles wait as long as the server
+        and TCP make them (until the load stops)."""
+        if not (self.group.client_deadline or stopping):
+            return
         since = self.inflight_since
         if since is not None and now - since > deadline and self.conn is not None and not self.interrupted:
             self.interrupted = True
             self.driver.interrupt(self.conn)
 
 
-def _child_main(cluster_json: str, inventory_json: str, spec: LoadSpec, worker_ids: list[int], base: float,
-                rate_share: float | None, out: Any, go: Any, start_at: Any, stop_evt: Any, parent_pid: int) -> None:
-    """Entry point of one worker process. It dies with the controller: a load nobody watches must
-    never keep writing to a cluster."""
+def _child_main(cluster_json: str, inventory_json: str, spec: LoadSpec, group: ClientGroup, worker_ids: list[int],
+                base: float, rate_share: float | None, out: Any, go: Any, start_at: Any, stop_evt: Any,
+                parent_pid: int) -> None:
+    """Entry point of one worker process (all of one client group). It dies with the controller: a
+    load nobody watches must never keep writing to a cluster."""
     die_with_parent(parent_pid)
     cluster = Cluster.model_validate_json(cluster_json)
     inventory = Inventory.model_validate_json(inventory_json)
-    driver = driver_for(cluster, inventory, connect_timeout=spec.connect_timeout, op_timeout=spec.op_timeout)
+    driver = driver_for(cluster, inventory, connect_timeout=spec.connect_timeout, op_timeout=spec.op_timeout,
+                        profile=group.client_profile())
     workload = make_workload(spec.workload, driver, spec.params, spec.run_id)
     workload.prepare()
-    recorder = Recorder(base, spec.interval)
+    recorder = Recorder(base, spec.interval, keep_ops=True)
     out.put(("ready", os.getpid()))
     go.wait()
     t_start = start_at.value
-    if spec.uses_loop(driver.family):
+    if group.client_deadline and spec.uses_loop(driver.family):
         _run_loop(driver, workload, spec, recorder, worker_ids, t_start, rate_share, out, stop_evt)
         return
     lock = threading.Lock()
     stop = threading.Event()
     arrivals = (rate_share, itertools.count()) if rate_share else None
-    workers = [_Worker(w, driver, workload, spec, recorder, lock, stop, arrivals, t_start) for w in worker_ids]
+    workers = [_Worker(w, driver, workload, spec, recorder, lock, stop, arrivals, t_start, group)
+               for w in worker_ids]
     threads = [threading.Thread(target=w.run, name=f"worker-{w.wid}", daemon=True) for w in workers]
     delay = t_start - time.time()
     if delay > 0:
@@ -189,7 +221,7 @@ def _child_main(cluster_json: str, inventory_json: str, spec: LoadSpec, worker_i
         while t.is_alive() and time.time() < end:
             t.join(0.05)
             for w in workers:
-                w.watchdog_check(time.time(), deadline)
+                w.watchdog_check(time.time(), deadline, stopping=True)
     with lock:
         batch = recorder.drain(time.time(), final=True)
     out.put(("final", os.getpid(), batch))
@@ -243,21 +275,34 @@ class LoadRunner:
         finally:
             Driver.close_quietly(conn)
 
+    def shares(self) -> list[tuple[ClientGroup, list[int]]]:
+        """(group, worker ids) per worker process: a deadline group as its engine spreads it (the
+        loop: one process per LOOP_WORKERS workers), other profiles' threads in one process each."""
+        spec = self.spec
+        out: list[tuple[ClientGroup, list[int]]] = []
+        for group in spec.client_groups():
+            ids = list(group.worker_ids)
+            if group.client_deadline:
+                nproc = replace(spec, workers=group.workers).process_count(self.driver.family)
+            else:
+                nproc = 1 if not spec.processes else min(spec.processes, group.workers)
+            out += [(group, ids[i::nproc]) for i in range(nproc)]
+        return out
+
     def start(self, start_delay: float = 0.2) -> float:
         spec = self.spec
-        nproc = spec.process_count(self.driver.family)
+        shares = self.shares()
+        nproc = len(shares)
         self._queue = self._ctx.Queue()
         self._stop = self._ctx.Event()
         go = self._ctx.Event()
         start_at = self._ctx.Value("d", 0.0)
-        ids = list(range(1, spec.workers + 1))
-        shares = [ids[i::nproc] for i in range(nproc)]
         cluster_json = self.cluster.model_dump_json()
         inventory_json = self.inventory.model_dump_json()
-        for share in shares:
+        for group, share in shares:
             rate_share = spec.rate * len(share) / spec.workers if spec.rate else None
             p = self._ctx.Process(target=_child_main, daemon=True, args=(
-                cluster_json, inventory_json, spec, share, self.recorder.base, rate_share, self._queue, go,
+                cluster_json, inventory_json, spec, group, share, self.recorder.base, rate_share, self._queue, go,
                 start_at, self._stop, os.getpid()))
             p.start()
             self._procs.append(p)

@@ -8,6 +8,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from chaoskit.db.base import ClientProfile
 from chaoskit.workload.workloads import WorkloadParams
 
 if TYPE_CHECKING:
@@ -20,6 +21,39 @@ DEFAULT_OP_TIMEOUT_S = 2.0  # the client deadline is this + 0.25 s: long enough 
 DEFAULT_CONNECT_TIMEOUT_S = 1.0
 DEFAULT_WARMUP_S = 5.0
 DEFAULT_TABLE_ROWS = 10_000
+PROFILES = ("deadline", "pool", "per-op")
+
+
+@dataclass(frozen=True)
+class ClientGroup:
+    """Workers that hold their connections the same way (docs/methodology.md, "client profiles"):
+
+    - `deadline`: chaoskit's careful client: a client-side deadline per op (op_timeout + 0.25 s),
+      aggressive TCP keepalives and tcp_user_timeout; the connection is dropped at the deadline;
+    - `pool`: a long-lived connection as an application pool keeps it: no client-side deadline,
+      the driver's default keepalives, an optional server-side `statement_timeout`, reconnect only
+      after an error, an optional validation query before each op (`validation`);
+    - `per-op`: a new connection (writer search included) for every op, closed after it; no
+      client-side deadline either.
+    A worker's id says its group: ids are handed out group after group from 1."""
+
+    name: str
+    profile: str = "deadline"
+    workers: int = DEFAULT_WORKERS
+    statement_timeout: float | None = None
+    validate: bool = False
+    first_worker: int = 1
+
+    @property
+    def worker_ids(self) -> range:
+        return range(self.first_worker, self.first_worker + self.workers)
+
+    @property
+    def client_deadline(self) -> bool:
+        return self.profile == "deadline"
+
+    def client_profile(self) -> ClientProfile:
+        return ClientProfile(self.profile, self.statement_timeout, self.validate)
 
 
 @dataclass(frozen=True)
@@ -38,6 +72,14 @@ class LoadSpec:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     interval: float = 0.1
     engine: str = "auto"  # auto | loop | threads
+    groups: tuple[ClientGroup, ...] = ()  # empty: one `deadline` group of every worker, named "main"
+
+    def client_groups(self) -> tuple[ClientGroup, ...]:
+        return self.groups or (ClientGroup("main", "deadline", self.workers),)
+
+    def group_of(self) -> dict[int, str]:
+        """worker id -> its group's name."""
+        return {w: g.name for g in self.client_groups() for w in g.worker_ids}
 
     def uses_loop(self, family: str) -> bool:
         if self.engine not in ("auto", "loop", "threads"):
@@ -61,9 +103,14 @@ class LoadSpec:
 
 
 def load_spec_from_config(load: LoadConfig) -> LoadSpec:
+    groups: list[ClientGroup] = []
+    first = 1
+    for g in load.groups or ():
+        groups.append(ClientGroup(g.group_name, g.profile, g.workers, g.statement_timeout, g.validation, first))
+        first += g.workers
     return LoadSpec(workload=load.workload, workers=load.workers, rate=load.rate, processes=load.processes,
                     op_timeout=load.op_timeout, connect_timeout=load.connect_timeout,
-                    params=WorkloadParams(table_rows=load.table_rows))
+                    params=WorkloadParams(table_rows=load.table_rows), groups=tuple(groups))
 
 
 def load_spec_from_playbook(pb: Playbook) -> LoadSpec:
