@@ -68,7 +68,7 @@ ACKED = {(1, k + 1) for k in range(240) if outcome1(k) == OK} | {(2, k + 1) for 
 LOST = {(1, 79), (1, 80), (2, 82)}  # worker 1's k = 78, 79 and worker 2's k = 81 (acknowledged before F + 0.22)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # per test: mutation testing maps each test to the code it runs
 def analysed() -> tuple[dict[str, Any], list[dict[str, Any]]]:
     ctx = Ctx(playbook(), recorder(), Probe(probe()), [kill()])
     return analyse(ctx, {"ledger_present": {"rows": ACKED - LOST}})

@@ -66,7 +66,7 @@ def probe() -> ProbeLog:
     return log
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # per test: mutation testing maps each test to the code it runs
 def result() -> dict:
     rec = recorder()
     # baseline: both workers write once per interval: 2 writes per 0.125 s = 16 writes/s exactly
