@@ -255,3 +255,71 @@ def test_convergence_reports_divergence_and_a_member_down() -> None:
     back = convergence_verdict({"members": {"pg1": {"rows": 3, "seq_sum": 6, "role": "primary"},
                                             "pg2": {"rows": 3, "seq_sum": 6, "role": "replica"}}}, "pg1", {})
     assert back["old_primary"]["rejoined"] is True and back["old_primary"]["diverged"] is False
+
+
+class TruthDriver(FakeDriver):
+    """A writer whose connect can fail; members as FakeDriver."""
+
+    def __init__(self, answers: dict[str, list[Any]], writer_error: Exception | None = None) -> None:
+        super().__init__(answers)
+        self.writer_error = writer_error
+        self.closed: list[Any] = []
+
+    def connect_writer(self) -> str:
+        if self.writer_error is not None:
+            raise self.writer_error
+        return "writer"
+
+    @staticmethod
+    def close_quietly(conn: Any) -> None:
+        pass
+
+
+class Workload:
+    def present(self, conn: Any) -> set[tuple[int, int]]:
+        assert conn == "writer"
+        return {(1, 1), (1, 2)}
+
+    def total(self, conn: Any) -> tuple[int, int]:
+        return 100, 99_990
+
+    def expected_total(self) -> int:
+        return 100_000
+
+
+def truth_ctx(checks: list[str], workload: str = "ledger") -> Any:
+    pb = playbook(checks=checks, load={**PLAYBOOK["load"], "workload": workload}, slo={})
+    return type("C", (), {"playbook": pb, "cluster": cluster(), "inventory": None, "run_id": "run"})()
+
+
+def test_gather_truth_reads_rows_bank_and_convergence(monkeypatch: pytest.MonkeyPatch) -> None:
+    from chaoskit.analysis import drill as drill_mod
+
+    runner = type("R", (), {"workload": Workload()})()
+    made: list[dict] = []
+
+    def driver_for(cluster: Any, inventory: Any, **kw: Any) -> TruthDriver:
+        made.append(kw)
+        return TruthDriver({"pg1": [(2, 3, True)], "pg2": [(2, 3, False)], "pg3": [(2, 3, False)]})
+
+    monkeypatch.setattr(drill_mod, "driver_for", driver_for)
+    truth = drill_mod.gather_truth(truth_ctx(["rpo", "replica_convergence"]), runner)
+    assert truth["ledger_present"] == {"rows": {(1, 1), (1, 2)}}
+    assert truth["convergence"]["members"]["pg1"] == {"rows": 2, "seq_sum": 3, "role": "primary"}
+    assert "bank" not in truth and "writer_error" not in truth
+    # read with the load's connect timeout and a long op timeout: the cluster has just recovered
+    assert made == [{"connect_timeout": 1.0, "op_timeout": 60.0}]
+    truth = drill_mod.gather_truth(truth_ctx(["bank"], workload="bank"), runner)
+    assert truth == {"bank": {"accounts": 100, "total": 99_990, "expected": 100_000}}
+    # convergence is for the ledger workload only
+    assert "convergence" not in drill_mod.gather_truth(truth_ctx(["bank", "replica_convergence"], "bank"), runner)
+
+
+def test_gather_truth_without_a_writer_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from chaoskit.analysis import drill as drill_mod
+
+    monkeypatch.setattr(drill_mod, "driver_for", lambda *a, **k: TruthDriver(
+        {"pg1": [(1, 1, True)], "pg2": [(1, 1, False)], "pg3": [(1, 1, False)]}, ConnectionError("no writer\nx")))
+    truth = drill_mod.gather_truth(truth_ctx(["rpo", "replica_convergence"]), type("R", (), {"workload": Workload()}))
+    assert truth["writer_error"] == "no writer after the drill: no writer\nx"
+    assert "ledger_present" not in truth and truth["convergence"]["members"]["pg2"]["role"] == "replica"
