@@ -30,6 +30,7 @@ class Op(NamedTuple):
     seq: int | None  # the ledger key (worker, seq) for ledger writes
     node: str | None  # the member the connection reached, where the driver can tell
     error: str | None  # the error class
+    row: int | None = None  # update workload: the row incremented
 
 
 class OpHistory:
@@ -99,5 +100,7 @@ class OpHistory:
                 line["node"] = op.node
             if op.error is not None:
                 line["error"] = op.error
+            if op.row is not None:
+                line["row"] = op.row
             out.write(json.dumps(line) + "\n")
         return len(self.kept)

@@ -73,6 +73,7 @@ class Batch:
     gaps: list[Gap] = field(default_factory=list)
     ledger: list[tuple[int, int, bytes]] = field(default_factory=list)  # worker, first seq, array bytes
     ops: list[tuple] = field(default_factory=list)  # history.Op tuples, when the source keeps them
+    rows: dict[int, list[int]] = field(default_factory=dict)  # update: row -> [acknowledged, indeterminate]
     watermark: int = -1  # intervals below this index are complete in this batch's source
 
 
@@ -184,6 +185,8 @@ class Recorder:
         self.keep_ops = keep_ops  # every op as a history.Op, shipped with the batches
         self.ops: list[tuple] = []
         self.history = OpHistory()  # the ops around each fault (history.jsonl)
+        # update workload: per row, how many increments were acknowledged / indeterminate
+        self.row_updates: dict[int, list[int]] = {}
         self._gaps_shipped = 0
 
     # -- recording (hot path) --------------------------------------------------------------
@@ -200,11 +203,16 @@ class Recorder:
 
     def record(self, worker: int, kind: str, t_invoke: float, t_done: float, outcome: str,
                error_class: str | None = None, message: str = "", ledger_seq: int | None = None,
-               node: str | None = None) -> None:
+               node: str | None = None, row: int | None = None) -> None:
         """One op: `kind` is write|read; the op is booked in the interval where it completed."""
         if self.keep_ops:
             self.ops.append((t_invoke, t_done, worker, kind, outcome, ledger_seq, node,
-                             None if outcome == OK else error_class or ErrorClass.other.value))
+                             None if outcome == OK else error_class or ErrorClass.other.value, row))
+        if row is not None and outcome != FAIL:
+            counts = self.row_updates.get(row)
+            if counts is None:
+                counts = self.row_updates[row] = [0, 0]
+            counts[0 if outcome == OK else 1] += 1
         slot = self._slot(t_done)
         counts = slot.counts
         if outcome == OK:
@@ -286,6 +294,7 @@ class Recorder:
         watermark = self.index(now) - 1 if not final else 1 << 62
         batch = Batch(watermark=watermark)
         batch.ops, self.ops = self.ops, []
+        batch.rows, self.row_updates = self.row_updates, {}
         for i in sorted(k for k in self._open if k < watermark):
             slot = self._open.pop(i)
             batch.intervals.append((i, slot.counts, slot.hist().encode()))
@@ -316,6 +325,10 @@ class Recorder:
         self.gaps.extend(batch.gaps)
         if batch.ops:
             self.history.add(batch.ops)
+        for row, (acked, info) in batch.rows.items():
+            counts = self.row_updates.setdefault(row, [0, 0])
+            counts[0] += acked
+            counts[1] += info
         for worker, first_seq, raw in batch.ledger:
             incoming = array("I")
             incoming.frombytes(raw)

@@ -9,7 +9,7 @@ from typing import Any
 
 from chaoskit.analysis.catchup import standby_catchup
 from chaoskit.analysis.checks import convergence_verdict, gather_convergence, split_brain
-from chaoskit.analysis.durability import rpo_check
+from chaoskit.analysis.durability import lost_update_check, rpo_check
 from chaoskit.analysis.failover import analyse_fault, baseline_tps, client_figures, fault_gaps, role_at
 from chaoskit.analysis.verdict import checked, merge
 from chaoskit.db.base import Driver, driver_for
@@ -25,8 +25,10 @@ def gather_truth(ctx: Any, runner: Any) -> dict[str, Any]:
     writer = None
     try:
         writer = driver.connect_writer()
-        if "rpo" in pb.checks:
+        if "rpo" in pb.checks and pb.load.workload == "ledger":
             truth["ledger_present"] = checked(lambda: {"rows": runner.workload.present(writer)})
+        if "rpo" in pb.checks and pb.load.workload == "update":
+            truth["versions"] = checked(lambda: {"before": runner.before, "after": runner.workload.snapshot(writer)})
         if "bank" in pb.checks:
             truth["bank"] = checked(lambda: dict(zip(("accounts", "total"), runner.workload.total(writer),
                                                      strict=True)) | {"expected": runner.workload.expected_total()})
@@ -66,13 +68,18 @@ def analyse(ctx: Any, truth: dict[str, Any]) -> tuple[dict[str, Any], list[dict[
     outage_faults = [f for f in faults if f.get("outage")]
     t_fault = outage_faults[0]["t_fault"] if outage_faults else (faults[0]["t_fault"] if faults else None)
     error = truth.get("writer_error")
-    if "rpo" in pb.checks:
+    if "rpo" in pb.checks and pb.load.workload == "update":
+        versions = truth.get("versions") or {"valid": "unknown", "error": error}
+        checks["rpo"] = lost_update_check(rec.row_updates, versions["before"], versions["after"],
+                                          pb.slo.rpo_max_writes) if versions.get("before") is not None else versions
+    elif "rpo" in pb.checks:
         present = truth.get("ledger_present") or {"valid": "unknown", "error": error}
         checks["rpo"] = rpo_check(rec, present["rows"], t_fault, pb.slo.rpo_max_writes) if "rows" in present \
             else present
     if "bank" in pb.checks:
         bank = truth.get("bank") or {"valid": "unknown", "error": error}
-        checks["bank"] = bank if "total" not in bank else {"valid": bank["total"] == bank["expected"], **bank}
+        checks["bank"] = bank if "total" not in bank else {"valid": bank["total"] == bank["expected"],
+                                                           "drift": bank["total"] - bank["expected"], **bank}
     brain = checked(split_brain, probe.log, pb.probes.interval)
     if "split_brain" in pb.checks:
         checks["split_brain"] = brain

@@ -241,8 +241,8 @@ class Playbook(Frozen):
         workload = load.workload if load else "ledger"
         if "bank" in value and workload != "bank":
             raise ValueError("the bank check needs load.workload: bank")
-        if "rpo" in value and workload != "ledger":
-            raise ValueError("the rpo check needs load.workload: ledger")
+        if "rpo" in value and workload not in ("ledger", "update"):
+            raise ValueError("the rpo check needs load.workload: ledger (lost writes) or update (lost updates)")
         return value
 
     @field_validator("steps")

@@ -202,7 +202,7 @@ class PgLoop:
             fut.add_done_callback(self._wake)
             return
         ctx = slot.ctx
-        ctx.phase, ctx.ledger_seq = "pre", None
+        ctx.phase, ctx.ledger_seq, ctx.row = "pre", None, None
         slot.kind = self.default_kind
         slot.error = None
         slot.gen = self.workload.steps(ctx)
@@ -345,7 +345,8 @@ class PgLoop:
         now = time.time()
         slot.state = IDLE
         slot.gen = None
-        self.recorder.record(slot.wid, kind, slot.t_invoke, now, OK, ledger_seq=slot.ctx.ledger_seq, node=slot.node)
+        self.recorder.record(slot.wid, kind, slot.t_invoke, now, OK, ledger_seq=slot.ctx.ledger_seq, node=slot.node,
+                             row=slot.ctx.row)
         slot.backoff = self.spec.backoff_min
         self._after_op(slot, now)
 
@@ -355,7 +356,7 @@ class PgLoop:
         cls = ErrorClass.timeout if interrupted else self.driver.classify(exc)
         outcome = outcome_for(cls, ctx.phase, interrupted) if self.workload.writes else FAIL
         self.recorder.record(slot.wid, slot.kind, slot.t_invoke, now, outcome, cls.value, first_line(exc),
-                             ledger_seq=ctx.ledger_seq, node=slot.node)
+                             ledger_seq=ctx.ledger_seq, node=slot.node, row=ctx.row)
         if slot.gen is not None:
             slot.gen.close()
             slot.gen = None

@@ -143,7 +143,7 @@ class _Worker:
 
     def _one_op(self, t_invoke: float) -> None:
         ctx = self.ctx
-        ctx.phase, ctx.ledger_seq = "pre", None
+        ctx.phase, ctx.ledger_seq, ctx.row = "pre", None, None
         self.interrupted = False
         self.inflight_since = time.time()
         kind = "write" if self.workload.writes else "read"
@@ -151,14 +151,14 @@ class _Worker:
             kind = self.workload.run(self.conn, ctx)
             t_done = time.time()
             self.inflight_since = None
-            self._record(self.wid, kind, t_invoke, t_done, OK, ledger_seq=ctx.ledger_seq, node=self.node)
+            self._record(self.wid, kind, t_invoke, t_done, OK, ledger_seq=ctx.ledger_seq, node=self.node, row=ctx.row)
         except Exception as exc:
             t_done = time.time()
             self.inflight_since = None
             cls = ErrorClass.timeout if self.interrupted else self.driver.classify(exc)
             outcome = outcome_for(cls, ctx.phase, self.interrupted) if self.workload.writes else FAIL
             self._record(self.wid, kind, t_invoke, t_done, outcome, cls.value, first_line(exc),
-                         ledger_seq=ctx.ledger_seq, node=self.node)
+                         ledger_seq=ctx.ledger_seq, node=self.node, row=ctx.row)
             if cls in DROP_CONNECTION or self.interrupted:
                 self._drop()
 
@@ -258,6 +258,7 @@ class LoadRunner:
         self.driver = driver_for(cluster, inventory, connect_timeout=spec.connect_timeout,
                                  op_timeout=max(spec.op_timeout, 60.0))
         self.workload = make_workload(spec.workload, self.driver, spec.params, spec.run_id)
+        self.before: dict[int, int] | None = None  # update: every row's version before the load
         self._ctx = mp.get_context("spawn")
         self._procs: list[Any] = []
         self._queue: Any = None
@@ -272,6 +273,9 @@ class LoadRunner:
         conn = self.driver.connect_writer()
         try:
             self.workload.setup(conn)
+            snapshot = getattr(self.workload, "snapshot", None)
+            if snapshot is not None:
+                self.before = snapshot(conn)
         finally:
             Driver.close_quietly(conn)
 

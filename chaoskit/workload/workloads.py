@@ -45,6 +45,7 @@ class OpContext:
     seq: int = 0  # ledger: the last sequence number this worker allocated
     phase: str = "pre"  # pre | commit
     ledger_seq: int | None = None
+    row: int | None = None  # update: the row this op increments (lost-update check)
 
     def committing(self) -> None:
         self.phase = "commit"
@@ -208,7 +209,11 @@ class _Keyed(Workload):
 
 
 class Update(_Keyed):
-    """UPDATE ... SET value = value + 1 WHERE id = <random>: the classic random-row write."""
+    """UPDATE ... SET value = value + 1 WHERE id = <random>: the classic random-row write. Each
+    row's value is its version: read before the load and after recovery, every row must have
+    grown by at least its acknowledged increments (fewer: lost updates) and by at most its
+    acknowledged plus indeterminate ones (more: phantom updates). This assumes chaoskit is the
+    only writer of its table during the drill."""
 
     name = "update"
 
@@ -216,9 +221,14 @@ class Update(_Keyed):
         self._sql = self.driver.q(f"UPDATE {self.TABLE} SET value = value + 1 WHERE id = %s")
 
     def steps(self, ctx: OpContext) -> Steps:
+        ctx.row = ctx.rng.randint(1, self.params.table_rows)
         ctx.committing()
-        yield Stmt(self._sql, (ctx.rng.randint(1, self.params.table_rows),))
+        yield Stmt(self._sql, (ctx.row,))
         return "write"
+
+    def snapshot(self, conn: Any) -> dict[int, int]:
+        """Every row's version (value) now."""
+        return {int(i): int(v) for i, v in self.driver.query(conn, f"SELECT id, value FROM {self.TABLE}")}
 
 
 class Read(_Keyed):

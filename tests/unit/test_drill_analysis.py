@@ -323,3 +323,49 @@ def test_gather_truth_without_a_writer_says_so(monkeypatch: pytest.MonkeyPatch) 
     truth = drill_mod.gather_truth(truth_ctx(["rpo", "replica_convergence"]), type("R", (), {"workload": Workload()}))
     assert truth["writer_error"] == "no writer after the drill: no writer\nx"
     assert "ledger_present" not in truth and truth["convergence"]["members"]["pg2"]["role"] == "replica"
+
+
+def test_lost_updates_and_phantom_updates_by_hand() -> None:
+    from chaoskit.analysis.durability import lost_update_check
+
+    before = {1: 10, 2: 5, 3: 0, 4: 7}
+    # row 1: 3 acknowledged, 1 unknown: 13 or 14 are right; row 2: 2 acknowledged; row 3 never updated;
+    # row 4: 1 acknowledged
+    updates = {1: [3, 1], 2: [2, 0], 4: [1, 0]}
+    ok = lost_update_check(updates, before, {1: 14, 2: 7, 3: 0, 4: 8}, max_lost=0)
+    assert (ok["valid"], ok["lost_acknowledged"], ok["phantoms"], ok["acknowledged"], ok["indeterminate"]) == (
+        True, 0, 0, 6, 1)
+    # row 1 at 11 (2 acknowledged increments gone), row 2 at 8 (one more than acknowledged + unknown),
+    # row 3 at 1 (never updated: a phantom), row 4 gone (its 1 acknowledged increment lost)
+    bad = lost_update_check(updates, before, {1: 11, 2: 8, 3: 1}, max_lost=5)
+    assert (bad["lost_acknowledged"], bad["rows_with_lost_updates"], bad["phantoms"]) == (3, 2, 2)
+    assert bad["lost_sample"] == [[1, 13, 11], [4, 8, -1]] and bad["valid"] is False  # phantoms always fail
+    assert bad["text"] == "3 acknowledged updates lost on 2 rows" and bad["rows_checked"] == 4
+    assert lost_update_check(updates, before, {1: 12, 2: 7, 3: 0, 4: 8}, max_lost=1)["valid"] is True
+    assert lost_update_check(updates, before, {1: 12, 2: 7, 3: 0, 4: 8}, max_lost=0)["valid"] is False
+
+
+def test_recorder_counts_row_updates_across_processes() -> None:
+    from chaoskit.recorder import FAIL, INFO, Recorder
+
+    kid, parent = Recorder(0.0, keep_ops=True), Recorder(0.0)
+    for t, row, outcome in ((1.0, 7, OK), (1.1, 7, OK), (1.2, 7, INFO), (1.3, 8, FAIL), (1.4, 8, OK)):
+        kid.record(1, "write", t - 0.01, t, outcome, None if outcome == OK else "timeout", row=row)
+    parent.merge(kid.drain(2.0))
+    kid.record(1, "write", 2.5, 2.6, OK, row=7)
+    parent.merge(kid.drain(3.0, final=True))
+    assert parent.row_updates == {7: [3, 1], 8: [1, 0]}  # a failed update counts for nothing
+    assert [op[8] for op in kid.history.kept] == []  # the child ships its ops; the parent keeps windows
+
+
+def test_gather_truth_reads_versions_for_the_update_workload(monkeypatch: pytest.MonkeyPatch) -> None:
+    from chaoskit.analysis import drill as drill_mod
+
+    class Versions(Workload):
+        def snapshot(self, conn: Any) -> dict[int, int]:
+            return {1: 5}
+
+    monkeypatch.setattr(drill_mod, "driver_for", lambda *a, **k: TruthDriver({}))
+    runner = type("R", (), {"workload": Versions(), "before": {1: 3}})()
+    truth = drill_mod.gather_truth(truth_ctx(["rpo"], workload="update"), runner)
+    assert truth == {"versions": {"before": {1: 3}, "after": {1: 5}}}
