@@ -82,5 +82,6 @@ def lost_update_check(updates: dict[int, list[int]], before: dict[int, int], aft
             "acknowledged": acked_total, "lost_acknowledged": lost, "rows_with_lost_updates": len(lost_rows),
             "indeterminate": sum(i for _, i in updates.values()), "phantoms": phantoms,
             "rows_checked": len(set(before) | set(updates)),
+            "sum_before": sum(before.values()), "sum_after": sum(after.values()),
             "lost_sample": lost_rows[:20],  # [row, at least this version, found]
             "text": f"{lost} acknowledged updates lost on {len(lost_rows)} rows"}

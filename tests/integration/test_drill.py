@@ -236,6 +236,33 @@ def test_a_pool_client_loses_what_careful_clients_do_not_see(lab: Inventory, tmp
                                                                                        abs=1e-5), name
 
 
+def test_lost_updates_are_found_and_recounted_with_plain_sql(lab: Inventory, tmp_path: Path) -> None:
+    """The isolated leader's acknowledged increments are gone after the failover: rows whose
+    version is below their acknowledged increments. The sum of every row's value, read here with
+    plain SQL, must lie between (acknowledged - lost) and (acknowledged - lost + indeterminate)
+    above the sum before the load."""
+    import psycopg
+
+    res, run_dir = drill("playbooks/pg-partition-primary-updates.yaml", tmp_path)
+    ev = json.loads((run_dir / "run.json").read_text())
+    rpo = ev["results"]["rpo"]
+    print("lost updates:", rpo["text"], rpo["acknowledged"], rpo["indeterminate"])
+    assert rpo["workload"] == "update" and rpo["phantoms"] == 0, rpo
+    assert rpo["lost_acknowledged"] > 0 and res.returncode == 1
+    assert ev["results"]["slo"]["rpo_max_writes"]["measured"] == rpo["lost_acknowledged"]
+    pg = lab.clusters["pg"]
+    password = Path("/var/lib/chaoskit-lab/secrets/pg_superuser").read_text().strip()
+    with psycopg.connect(host=",".join(lab.member_address(m) for m in pg.members),
+                         port=",".join(str(m.db_port or 5432) for m in pg.members), user="postgres",
+                         password=password, dbname="postgres", target_session_attrs="read-write",
+                         connect_timeout=5) as conn:
+        total = conn.execute("SELECT COALESCE(SUM(value), 0) FROM chaoskit_kv").fetchone()[0]
+    assert total == rpo["sum_after"]
+    grown = rpo["sum_after"] - rpo["sum_before"]
+    base = rpo["acknowledged"] - rpo["lost_acknowledged"]
+    assert base <= grown <= base + rpo["indeterminate"], (grown, base, rpo["indeterminate"])
+
+
 def test_frozen_patroni_is_reported_as_split_brain(lab: Inventory, tmp_path: Path) -> None:
     """Patroni 3.0.2 frozen while its PostgreSQL runs: a replica is promoted and the old primary is
     still writable (which one survives the wake-up is a race): the drill must fail on split-brain."""
