@@ -78,13 +78,13 @@ class OpHistory:
         self.kept.sort(key=lambda o: (o.t_done, o.worker))
 
     def write(self, out: TextIO, *, run_id: str, groups: dict[str, list[int]], faults: list[dict[str, Any]],
-              present: set[tuple[int, int]] | None) -> int:
+              present: set[tuple[int, int]] | None, stall_s: float | None = None) -> int:
         """history.jsonl: a header line, then one line per op in time of completion. A ledger
         write carries `found` (its row is on the writer after the run) when that was read."""
-        header = {"format": FORMAT, "run_id": run_id, "window_s": self.window_s,
+        header = {"format": FORMAT, "run_id": run_id, "window_s": self.window_s, "stall_s": stall_s,
                   "windows": [[lo, hi] for lo, hi in self.windows], "groups": groups,
-                  "faults": [{"id": f.get("id"), "t_fault": f.get("t_fault"), "host": f.get("target_host")}
-                             for f in faults],
+                  "faults": [{"id": f.get("id"), "t_fault": f.get("t_fault"), "t_open": f.get("t_open"),
+                              "window_end": f.get("window_end"), "host": f.get("target_host")} for f in faults],
                   "ops": len(self.kept), "dropped": self.dropped}
         out.write(json.dumps(header) + "\n")
         group_of = {w: g for g, ws in groups.items() for w in ws}

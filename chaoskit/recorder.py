@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 OK, FAIL, INFO = "ok", "fail", "info"
+STALL = "stall"  # a gap's class when an op was acknowledged only after the stall bound
 ERROR_CLASSES = [c.value for c in ErrorClass]
 COLUMNS = ["ok", "fail", "info", "write_ok", "read_ok", "missed", *[f"err_{c}" for c in ERROR_CLASSES]]
 _COL = {name: i for i, name in enumerate(COLUMNS)}
@@ -167,7 +168,8 @@ class LedgerColumn:
 
 
 class Recorder:
-    def __init__(self, base: float, interval: float = 0.1, max_errors: int = 200_000, keep_ops: bool = False) -> None:
+    def __init__(self, base: float, interval: float = 0.1, max_errors: int = 200_000, keep_ops: bool = False,
+                 stall_s: float | None = None) -> None:
         self.base = base  # wall-clock origin of ledger ack times
         self.interval = interval
         self.max_errors = max_errors
@@ -183,6 +185,10 @@ class Recorder:
         self._ledger_shipped: dict[int, int] = {}
         self._errors_shipped = 0
         self.keep_ops = keep_ops  # every op as a history.Op, shipped with the batches
+        # An op acknowledged after longer than this is an outage for the client that waited (a
+        # pool client waits out a frozen server where a deadline client gives up): a gap of class
+        # "stall" from the moment it exceeded the bound to its acknowledgement.
+        self.stall_s = stall_s
         self.ops: list[tuple] = []
         self.history = OpHistory()  # the ops around each fault (history.jsonl)
         # update workload: per row, how many increments were acknowledged / indeterminate
@@ -225,6 +231,8 @@ class Recorder:
             lat = slot.lat
             lat[us] = lat.get(us, 0) + 1
             gap = self._open_gap.pop(worker, None)
+            if gap is None and self.stall_s is not None and t_done - t_invoke > self.stall_s:
+                gap = Gap(worker, self._last_ok.get(worker), t_invoke + self.stall_s, STALL, errors=0)
             if gap is not None:
                 gap.first_ok_after = t_done
                 self.gaps.append(gap)

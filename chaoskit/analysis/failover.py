@@ -52,14 +52,18 @@ def role_at(probe: ProbeLog, t: float) -> dict[str, str]:
     return roles
 
 
+def gap_window_start(fault: dict[str, Any]) -> float:
+    """The fault took effect somewhere between the host's two timestamps: a client may see its
+    first error before t_fault (the later one). Gaps count from the earlier one, less the clock
+    uncertainty; RTO is still measured from t_fault as defined."""
+    t_fault = fault["t_effect"]
+    return min(t_fault, fault.get("t_apply_start") or t_fault) - (fault.get("offset_uncertainty_s") or 0.0)
+
+
 def fault_gaps(rec: Recorder, fault: dict[str, Any], window_end: float,
                workers: set[int] | None = None) -> list[Any]:
     """The workers' gaps that belong to this fault (of the given workers, or all)."""
-    t_fault = fault["t_effect"]
-    # The fault took effect somewhere between the host's two timestamps: a client may see its
-    # first error before t_fault (the later one). Admit gaps from the earlier one, less the clock
-    # uncertainty; RTO is still measured from t_fault as defined.
-    t_open = min(t_fault, fault.get("t_apply_start") or t_fault) - (fault.get("offset_uncertainty_s") or 0.0)
+    t_open = gap_window_start(fault)
     return [g for g in rec.gaps if t_open <= g.first_err < window_end and (workers is None or g.worker in workers)]
 
 
@@ -91,6 +95,7 @@ def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, base
     gaps = fault_gaps(rec, fault, window_end)
     out: dict[str, Any] = {"id": fault["id"], "kind": fault["kind"], "target_host": fault["host"],
                            "t_scheduled": fault.get("t_scheduled"), "t_fault": t_fault,
+                           "t_open": gap_window_start(fault),
                            "t_reverted": fault.get("t_reverted"), "step": fault.get("step"), "notes": []}
     null_phases = {"detection_s": None, "promotion_s": None, "reconnect_s": None, "stabilisation_s": None}
     if not gaps:

@@ -16,6 +16,7 @@ import jinja2
 import chaoskit
 from chaoskit.report.plots import latency_histogram, timeline_plot
 from chaoskit.report.rundir import RunDirectory, clean
+from chaoskit.workload.outcomes import client_deadline
 
 SCHEMA_VERSION = 2
 # what a browser may do with a report: show inline styles and embedded images, fetch nothing, run nothing
@@ -66,7 +67,8 @@ def write_run(ctx: Any, rd: RunDirectory) -> dict[str, Any]:
         present = (getattr(ctx, "truth", None) or {}).get("ledger_present", {}).get("rows")
         with rd.file("history.jsonl").open("w") as out:
             rec.history.write(out, run_id=ctx.run_id, faults=(ctx.results or {}).get("faults", []), present=present,
-                              groups={n: g["workers"] for n, g in (getattr(ctx, "groups", None) or {}).items()})
+                              groups={n: g["workers"] for n, g in (getattr(ctx, "groups", None) or {}).items()},
+                              stall_s=client_deadline(pb.load.op_timeout))
     if rec is not None and ctx.probe is not None:
         node_columns = _node_columns(ctx, rec)
         rec.write_timeline_csv(str(rd.file("timeline.csv")), t0=ctx.t0, extra=node_columns)

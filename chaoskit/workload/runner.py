@@ -185,7 +185,7 @@ def _child_main(cluster_json: str, inventory_json: str, spec: LoadSpec, group: C
                         profile=group.client_profile())
     workload = make_workload(spec.workload, driver, spec.params, spec.run_id)
     workload.prepare()
-    recorder = Recorder(base, spec.interval, keep_ops=True)
+    recorder = Recorder(base, spec.interval, keep_ops=True, stall_s=client_deadline(spec.op_timeout))
     out.put(("ready", os.getpid()))
     go.wait()
     t_start = start_at.value

@@ -285,3 +285,28 @@ def test_per_op_connects_for_every_op_and_a_pool_validates_on_checkout() -> None
     w._one_op(time.time())
     assert drv.connects == 2 and [op[4] for op in rec.ops] == [OK] * 4 and rec.ops[-1][6] == "node2"
     assert FAIL not in {op[4] for op in rec.ops}
+
+
+def test_an_op_acknowledged_after_the_stall_bound_is_an_outage() -> None:
+    """A pool client's write frozen for 20 s and then acknowledged: its gap runs from the moment it
+    exceeded the bound (2.25 s, the deadline client's) to the acknowledgement."""
+    rec = Recorder(100.0, interval=0.1, stall_s=2.25)
+    rec.record(5, "write", 109.990, 109.995, OK, ledger_seq=1)
+    rec.record(5, "write", 109.996, 130.0, OK, ledger_seq=2)  # frozen at 110.0, woke at 130.0
+    rec.record(5, "write", 130.001, 130.002, OK, ledger_seq=3)
+    rec.record(5, "write", 130.003, 132.0, OK, ledger_seq=4)  # 1.997 s: under the bound, no gap
+    rec.finish()
+    assert [(g.worker, g.last_ok_before, g.first_err, g.first_err_class, g.first_ok_after, g.errors)
+            for g in rec.gaps] == [(5, 109.995, 109.996 + 2.25, "stall", 130.0, 0)]
+    from chaoskit.analysis.failover import client_figures
+
+    figures = client_figures(rec.gaps, 110.0)
+    assert (figures["rto_s"], figures["write_gap_s"]) == (20.0, pytest.approx(20.005, abs=1e-9))
+    # an op that fails after an error gap opened is not a stall of its own
+    rec2 = Recorder(100.0, interval=0.1, stall_s=2.25)
+    rec2.record(1, "write", 109.0, 109.1, OK)
+    rec2.record(1, "write", 110.0, 110.1, FAIL, "connect_refused")
+    rec2.record(1, "write", 110.2, 115.0, OK)
+    rec2.finish()
+    assert [(g.first_err, g.first_err_class, g.first_ok_after) for g in rec2.gaps] == [
+        (110.1, "connect_refused", 115.0)]

@@ -72,7 +72,7 @@ def test_restart_in_place_whole_record() -> None:
     # change 0.667 / 2 - 1 = -0.6667; lowest rolling value 0 (115.0: k 28, 29 both failed): dip 1.0;
     # lost to the dip 2 x 6 - 4 = 8.
     assert r == {
-        "id": "f", "kind": "kill", "target_host": "pg1", "t_scheduled": 109.99, "t_fault": 110.0,
+        "id": "f", "kind": "kill", "target_host": "pg1", "t_scheduled": 109.99, "t_fault": 110.0, "t_open": 110.0,
         "t_reverted": None, "step": 0,
         "notes": ["the HA manager showed no reaction (leader change or leader state change)"],
         "first_err_after_fault_s": 1.25,  # k = 22 at 111.25
@@ -99,7 +99,7 @@ def test_no_outage_whole_record() -> None:
                                       "t_reverted": 113.0, "t_scheduled": 110.0, "step": 1})
     # effect over [110.0, 113.0]: ok writes k = 20..25 = 6 in 3 s = 2/s; every rolling value 2.0
     assert r == {
-        "id": "g", "kind": "pause", "target_host": "pg2", "t_scheduled": 110.0, "t_fault": 110.0,
+        "id": "g", "kind": "pause", "target_host": "pg2", "t_scheduled": 110.0, "t_fault": 110.0, "t_open": 110.0,
         "t_reverted": 113.0, "step": 1,
         "notes": ["no write outage observed: no phases; effect is the throughput change below"],
         "outage": False, "t_last_ok": None, "t_first_err": None, "t_detect": None, "t_promoted": None,
