@@ -426,6 +426,8 @@ def run(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate and print the plan; touch nothing.")] = False,
     allow_production: Annotated[bool, typer.Option("--allow-production", help="Allow production-tagged targets.")
                                 ] = False,
+    sign_key: Annotated[Path | None, typer.Option("--sign-key", help="SSH private key: sign manifest.json "
+                                                  "(ssh-keygen -Y sign, namespace chaoskit).")] = None,
 ) -> None:
     """Run a drill and write its run directory. Exit 0: SLOs held; 1: an SLO or check failed; 3: aborted."""
     import time as _t
@@ -453,6 +455,7 @@ def run(
             out.print(f"  checks {', '.join(pb.checks)}; SLOs {pb.slo.model_dump(exclude_none=True)}", highlight=False)
             return
         refuse_unreachable_lab(inv)
+        _check_sign_key(sign_key)
         rd = RunDirectory.create(out_root, pb.name, _t.time())
     except ChaoskitError as exc:
         _fail(exc)
@@ -473,9 +476,11 @@ def run(
                                                                          "sha256": loaded.sha256},
                                        "refused": str(exc), "started": rd.path.name})
             rd.close()
+            _seal(rd.path, sign_key)
             _fail(exc)
     evidence = write_run(ctx, rd)
     rd.close()
+    _seal(rd.path, sign_key)
     print_drill_summary(out, evidence, rd.path)
     if ctx.aborted:
         raise typer.Exit(3)
@@ -544,6 +549,7 @@ def experiment_run(
     result["allow_production"] = allow_production
     run_dir = rd.path
     write_experiment(result, run_dir)
+    _seal(run_dir, None)
     table = Table(title=f"{exp.name} ({exp.kind})")
     cols = [k for k in result["cells"][0] if k not in ("tps_min", "tps_max")] if result["cells"] else []
     for c in cols:
@@ -574,7 +580,49 @@ def report(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) ->
     if not (run_dir / "run.json").exists():
         _fail(InputError("no run.json here", source=str(run_dir), field="RUN_DIR"))
     render(run_dir)
-    out.print(f"rendered {run_dir / 'report.html'}")
+    signed = (run_dir / "manifest.json.sig").exists()
+    _seal(run_dir, None)
+    out.print(f"rendered {run_dir / 'report.html'}; manifest.json rewritten"
+              + (" (the signature of the old one was removed: sign again to keep it signed)" if signed else ""))
+
+
+@app.command("verify")
+def verify(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
+    allowed_signers: Annotated[Path | None, typer.Option("--allowed-signers", help="ssh allowed_signers file: "
+                                                         "a valid signature by one of them is required.")] = None,
+) -> None:
+    """Check a run directory against its manifest.json (every file's SHA-256, nothing missing or
+    added), the events' hash chain and, with --allowed-signers, the signature. Exit 0 intact; 1
+    altered or not signed as required (each problem named); 2 bad input."""
+    from chaoskit.report.manifest import verify as verify_run
+
+    if not run_dir.is_dir():
+        _fail(InputError("not a directory", source=str(run_dir), field="RUN_DIR"))
+    if allowed_signers is not None and not allowed_signers.is_file():
+        _fail(InputError("no such file", source=str(allowed_signers), field="--allowed-signers"))
+    problems, signer = verify_run(run_dir, allowed_signers)
+    for p in problems:
+        err.print(f"{run_dir}: {p}", highlight=False, markup=False, soft_wrap=True)
+    if problems:
+        raise typer.Exit(1)
+    out.print(f"{run_dir}: intact" + (f", signed by {signer}" if signer else ""), highlight=False, soft_wrap=True)
+
+
+def _check_sign_key(key: Path | None) -> None:
+    if key is not None and not key.is_file():
+        raise InputError("no such key file", source=str(key), field="--sign-key")
+
+
+def _seal(run_dir: Path, sign_key: Path | None) -> None:
+    """manifest.json (and its signature) over everything the run wrote."""
+    from chaoskit.report.manifest import write_manifest
+
+    try:
+        write_manifest(run_dir, sign_key)
+    except (OSError, RuntimeError) as exc:
+        err.print(f"manifest: {exc}", highlight=False, markup=False)
+        raise typer.Exit(1) from None
 
 
 @app.command("compare")

@@ -81,6 +81,11 @@ def test_kill_primary_end_to_end(kill_primary: tuple[subprocess.CompletedProcess
     assert ev["results"]["checks"]["split_brain"]["valid"] is True
     assert ev["results"]["verdict"] is True and all(s["ok"] for s in ev["results"]["slo"].values())
     assert ev["faults_injected"][0]["revert_verified"] is True
+    # the run directory is sealed: every file the drill wrote is in its manifest and verifies
+    listed = json.loads((run_dir / "manifest.json").read_text())["files"]
+    assert {"run.json", "events.jsonl", "report.html", "history.jsonl", "plots/timeline.png"} <= set(listed)
+    check = subprocess.run(["chaoskit", "verify", str(run_dir)], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0 and "intact" in check.stdout, check.stderr
 
 
 def test_rto_against_the_hosts_record_and_the_timeline(kill_primary: tuple[subprocess.CompletedProcess[str],
