@@ -39,6 +39,30 @@ class Reply:
 HANG = object()  # a reply that never comes (until the remote is closed)
 
 
+# Which of chaoskit's host scripts a command is (for rules and for checking the order of calls).
+def is_stage(command: str) -> bool:
+    """journal.stage_script: journal a fault, arm its dead-man."""
+    return "deadman.pid" in command and "set -e" in command
+
+
+def is_trigger(command: str) -> bool:
+    """journal.trigger_script: the instant."""
+    return ".inject" in command and not is_stage(command)
+
+
+def is_revert(command: str) -> bool:
+    """journal.revert_script by the controller."""
+    return '.revert" controller' in command and not is_trigger(command) and not is_stage(command)
+
+
+def fault_id_of(command: str) -> str:
+    """The fault id a stage, trigger or revert command is about."""
+    m = re.search(r"\bID=([0-9a-f]{12})\b", command) or re.search(r"/([0-9a-f]{12})\.inject", command)
+    if m is None:
+        raise ValueError(f"no fault id in {command[:200]!r}")
+    return m.group(1)
+
+
 @dataclass
 class Rule:
     match: str | re.Pattern[str] | Callable[[str], bool]

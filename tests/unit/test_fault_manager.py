@@ -38,7 +38,16 @@ from chaoskit.inventory.clock import ClockOffset
 from chaoskit.inventory.fanout import RemotePool
 from chaoskit.inventory.models import Inventory
 from chaoskit.testing.clock import FakeClock
-from chaoskit.testing.remote import HANG, LocalRemote, Reply, ScriptedRemote
+from chaoskit.testing.remote import (
+    HANG,
+    LocalRemote,
+    Reply,
+    ScriptedRemote,
+    fault_id_of,
+    is_revert,
+    is_stage,
+    is_trigger,
+)
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="the journal is root's (0700): run as root, as on a host")
 EVERYTHING = Capabilities(have=frozenset().union(*(k.needs for k in REGISTRY.values())) | {"nft"})
@@ -62,24 +71,6 @@ def inventory(tmp_path: Path, pid_file: str = "/run/x/db.pid") -> Inventory:
 
 
 # -- a scripted host ---------------------------------------------------------------------------
-def fault_id_of(command: str) -> str:
-    m = re.search(r"\bID=([0-9a-f]{12})\b", command) or re.search(r"/([0-9a-f]{12})\.inject", command)
-    assert m, command[:200]
-    return m.group(1)
-
-
-def is_stage(c: str) -> bool:
-    return "deadman.pid" in c and "set -e" in c
-
-
-def is_trigger(c: str) -> bool:
-    return ".inject" in c and not is_stage(c)
-
-
-def is_revert(c: str) -> bool:
-    return '.revert" controller' in c and not is_trigger(c) and not is_stage(c)
-
-
 def scripted_host(name: str, applied: str = "applied 100.000 100.500 100.600",
                   reverted: Reply | BaseException | object = Reply(stdout="reverted 121.250 controller"),
                   clock: FakeClock | None = None, calls: list[str] | None = None) -> ScriptedRemote:

@@ -26,7 +26,7 @@ from chaoskit.inventory.models import Inventory
 from chaoskit.playbook.models import Playbook
 from chaoskit.playbook.runner import DrillParts, RunContext, run_drill
 from chaoskit.recorder import FAIL, OK
-from chaoskit.testing.remote import Reply, ScriptedRemote
+from chaoskit.testing.remote import Reply, ScriptedRemote, is_revert, is_stage, is_trigger
 from chaoskit.topology.probe import ProbeLog
 
 EVERYTHING = Capabilities(have=frozenset().union(*(k.needs for k in REGISTRY.values())))
@@ -60,18 +60,6 @@ def playbook(**changes: Any) -> Playbook:
 def now_line(word: str, *extra: str) -> Any:
     return lambda cmd: Reply(stdout=" ".join([word, *[f"{time.time():.6f}"] * (3 if word == "applied" else 1),
                                                 *extra]))
-
-
-def is_stage(c: str) -> bool:
-    return "deadman.pid" in c and "set -e" in c
-
-
-def is_trigger(c: str) -> bool:
-    return ".inject" in c and not is_stage(c)
-
-
-def is_revert(c: str) -> bool:
-    return '.revert" controller' in c and not is_trigger(c) and not is_stage(c)
 
 
 class Lab:
@@ -253,13 +241,14 @@ def test_an_interrupt_after_the_fault_heals_first(tmp_path: Path, how: str) -> N
 
 
 def test_the_abort_rule_unjournals_a_staged_fault(tmp_path: Path) -> None:
-    """Every write fails from the start; the rule (over 50 % for 1 s) stops the drill after the
-    fault was staged (at 1.5 s) and before its instant (3 s): the staged entry is reverted."""
+    """Every write fails from the start; the rule (over 50 % for 4 s, so it fires at about 4.3 s)
+    stops the drill after the fault was staged (at 3.5 s) and before its instant (5 s): the staged
+    entry is reverted."""
     lab = Lab(tmp_path, failing_load=True)
-    pb = playbook(steps=[{"at": "3s", "fault": {"kind": "pause", "target": "pg1"}}],
-                  abort={"error_rate_above": 0.5, "for": "1s"}, duration="5s")
+    pb = playbook(steps=[{"at": "5s", "fault": {"kind": "pause", "target": "pg1"}}],
+                  abort={"error_rate_above": 0.5, "for": "4s"}, duration="7s")
     ctx = lab.drill(pb)
-    assert ctx.aborted == "error rate above 50% for 1s"
+    assert ctx.aborted == "error rate above 50% for 4s"
     assert lab.log[3:] == ["stage pg1", "revert pg1", "load.stop", "probe.stop"]
     assert ctx.faults == [] and ctx.heal == {"reverted": [], "not_verified": []}
     stage, revert = lab.hosts["pg1"].calls
