@@ -626,28 +626,59 @@ def _seal(run_dir: Path, sign_key: Path | None) -> None:
 
 
 @app.command("compare")
-def compare(run_dirs: Annotated[list[Path], typer.Argument(help="Run directories.")]) -> None:
-    """A table across runs: verdict, RTO and phases, RPO."""
-    table = Table(title="runs")
-    for col in ("run", "playbook", "verdict", "fault", "RTO s", "detect", "promote", "reconnect", "stabilise",
-                "lost acked", "phantoms"):
+def compare(
+    run_dirs: Annotated[list[Path], typer.Argument(help="Drill or experiment run directories.")],
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Also write compare.csv and compare.html here.")
+                       ] = None,
+) -> None:
+    """A table across runs (drills: verdict, RTO and phases, RPO; experiments: each cell), with
+    what differs between them (chaoskit, server and HA manager versions, settings, inventory)."""
+    from chaoskit.report.runs import CONTEXT, compare_rows, write_compare
+
+    try:
+        rows, differing = compare_rows(run_dirs)
+    except ChaoskitError as exc:
+        _fail(exc)
+    columns = [c for c in dict.fromkeys(k for r in rows for k in r) if c not in CONTEXT or c in differing]
+    table = Table(title="runs" + (f" (differing: {', '.join(differing)})" if differing else ""))
+    for col in columns:
         table.add_column(col)
-    for d in run_dirs:
-        try:
-            ev = json.loads((d / "run.json").read_text())
-        except (OSError, ValueError) as exc:
-            _fail(InputError(f"cannot read run.json: {exc}", source=str(d), field="RUN_DIR"))
-        res = ev.get("results") or {}
-        rpo = res.get("rpo") or {}
-        for f in res.get("faults") or [{}]:
-            ph = f.get("phases") or {}
-            fmt = lambda v: "—" if v is None else f"{v:.3f}"  # noqa: E731
-            table.add_row(d.name, ev["playbook"]["content"]["name"], str(res.get("verdict")),
-                          f"{f.get('kind', '')} {f.get('target_host', '')}", fmt(f.get("rto_s")),
-                          fmt(ph.get("detection_s")), fmt(ph.get("promotion_s")), fmt(ph.get("reconnect_s")),
-                          fmt(ph.get("stabilisation_s")), str(rpo.get("lost_acknowledged", "—")),
-                          str(rpo.get("phantoms", "—")))
+    for r in rows:
+        table.add_row(*["—" if r.get(c) is None else f"{r[c]:.3f}" if isinstance(r.get(c), float) else
+                        str(r[c])[:40] for c in columns])  # full values in compare.csv / .html
     out.print(table)
+    if out_dir is not None:
+        write_compare(rows, differing, out_dir)
+        out.print(f"wrote {out_dir / 'compare.csv'} and {out_dir / 'compare.html'}")
+
+
+@app.command("history")
+def history_cmd(
+    root: Annotated[Path, typer.Argument(help="A directory of run directories (e.g. reports/).")],
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Write history.html and history.json here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Per cluster and playbook: how often it was drilled, when last, the pass rate and the RTO trend."""
+    from chaoskit.report.runs import history, write_history
+    from chaoskit.report.writer import _ts
+
+    if not root.is_dir():
+        _fail(InputError("not a directory", source=str(root), field="ROOT"))
+    data = history(root)
+    if as_json:
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        table = Table(title=f"drills under {root}")
+        for col in ("cluster", "playbook", "runs", "last drilled", "last verdict", "pass rate", "RTO trend s"):
+            table.add_column(col)
+        for e in data["playbooks"].values():
+            table.add_row(str(e["cluster"]), e["playbook"], str(len(e["runs"])), _ts(e["last_drilled"]),
+                          str(e["last_verdict"]), "—" if e["pass_rate"] is None else f"{e['pass_rate']:.0%}",
+                          " ".join("—" if v is None else f"{v:.2f}" for v in e["rto_trend_s"][-8:]))
+        out.print(table)
+    if out_dir is not None:
+        write_history(data, out_dir)
+        err.print(f"wrote {out_dir / 'history.html'} and {out_dir / 'history.json'}")
 
 
 def main() -> None:

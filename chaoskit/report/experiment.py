@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import csv
 import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,27 @@ def write_experiment(result: dict[str, Any], run_dir: Path) -> None:
     images = {p.stem: base64.b64encode(p.read_bytes()).decode() for p in sorted((run_dir / "plots").glob("*.png"))}
     html = template_env().get_template("experiment.html.j2").render(r=result, images=images, csp=CSP)
     (run_dir / "report.html").write_text(html)
+    _junit(result, run_dir / "junit.xml")
+
+
+def _junit(result: dict[str, Any], path: Path) -> None:
+    """For CI: the experiment completed, its settings were restored, and every cell has a result."""
+    name = result["experiment"].get("name", "experiment")
+    cases: list[tuple[str, bool, str]] = [
+        ("experiment.completed", not result.get("aborted"), str(result.get("aborted") or "")),
+        ("settings.restored", not result.get("settings_restore_errors"),
+         json.dumps(result.get("settings_restore_errors") or "", default=str))]
+    for i, cell in enumerate(result.get("cells") or []):
+        what = ", ".join(f"{k}={v}" for k, v in cell.items() if k in ("workload", "workers", "delay_ms",
+                                                                        "synchronous_mode", "target"))
+        cases.append((f"cell[{i}] {what}", cell.get("tps") is not None, "no throughput measured"))
+    suite = ET.Element("testsuite", name=f"chaoskit.{name}", tests=str(len(cases)),
+                       failures=str(sum(1 for _, ok, _ in cases if not ok)))
+    for case, ok, text in cases:
+        tc = ET.SubElement(suite, "testcase", classname=f"chaoskit.{name}", name=case)
+        if not ok:
+            ET.SubElement(tc, "failure", message="failed").text = text
+    ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
 
 
 def _series(cells: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

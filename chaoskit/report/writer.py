@@ -126,8 +126,6 @@ def render(run_dir: Path) -> None:
     for png in sorted((run_dir / "plots").glob("*.png")):
         images[png.stem] = base64.b64encode(png.read_bytes()).decode()
     env = template_env()
-    env.filters["ts"] = _ts
-    env.filters["sec"] = _sec
     (run_dir / "report.html").write_text(env.get_template("report.html.j2").render(ev=ev, images=images, csp=CSP))
     (run_dir / "summary.md").write_text(markdown_env().get_template("summary.md.j2").render(ev=ev))
     _junit(ev, run_dir / "junit.xml")
@@ -137,7 +135,10 @@ def template_env() -> jinja2.Environment:
     """HTML templates, every value escaped (autoescape on for every template, not by file suffix:
     `report.html.j2` does not end in .html, and a playbook description or a database error text
     must never become markup)."""
-    return jinja2.Environment(loader=jinja2.PackageLoader("chaoskit.report", "templates"), autoescape=True)
+    env = jinja2.Environment(loader=jinja2.PackageLoader("chaoskit.report", "templates"), autoescape=True)
+    env.filters["ts"] = _ts
+    env.filters["sec"] = _sec
+    return env
 
 
 def markdown_env() -> jinja2.Environment:

@@ -1,0 +1,125 @@
+"""Run directories read back: `compare` (a table across drill and experiment runs, with what differs
+between them) and `history` (per cluster and playbook: runs over time, last drilled, pass rate, RTO
+trend). Both print, and write CSV/HTML (history: HTML and JSON) when asked."""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from chaoskit.errors import InputError
+from chaoskit.report.writer import CSP, template_env
+
+# what may explain a difference between two runs of one playbook
+CONTEXT = ("tool", "cluster", "ha_manager", "ha_version", "server_version", "settings", "inventory_sha256")
+
+
+def read_run(d: Path) -> dict[str, Any]:
+    try:
+        return json.loads((d / "run.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read run.json: {exc}", source=str(d), field="RUN_DIR") from None
+
+
+def _context(ev: dict[str, Any]) -> dict[str, Any]:
+    if "experiment" in ev:
+        return {"tool": None, "cluster": ev["experiment"].get("cluster"), "ha_manager": None, "ha_version": None,
+                "server_version": None, "settings": json.dumps(ev.get("settings"), sort_keys=True, default=str),
+                "inventory_sha256": None}
+    ha = ev.get("ha") or {}
+    return {"tool": (ev.get("tool") or {}).get("version"), "cluster": (ev.get("cluster") or {}).get("name"),
+            "ha_manager": ha.get("manager"), "ha_version": ha.get("version"),
+            "server_version": (ev.get("server") or {}).get("server_version"),
+            "settings": json.dumps(ha.get("settings"), sort_keys=True, default=str),
+            "inventory_sha256": ((ev.get("inventory") or {}).get("sha256") or "")[:16] or None}
+
+
+def compare_rows(run_dirs: list[Path]) -> tuple[list[dict[str, Any]], list[str]]:
+    """One row per fault of a drill, one per cell of an experiment; and the context fields whose
+    values differ between the runs (those are shown: they may explain the difference)."""
+    rows: list[dict[str, Any]] = []
+    contexts = []
+    for d in run_dirs:
+        ev = read_run(d)
+        ctx = _context(ev)
+        contexts.append(ctx)
+        if "experiment" in ev:
+            exp = ev["experiment"]
+            for cell in ev.get("cells") or [{}]:
+                what = ", ".join(f"{k}={cell[k]}" for k in ("workload", "workers", "delay_ms", "synchronous_mode",
+                                                             "target") if k in cell)
+                rows.append({"run": d.name, "name": exp.get("name"), "type": f"experiment ({exp.get('kind')})",
+                             "verdict": "aborted" if ev.get("aborted") else "done", "what": what,
+                             "tps": cell.get("tps"), "p99_ms": cell.get("p99_ms"), "rto_s": None, "lost": None,
+                             **ctx})
+            continue
+        res = ev.get("results") or {}
+        rpo = res.get("rpo") or {}
+        for f in res.get("faults") or [{}]:
+            ph = f.get("phases") or {}
+            rows.append({"run": d.name, "name": ev["playbook"]["content"]["name"], "type": "drill",
+                         "verdict": res.get("verdict"), "what": f"{f.get('kind', '')} {f.get('target_host', '')}",
+                         "tps": res.get("baseline_tps"), "p99_ms": None, "rto_s": f.get("rto_s"),
+                         "detection_s": ph.get("detection_s"), "promotion_s": ph.get("promotion_s"),
+                         "lost": rpo.get("lost_acknowledged"), "phantoms": rpo.get("phantoms"), **ctx})
+    differing = [k for k in CONTEXT if len({json.dumps(c.get(k)) for c in contexts}) > 1]
+    return rows, differing
+
+
+def write_compare(rows: list[dict[str, Any]], differing: list[str], out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    with open(out_dir / "compare.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    shown = [k for k in fields if k not in CONTEXT or k in differing]
+    html = template_env().get_template("runs.html.j2").render(title="compare", rows=rows, columns=shown,
+                                                              differing=differing, csp=CSP)
+    (out_dir / "compare.html").write_text(html)
+
+
+def history(root: Path) -> dict[str, Any]:
+    """Every drill under `root`, grouped by cluster and playbook, oldest first."""
+    groups: dict[str, dict[str, Any]] = {}
+    for run_json in sorted(root.glob("*/run.json")):
+        try:
+            ev = json.loads(run_json.read_text())
+        except (OSError, ValueError):
+            continue
+        if "experiment" in ev or not isinstance(ev.get("playbook"), dict) or "content" not in ev["playbook"]:
+            continue
+        res = ev.get("results") or {}
+        rtos = [f.get("rto_s") for f in res.get("faults") or [] if f.get("outage")]
+        key = f"{(ev.get('cluster') or {}).get('name')}/{ev['playbook']['content']['name']}"
+        entry = groups.setdefault(key, {"cluster": (ev.get("cluster") or {}).get("name"),
+                                        "playbook": ev["playbook"]["content"]["name"], "runs": []})
+        entry["runs"].append({"run": run_json.parent.name, "started": ev.get("started"),
+                              "verdict": "refused" if ev.get("refused") else res.get("verdict"),
+                              "rto_s": None if not rtos or None in rtos else max(rtos),
+                              "lost": (res.get("rpo") or {}).get("lost_acknowledged")})
+    for entry in groups.values():
+        runs = sorted(entry["runs"], key=lambda r: r["started"] or 0)
+        entry["runs"] = runs
+        judged = [r for r in runs if r["verdict"] in (True, False)]
+        entry["last_drilled"] = runs[-1]["started"]
+        entry["last_verdict"] = runs[-1]["verdict"]
+        entry["pass_rate"] = round(sum(r["verdict"] is True for r in judged) / len(judged), 3) if judged else None
+        entry["rto_trend_s"] = [r["rto_s"] for r in runs]
+    return {"root": str(root), "generated": time.time(), "playbooks": dict(sorted(groups.items()))}
+
+
+def write_history(data: dict[str, Any], out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "history.json").write_text(json.dumps(data, indent=2, default=str))
+    rows = [{"cluster": e["cluster"], "playbook": e["playbook"], "runs": len(e["runs"]),
+             "last drilled": e["last_drilled"], "last verdict": e["last_verdict"], "pass rate": e["pass_rate"],
+             "RTO trend (s)": ", ".join("—" if v is None else f"{v:.2f}" for v in e["rto_trend_s"])}
+            for e in data["playbooks"].values()]
+    columns = ["cluster", "playbook", "runs", "last drilled", "last verdict", "pass rate", "RTO trend (s)"]
+    html = template_env().get_template("runs.html.j2").render(title=f"drill history of {data['root']}", rows=rows,
+                                                              columns=columns, differing=[], csp=CSP)
+    (out_dir / "history.html").write_text(html)

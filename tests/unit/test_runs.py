@@ -1,0 +1,88 @@
+"""compare and history over run directories written here by hand (drills and an experiment)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from chaoskit.report.runs import compare_rows, history, write_compare, write_history
+
+
+def drill(root: Path, name: str, started: float, verdict: object, rto: float | None, lost: int,
+          ha_version: str = "3.0.2", cluster: str = "pg") -> Path:
+    d = root / f"{int(started)}-{name}"
+    d.mkdir(parents=True)
+    faults = [{"kind": "kill", "target_host": "pg1", "outage": rto is not None, "rto_s": rto,
+               "phases": {"detection_s": 1.0, "promotion_s": 0.5}}]
+    (d / "run.json").write_text(json.dumps({
+        "tool": {"version": "0.1.0"}, "playbook": {"content": {"name": name}}, "started": started,
+        "cluster": {"name": cluster}, "ha": {"manager": "patroni", "version": ha_version, "settings": {"ttl": 10}},
+        "server": {"server_version": "15.18"}, "inventory": {"sha256": "ab" * 32},
+        "results": {"verdict": verdict, "baseline_tps": 1000.0, "faults": faults,
+                    "rpo": {"lost_acknowledged": lost, "phantoms": 0}}}))
+    return d
+
+
+def experiment(root: Path) -> Path:
+    d = root / "9999-sweep"
+    d.mkdir(parents=True)
+    (d / "run.json").write_text(json.dumps({
+        "experiment": {"name": "sweep", "kind": "sweep", "cluster": "pg"}, "settings": {"pg": {"x": 1}},
+        "cells": [{"workload": "update", "workers": 4, "delay_ms": 0, "tps": 2000.0, "p99_ms": 3.5},
+                  {"workload": "update", "workers": 4, "delay_ms": 5, "tps": 300.0, "p99_ms": 20.0}]}))
+    return d
+
+
+def test_compare_shows_what_differs(tmp_path: Path) -> None:
+    a = drill(tmp_path, "pg-kill-primary", 1000.0, True, 10.5, 1)
+    b = drill(tmp_path, "pg-kill-primary", 2000.0, False, 31.0, 0, ha_version="4.1.5")
+    rows, differing = compare_rows([a, b])
+    assert differing == ["ha_version"]  # the one thing that may explain the two rows
+    assert [(r["verdict"], r["rto_s"], r["lost"], r["ha_version"]) for r in rows] == [
+        (True, 10.5, 1, "3.0.2"), (False, 31.0, 0, "4.1.5")]
+    rows, differing = compare_rows([a, experiment(tmp_path)])
+    assert [r["type"] for r in rows] == ["drill", "experiment (sweep)", "experiment (sweep)"]
+    assert rows[2]["what"] == "workload=update, workers=4, delay_ms=5" and rows[2]["tps"] == 300.0
+    write_compare(rows, differing, tmp_path / "out")
+    with open(tmp_path / "out" / "compare.csv") as fh:
+        assert len(list(csv.DictReader(fh))) == 3
+    assert "experiment (sweep)" in (tmp_path / "out" / "compare.html").read_text()
+
+
+def test_history_per_cluster_and_playbook(tmp_path: Path) -> None:
+    root = tmp_path / "reports"
+    drill(root, "pg-kill-primary", 3000.0, False, None, 0)  # written first, started last
+    drill(root, "pg-kill-primary", 1000.0, True, 10.0, 0)
+    drill(root, "pg-kill-primary", 2000.0, True, 12.5, 0)
+    drill(root, "pg-switchover", 1500.0, "aborted", 2.0, 0, cluster="pg")
+    experiment(root)  # not a drill: left out
+    (root / "junk").mkdir()
+    data = history(root)
+    kill = data["playbooks"]["pg/pg-kill-primary"]
+    assert [r["started"] for r in kill["runs"]] == [1000.0, 2000.0, 3000.0]
+    assert kill["rto_trend_s"] == [10.0, 12.5, None] and kill["last_verdict"] is False
+    assert kill["pass_rate"] == 0.667 and kill["last_drilled"] == 3000.0  # 2 of 3 judged runs passed
+    sw = data["playbooks"]["pg/pg-switchover"]
+    assert sw["pass_rate"] is None and sw["last_verdict"] == "aborted"  # an aborted run is not judged
+    write_history(data, tmp_path / "h")
+    assert json.loads((tmp_path / "h" / "history.json").read_text())["playbooks"].keys() == data["playbooks"].keys()
+    res = subprocess.run([sys.executable, "-m", "chaoskit.cli", "history", str(root), "--json"], capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0 and json.loads(res.stdout)["playbooks"]["pg/pg-kill-primary"]["pass_rate"] == 0.667
+
+
+def test_experiments_write_junit(tmp_path: Path) -> None:
+    import xml.etree.ElementTree as ET
+
+    from chaoskit.report.experiment import _junit
+
+    result = {"experiment": {"name": "sweep"}, "aborted": "interrupted", "settings_restore_errors": None,
+              "cells": [{"workers": 4, "tps": 100.0}, {"workers": 8, "tps": None}]}
+    _junit(result, tmp_path / "junit.xml")
+    suite = ET.parse(tmp_path / "junit.xml").getroot()
+    assert (suite.get("tests"), suite.get("failures")) == ("4", "2")
+    failed = [tc.get("name") for tc in suite if tc.find("failure") is not None]
+    assert failed == ["experiment.completed", "cell[1] workers=8"]
