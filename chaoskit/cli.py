@@ -430,16 +430,9 @@ def run(
                                                   "(ssh-keygen -Y sign, namespace chaoskit).")] = None,
 ) -> None:
     """Run a drill and write its run directory. Exit 0: SLOs held; 1: an SLO or check failed; 3: aborted."""
-    import time as _t
-
-    from rich.live import Live
-
     from chaoskit.guard import refuse_unreachable_lab
     from chaoskit.playbook.loader import load_playbook
-    from chaoskit.playbook.runner import run_drill
-    from chaoskit.report.rundir import RunDirectory
     from chaoskit.report.summary import print_drill_summary
-    from chaoskit.report.writer import write_run
 
     _controller(evidence=True)
     try:
@@ -456,6 +449,28 @@ def run(
             return
         refuse_unreachable_lab(inv)
         _check_sign_key(sign_key)
+    except ChaoskitError as exc:
+        _fail(exc)
+    evidence, run_dir, aborted = _drill_once(loaded, inv, playbook, inventory, out_root, allow_production, sign_key)
+    print_drill_summary(out, evidence, run_dir)
+    if aborted:
+        raise typer.Exit(3)
+    raise typer.Exit(0 if (evidence.get("results") or {}).get("verdict") is True else 1)
+
+
+def _drill_once(loaded: Any, inv: Any, playbook: Path, inventory: Path, out_root: Path, allow_production: bool,
+                sign_key: Path | None) -> tuple[dict[str, Any], Path, bool]:
+    """One drill into a new, sealed run directory: (evidence, its path, aborted)."""
+    import time as _t
+
+    from rich.live import Live
+
+    from chaoskit.playbook.runner import run_drill
+    from chaoskit.report.rundir import RunDirectory
+    from chaoskit.report.writer import write_run
+
+    pb = loaded.playbook
+    try:
         rd = RunDirectory.create(out_root, pb.name, _t.time())
     except ChaoskitError as exc:
         _fail(exc)
@@ -481,10 +496,68 @@ def run(
     evidence = write_run(ctx, rd)
     rd.close()
     _seal(rd.path, sign_key)
-    print_drill_summary(out, evidence, rd.path)
-    if ctx.aborted:
+    return evidence, rd.path, bool(ctx.aborted)
+
+
+@app.command("campaign")
+def campaign(
+    playbook: Annotated[Path, typer.Argument(help="Playbook YAML.")],
+    inventory: InventoryOpt,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, max=1000, help="How many runs.")] = 3,
+    out_root: Annotated[Path, typer.Option("--out", help="Where the campaign directory goes.")] = Path("reports"),
+    settle: Annotated[str, typer.Option("--settle", help="How long to wait for a healthy cluster between runs.")
+                      ] = "120s",
+    allow_production: Annotated[bool, typer.Option("--allow-production", help="Allow production-tagged targets.")
+                                ] = False,
+    sign_key: Annotated[Path | None, typer.Option("--sign-key", help="SSH private key to sign each run.")] = None,
+) -> None:
+    """Run one drill N times (waiting for a healthy cluster between runs) and report the RTO/RPO
+    distribution: min / median / p95 / max, pass rate, a plot. Exit 0 all passed, 1 not, 3 aborted."""
+    import time as _t
+
+    from chaoskit.guard import refuse_unreachable_lab
+    from chaoskit.playbook.loader import load_playbook
+    from chaoskit.report.campaign import run_figures, summarise, wait_healthy, write_campaign
+    from chaoskit.report.rundir import run_dir_name
+    from chaoskit.topology.roles import sql_roles
+    from chaoskit.units import parse_duration
+
+    _controller(evidence=True)
+    try:
+        try:
+            settle_s = parse_duration(settle)
+        except (ValueError, TypeError):
+            raise InputError(f"not a duration: {settle[:40]!r}", source="command line", field="--settle") from None
+        inv = _inventory(inventory, reach=False)
+        loaded = load_playbook(playbook, inv)
+        refuse_unreachable_lab(inv)
+        _check_sign_key(sign_key)
+        root = out_root / f"{run_dir_name(loaded.playbook.name, _t.time())}-campaign"
+        root.mkdir(parents=True, mode=0o700)
+    except (ChaoskitError, OSError) as exc:
+        _fail(exc if isinstance(exc, ChaoskitError) else InputError(str(exc), source=str(out_root), field="--out"))
+    cluster = inv.clusters[loaded.playbook.cluster]
+    runs: list[dict[str, Any]] = []
+    aborted = False
+    for i in range(repeat):
+        if i and not wait_healthy(lambda: {m: r for m, (r, _) in sql_roles(cluster, inv).items()}, settle_s):
+            err.print(f"the cluster was not healthy within {settle} after run {i}: campaign stopped", highlight=False)
+            break
+        evidence, run_dir, aborted = _drill_once(loaded, inv, playbook, inventory, root, allow_production, sign_key)
+        runs.append(run_figures(run_dir, evidence))
+        r = runs[-1]
+        out.print(f"run {i + 1}/{repeat}: {r['verdict']}, RTO {r['rto_s']}, lost {r['lost']}", highlight=False)
+        if aborted:
+            break
+    summary = summarise(loaded.playbook.name, runs)
+    write_campaign(summary, root)
+    _seal(root, None)
+    d = summary["rto_s"]
+    out.print(f"{summary['passed']} of {len(runs)} runs passed; RTO min {d.get('min')} / median {d.get('median')} / "
+              f"p95 {d.get('p95')} / max {d.get('max')} s; report: {root / 'campaign.html'}", highlight=False)
+    if aborted:
         raise typer.Exit(3)
-    raise typer.Exit(0 if (evidence.get("results") or {}).get("verdict") is True else 1)
+    raise typer.Exit(0 if summary["passed"] == repeat else 1)
 
 
 experiment_app = typer.Typer(no_args_is_help=True, help="Sweeps, load ramps, comparisons.")

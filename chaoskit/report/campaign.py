@@ -1,0 +1,101 @@
+"""A campaign: one drill run N times, so an RTO is a distribution rather than one data point.
+
+Between runs the cluster must be healthy again (every member answering, exactly one primary, as the
+servers themselves say), checked for at most `settle_s`; the campaign directory holds each run's
+directory, `campaign.json` (per run: verdict, RTO, RPO; over the runs: min / median / p95 / max and
+the pass rate), a plot and `campaign.html`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+FORMAT = "chaoskit-campaign/1"
+
+
+def wait_healthy(roles: Callable[[], dict[str, str]], settle_s: float, hold_s: float = 3.0,
+                 sleep: Callable[[float], None] = time.sleep, now: Callable[[], float] = time.time) -> bool:
+    """True once every member answers and exactly one is the primary, held for `hold_s`."""
+    deadline = now() + settle_s
+    since = None
+    while now() < deadline:
+        try:
+            seen = roles()
+        except Exception:
+            seen = {}
+        healthy = bool(seen) and "down" not in seen.values() and list(seen.values()).count("primary") == 1
+        since = (since or now()) if healthy else None
+        if since is not None and now() - since >= hold_s:
+            return True
+        sleep(0.5)
+    return False
+
+
+def _pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(p / 100 * len(ordered)) - 1))]
+
+
+def distribution(values: list[float | None]) -> dict[str, Any]:
+    """min / median / p95 (nearest rank) / max of the runs that have a value; how many have none."""
+    have = [v for v in values if v is not None]
+    if not have:
+        return {"n": 0, "missing": len(values)}
+    return {"n": len(have), "missing": len(values) - len(have), "min": round(min(have), 6),
+            "median": round(statistics.median(have), 6), "p95": round(_pct(have, 95), 6), "max": round(max(have), 6)}
+
+
+def summarise(playbook: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """runs: per run {run, verdict, rto_s, lost, ...}."""
+    judged = [r for r in runs if r["verdict"] in (True, False)]
+    return {"format": FORMAT, "playbook": playbook, "runs": runs, "repeat": len(runs),
+            "passed": sum(r["verdict"] is True for r in runs),
+            "pass_rate": round(sum(r["verdict"] is True for r in judged) / len(judged), 3) if judged else None,
+            "rto_s": distribution([r["rto_s"] for r in runs]), "lost": distribution([r["lost"] for r in runs])}
+
+
+def run_figures(run_dir: Path, evidence: dict[str, Any]) -> dict[str, Any]:
+    res = evidence.get("results") or {}
+    rtos = [f.get("rto_s") for f in res.get("faults") or [] if f.get("outage")]
+    return {"run": run_dir.name, "verdict": "aborted" if evidence.get("aborted") else res.get("verdict"),
+            "rto_s": None if not rtos or None in rtos else max(rtos),
+            "lost": (res.get("rpo") or {}).get("lost_acknowledged"),
+            "groups_rto_s": {n: g.get("rto_s") for n, g in (res.get("groups") or {}).items()}}
+
+
+def write_campaign(summary: dict[str, Any], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from chaoskit.report.writer import CSP, template_env
+
+    (out / "campaign.json").write_text(json.dumps(summary, indent=2, default=str))
+    runs = summary["runs"]
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    xs = list(range(1, len(runs) + 1))
+    ys = [r["rto_s"] if r["rto_s"] is not None else float("nan") for r in runs]
+    colors = ["tab:green" if r["verdict"] is True else "tab:red" for r in runs]
+    ax.bar(xs, ys, color=colors)
+    if summary["rto_s"].get("n"):
+        ax.axhline(summary["rto_s"]["median"], color="gray", linestyle="--", label="median")
+        ax.legend()
+    ax.set_xlabel("run")
+    ax.set_ylabel("RTO (s)")
+    ax.set_title(f"{summary['playbook']}: RTO per run (green passed, red failed)")
+    ax.set_xticks(xs)
+    fig.tight_layout()
+    fig.savefig(out / "campaign_rto.png", dpi=100)
+    plt.close(fig)
+    import base64
+
+    image = base64.b64encode((out / "campaign_rto.png").read_bytes()).decode()
+    html = template_env().get_template("campaign.html.j2").render(c=summary, image=image, csp=CSP)
+    (out / "campaign.html").write_text(html)

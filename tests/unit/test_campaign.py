@@ -1,0 +1,50 @@
+"""Campaign figures by hand, and the wait for a healthy cluster on a fake clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from chaoskit.report.campaign import distribution, summarise, wait_healthy, write_campaign
+from chaoskit.testing.clock import FakeClock
+
+
+def test_distribution_by_nearest_rank() -> None:
+    # 20 values 1..20: median 10.5; p95 = ceil(0.95 x 20) = 19th value = 19
+    assert distribution([float(v) for v in range(1, 21)]) == {"n": 20, "missing": 0, "min": 1.0, "median": 10.5,
+                                                              "p95": 19.0, "max": 20.0}
+    # 3 values: p95 = ceil(2.85) = 3rd; a run without an RTO (no recovery) is counted apart
+    assert distribution([9.5, None, 10.25, 12.0]) == {"n": 3, "missing": 1, "min": 9.5, "median": 10.25,
+                                                      "p95": 12.0, "max": 12.0}
+    assert distribution([None]) == {"n": 0, "missing": 1}
+
+
+def test_summary_pass_rate_counts_judged_runs() -> None:
+    runs = [{"run": "a", "verdict": True, "rto_s": 10.0, "lost": 0},
+            {"run": "b", "verdict": False, "rto_s": 31.0, "lost": 2},
+            {"run": "c", "verdict": "aborted", "rto_s": None, "lost": None}]
+    s = summarise("pg-kill-primary", runs)
+    assert (s["repeat"], s["passed"], s["pass_rate"]) == (3, 1, 0.5)  # 1 of the 2 judged runs
+    assert s["rto_s"]["median"] == 20.5 and s["lost"]["max"] == 2
+
+
+def test_write_campaign(tmp_path: Path) -> None:
+    s = summarise("x", [{"run": "a", "verdict": True, "rto_s": 1.5, "lost": 0}])
+    write_campaign(s, tmp_path)
+    assert (tmp_path / "campaign_rto.png").read_bytes()[:4] == b"\x89PNG"
+    assert "1 of 1 runs passed" in (tmp_path / "campaign.html").read_text()
+
+
+def test_wait_healthy_needs_one_primary_every_member_up_held() -> None:
+    clock = FakeClock(0.0)
+    views = iter([{"a": "down", "b": "replica"}] * 4 + [{"a": "primary", "b": "primary"}] * 2
+                 + [{"a": "replica", "b": "primary"}] * 100)
+    assert wait_healthy(lambda: next(views), settle_s=30.0, hold_s=3.0, sleep=clock.sleep, now=clock.now) is True
+    # healthy from the 7th poll (t = 3.0 s), held 3 s: returns at t = 6.0
+    assert clock.now() == 6.0
+    clock2 = FakeClock(0.0)
+
+    def broken() -> dict[str, str]:
+        raise ConnectionError("x")
+
+    assert wait_healthy(broken, settle_s=5.0, sleep=clock2.sleep, now=clock2.now) is False
+    assert clock2.now() == 5.0
