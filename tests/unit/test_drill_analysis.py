@@ -230,7 +230,7 @@ def cluster() -> Cluster:
 def test_convergence_waits_for_a_lagging_member_then_judges_the_old_primary() -> None:
     drv = FakeDriver({"pg1": [(10, 55, False)], "pg2": [(10, 55, True)],
                       "pg3": [(9, 45, False), (10, 55, False)]})  # pg3 one row behind on the first read
-    got = gather_convergence(drv, cluster(), None, "run", within=5.0)  # type: ignore[arg-type]
+    got = gather_convergence(drv, cluster(), None, "run", within=1.5)  # type: ignore[arg-type]
     assert got["members"]["pg3"] == {"rows": 10, "seq_sum": 55, "role": "replica"}
     assert 0.4 <= got["waited_s"] < 2.0  # one 0.5 s pause between the two reads
     v = convergence_verdict(got, "pg1", {"manager": "patroni"})
