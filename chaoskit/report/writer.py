@@ -128,7 +128,21 @@ def render(run_dir: Path) -> None:
     env = template_env()
     (run_dir / "report.html").write_text(env.get_template("report.html.j2").render(ev=ev, images=images, csp=CSP))
     (run_dir / "summary.md").write_text(markdown_env().get_template("summary.md.j2").render(ev=ev))
+    write_pdf(run_dir / "report.html", run_dir / "report.pdf")
     _junit(ev, run_dir / "junit.xml")
+
+
+def write_pdf(html: Path, pdf: Path) -> None:
+    """report.pdf: the same report, paginated (A4 landscape), plots embedded (WeasyPrint)."""
+    import logging
+
+    import weasyprint
+    from weasyprint.urls import URLFetcher
+
+    logging.getLogger("weasyprint").setLevel(logging.ERROR)  # CSS it does not support is not news
+    # the report embeds everything it shows (data: URIs): nothing is fetched from anywhere
+    fetcher = URLFetcher(allowed_protocols={"data"})
+    weasyprint.HTML(string=html.read_text(), base_url=str(html.parent), url_fetcher=fetcher).write_pdf(str(pdf))
 
 
 def template_env() -> jinja2.Environment:

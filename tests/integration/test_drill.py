@@ -57,7 +57,8 @@ def kill_primary(lab: Inventory, tmp_path_factory: pytest.TempPathFactory) -> tu
 def test_kill_primary_end_to_end(kill_primary: tuple[subprocess.CompletedProcess[str], Path]) -> None:
     res, run_dir = kill_primary
     assert res.returncode == 0, res.stdout + res.stderr
-    for name in ("run.json", "events.jsonl", "timeline.csv", "report.html", "summary.md", "junit.xml", "methodology.md",
+    for name in ("run.json", "events.jsonl", "timeline.csv", "report.html", "report.pdf", "summary.md", "junit.xml",
+                 "methodology.md",
                  "plots/timeline.png", "plots/latency_histogram.png"):
         assert (run_dir / name).stat().st_size > 0, name
     ev = json.loads((run_dir / "run.json").read_text())

@@ -253,3 +253,41 @@ def test_lab_refuses_a_subnet_routed_elsewhere() -> None:
         assert free.stdout.strip() == "None"
     finally:
         subprocess.run(["ip", "netns", "del", ns], check=False)
+
+
+def test_report_pdf_renders_with_its_plot_and_fetches_nothing(tmp_path: Path) -> None:
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pypdfium2 as pdfium
+
+    from chaoskit.report.writer import render
+
+    (tmp_path / "plots").mkdir()
+    fig, ax = plt.subplots(figsize=(4, 2))
+    ax.plot([0, 1], [0, 1], color="red", linewidth=8)
+    fig.savefig(tmp_path / "plots" / "timeline.png")
+    plt.close(fig)
+    ev = {"schema_version": 2, "playbook": {"path": "p", "sha256": "0" * 64, "content": {
+        "name": "pdf-drill", "description": '<img src="http://10.1.2.3/x.png">', "load": {"workload": "ledger",
+                                                                                         "workers": 1},
+        "baseline": 1}}, "inventory": {"path": "i", "sha256": "0" * 64},
+        "cluster": {"name": "c", "engine": "postgres", "ha": "none"}, "tool": {"version": "0"}, "operator": "o",
+        "run_id": "r", "started": 0, "ended": 1, "aborted": None, "ha": {}, "server": {"fsync": "on"},
+        "roles_before": [], "faults_injected": [], "actions": [],
+        "results": {"verdict": True, "faults": [], "checks": {}, "slo": {}}}
+    (tmp_path / "run.json").write_text(json.dumps(ev))
+    render(tmp_path)
+    pdf = pdfium.PdfDocument(str(tmp_path / "report.pdf"))
+    assert len(pdf) >= 1
+    text = "".join(pdf[i].get_textpage().get_text_range() for i in range(len(pdf)))
+    assert "pdf-drill" in text and "PASS" in text
+    # the plot is on a page: some page has the plot's saturated red
+    reds = 0
+    for i in range(len(pdf)):
+        img = pdf[i].render(scale=1).to_pil().convert("RGB")
+        reds += sum(1 for r, g, b in img.getdata() if r > 200 and g < 80 and b < 80)
+    assert reds > 100
