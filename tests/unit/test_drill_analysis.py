@@ -369,3 +369,132 @@ def test_gather_truth_reads_versions_for_the_update_workload(monkeypatch: pytest
     runner = type("R", (), {"workload": Versions(), "before": {1: 3}})()
     truth = drill_mod.gather_truth(truth_ctx(["rpo"], workload="update"), runner)
     assert truth == {"versions": {"before": {1: 3}, "after": {1: 5}}}
+
+
+def test_without_a_manager_there_is_no_detection() -> None:
+    for preflight in ({"ha": {"manager": "none"}}, {"ha": {}}, {}):
+        results, marks = analyse(Ctx(playbook(slo={}), recorder(), Probe(probe()), [kill()], preflight=preflight),
+                                 {"ledger_present": {"rows": ACKED}})
+        (fa,) = results["faults"]
+        assert fa["t_detect"] is None and fa["detect_signal"] is None, preflight
+        assert "no HA manager in this cluster (ha: none): no detection signal exists, t_detect is null" in fa["notes"]
+        assert [m["mark"] for m in marks] == ["t_fault", "t_promoted", "t_first_ok", "t_recovered"]
+
+
+def test_a_switchover_is_analysed_with_its_member_schedule_and_step() -> None:
+    action = {"kind": "switchover", "member": "pg2", "t_sent": 1020.0, "t_scheduled": 1019.99, "step": 1, "ok": True}
+    pb = playbook(steps=[*PLAYBOOK["steps"], {"at": "20s", "action": {"kind": "switchover"}}], slo={})
+    results, _ = analyse(Ctx(pb, recorder(), Probe(probe()), [kill()], actions=[action]),
+                         {"ledger_present": {"rows": ACKED}})
+    sw = results["faults"][1]
+    assert (sw["target_host"], sw["t_scheduled"], sw["step"], sw["t_fault"]) == ("pg2", 1019.99, 1, 1020.0)
+    assert "catchup" not in results["faults"][0]  # a fault on the primary has no standby catch-up
+
+
+def test_a_fault_on_a_standby_reports_its_catch_up() -> None:
+    """A kill of pg2 (a replica until 1013.5) at 1004.0, reverted at 1006.0. The primary saw pg2 at
+    120 bytes of lag during the baseline (1002-1004; 900 bytes at 1001.5 is warm-up), not listed at
+    1006.0, catching up at 1006.5 (9,000 bytes), streaming at 1007.0 (400) and 1007.5 (100: back
+    at its level). The kill's window ends at the next fault (the primary's kill at 1010)."""
+    log = probe()
+    log.replication += [(1001.5, {"pg2": ("streaming", 900, 0.1)}), (1003.0, {"pg2": ("streaming", 120, 0.0)}),
+                        (1006.0, {}), (1006.5, {"pg2": ("catchup", 9000, None)}),
+                        (1007.0, {"pg2": ("streaming", 400, 0.2)}), (1007.5, {"pg2": ("streaming", 100, 0.0)})]
+    standby = InjectedFault(id="s", kind="kill", host="pg2", target="pg2", spec={}, t_scheduled=1004.0,
+                            t_staged=1002.5, t_sent=1004.0, t_effect=1004.0, t_effect_host=1004.0,
+                            t_apply_start=1004.0, t_applied=1004.0, offset_s=0.0, offset_uncertainty_s=0.0,
+                            t_reverted=1006.0, step=0)
+    pb = playbook(steps=[{"at": "4s", "fault": {"kind": "kill", "target": "pg2", "processes": ["postgres"]}},
+                         {"at": "10s", "fault": {"kind": "kill", "target": "role:primary"}}],
+                  baseline="4s", slo={})
+    results, _ = analyse(Ctx(pb, recorder(), Probe(log), [standby, kill()], actions=[{"kind": "rejoin",
+                         "member": "pg2", "rewound": True, "rebuilt": False, "t_sent": 1009.0, "ok": True}]),
+                         {"ledger_present": {"rows": ACKED}})
+    cu = results["faults"][0]["catchup"]
+    assert cu == {"member": "pg2", "t_back": 1006.0, "streaming_s": 1.0, "caught_up_s": 1.5, "peak_lag_bytes": 9000,
+                  "peak_replay_delay_s": 0.2, "rewound": True, "rebuilt": False, "baseline_lag_bytes": 120,
+                  "notes": [], "t_streaming": 1007.0, "t_caught_up": 1007.5}
+
+
+def test_the_baseline_leaves_the_warm_up_out() -> None:
+    """Only worker 1 writes during the first 5 s (8/s), both after (16/s). Warm-up 5 s, baseline to
+    8 s: rolling values ending in [1006, 1008] are all 16. Counting the warm-up would take the 8/s
+    values of 1001-1005 in too (33 values at 8 against 17 at 16: a median of 8)."""
+    from chaoskit.recorder import Recorder
+
+    rec = Recorder(T0, interval=0.125)
+    for k in range(240):
+        rec.record(1, "write", t1(k) - 0.01, t1(k), OK, ledger_seq=k + 1)
+        if t2(k) >= 1005.0:
+            rec.record(2, "write", t2(k) - 0.01, t2(k), OK, ledger_seq=k + 1)
+    rec.finish()
+    pb = playbook(load={**PLAYBOOK["load"], "warmup": "5s"}, slo={}, checks=[])
+    results, _ = analyse(Ctx(pb, rec, Probe(probe()), []), {})
+    assert results["baseline_tps"] == 16.0
+
+
+def test_worst_of_the_groups() -> None:
+    from chaoskit.analysis.drill import _worst
+
+    assert _worst([]) == 0.0 and _worst([2.0, 3.5, 1.0]) == 3.5 and _worst([2.0, None]) is None
+
+
+def test_lost_update_record_in_full() -> None:
+    from chaoskit.analysis.durability import lost_update_check
+
+    r = lost_update_check({5: [2, 0]}, {1: 10}, {1: 10, 5: 2}, max_lost=0)  # row 5 was not there before: from 0
+    assert r == {"valid": True, "workload": "update", "acknowledged": 2, "lost_acknowledged": 0,
+                 "rows_with_lost_updates": 0, "indeterminate": 0, "phantoms": 0, "rows_checked": 2,
+                 "sum_before": 10, "sum_after": 12, "lost_sample": [], "text": "0 acknowledged updates lost on 0 rows"}
+    many = lost_update_check({row: [1, 0] for row in range(25)}, {}, {}, max_lost=None)
+    assert many["lost_acknowledged"] == 25 and len(many["lost_sample"]) == 20 and many["valid"] is True
+
+
+class Writer:
+    closed = 0
+
+    def close(self) -> None:
+        Writer.closed += 1
+
+
+def test_gather_truth_reads_through_the_writer_it_closes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from chaoskit.analysis import drill as drill_mod
+
+    seen: list[tuple] = []
+    writer = Writer()
+
+    class D(TruthDriver):
+        def connect_writer(self) -> Any:
+            return writer
+
+        def query(self, conn: Any, sql: str, params: tuple) -> list[tuple[int, int]]:
+            assert params == ("run",)  # this run's rows only
+            return super().query(conn, sql, params)
+
+    def driver_for(cluster: Any, inventory: Any, **kw: Any) -> D:
+        seen.append((cluster.name, inventory))
+        return D({"pg1": [(1, 1, True)], "pg2": [(1, 1, False)], "pg3": [(1, 1, False)]})
+
+    class Versions:
+        def snapshot(self, conn: Any) -> dict[int, int]:
+            assert conn is writer
+            return {1: 4}
+
+        def present(self, conn: Any) -> set:
+            assert conn is writer
+            return set()
+
+    monkeypatch.setattr(drill_mod, "driver_for", driver_for)
+    ctx = truth_ctx(["rpo", "replica_convergence"])
+    ctx.inventory = "the-inventory"
+    Writer.closed = 0
+    truth = drill_mod.gather_truth(ctx, type("R", (), {"workload": Versions(), "before": {1: 3}})())
+    assert seen == [("pg", "the-inventory")] and Writer.closed == 1
+    assert truth["ledger_present"] == {"rows": set()} and truth["convergence"]["members"]["pg1"]["rows"] == 1
+    # the update workload without the rpo check reads no versions
+    truth = drill_mod.gather_truth(truth_ctx([], workload="update"), type("R", (), {"workload": Versions(),
+                                                                                  "before": {1: 3}})())
+    assert truth == {}
+    truth = drill_mod.gather_truth(truth_ctx(["rpo"], workload="update"), type("R", (), {"workload": Versions(),
+                                                                                       "before": {1: 3}})())
+    assert truth == {"versions": {"before": {1: 3}, "after": {1: 4}}}
