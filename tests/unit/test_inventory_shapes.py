@@ -152,3 +152,44 @@ def test_ansible_clusters_from_group_vars(tmp_path: Path) -> None:
     assert "db" not in inv.clusters
     assert [m.host for m in inv.clusters["solo"].members] == ["s2"]  # explicit members are kept
     assert inv.clusters["solo"].name == "solo"
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    ("-J j1 -o StrictHostKeyChecking=no", {"jump": "j1", "strict_host_keys": False}),  # -J is not the last word
+    ("-o 'UserKnownHostsFile=/k/a=b'", {"known_hosts": "/k/a=b"}),  # the value may hold '='
+    ("-o 'UserKnownHostsFile /k/my hosts'", {"known_hosts": "/k/my hosts"}),  # 'key value', the value with a space
+])
+def test_ssh_common_args_values(tmp_path: Path, args: str, expected: dict) -> None:
+    test_ssh_common_args(tmp_path, args, expected)
+
+
+def test_ansible_line_of_a_host_and_of_its_ssh_args(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as info:
+        load(tmp_path, """
+            all:
+              hosts:
+                ok: {}
+                h:
+                  ansible_ssh_common_args: "-J nowhere"
+            """)
+    assert (info.value.line, info.value.field) == (5, "hosts.h.jump")
+    with pytest.raises(InputError) as info:
+        load(tmp_path, """
+            all:
+              children:
+                g:
+                  hosts:
+                    ok: {}
+                    "bad name!": {}
+            """)
+    assert info.value.line == 6 and info.value.field.startswith('hosts.bad name!')
+
+
+def test_a_cluster_in_all_vars_is_named_all(tmp_path: Path) -> None:
+    inv = load(tmp_path, """
+        all:
+          vars:
+            chaoskit_cluster: {engine: postgres, user: u}
+          hosts: {a: {}, b: {}}
+        """)
+    assert list(inv.clusters) == ["all"] and [m.host for m in inv.clusters["all"].members] == ["a", "b"]

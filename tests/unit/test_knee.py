@@ -47,3 +47,25 @@ def test_a_sparse_ladder_is_judged_per_doubling() -> None:
     # the same +13 % over a single doubling is still growth worth having
     dense = [dict(s, workers=w) for s, w in zip(steps, (1, 2, 4, 8), strict=True)]
     assert find_knee(dense)["recommended_workers"] is None
+
+
+def test_edges_of_the_knee() -> None:
+    assert find_knee([]) == {"peak": None, "saturation": None, "overload": None, "recommended_workers": None,
+                             "shape": "empty"}
+    # a step at 0 TPS (nothing worked at the start) counts as no gain, and a step at 0 workers as one doubling
+    steps = [{"workers": 0, "tps": 0.0, "p99_ms": 1.0}, {"workers": 1, "tps": 500.0, "p99_ms": 2.0}]
+    assert find_knee(steps)["recommended_workers"] == 0
+    # gain exactly at the bound is not flat: 1 -> 2 workers, +12.5 % (exact in binary), latency grows
+    steps = [{"workers": 1, "tps": 1000.0, "p99_ms": 1.0}, {"workers": 2, "tps": 1125.0, "p99_ms": 2.0},
+             {"workers": 4, "tps": 1150.0, "p99_ms": 4.0}]
+    assert find_knee(steps, flat_gain=0.125)["recommended_workers"] == 2  # 1125 -> 1150 is +2.2 %
+    # equal p99 counts as growing; a missing p99 reads as 0
+    steps = [{"workers": 1, "tps": 1000.0, "p99_ms": 3.0}, {"workers": 2, "tps": 1010.0, "p99_ms": 3.0}]
+    assert find_knee(steps)["recommended_workers"] == 1
+    steps = [{"workers": 1, "tps": 1000.0, "p99_ms": 3.0}, {"workers": 2, "tps": 1010.0, "p99_ms": None}]
+    assert find_knee(steps)["recommended_workers"] is None
+    steps = [{"workers": 1, "tps": 1000.0, "p99_ms": None}, {"workers": 2, "tps": 1010.0, "p99_ms": 0.5}]
+    assert find_knee(steps)["recommended_workers"] == 1
+    # overload is strictly more than `drop` below the peak: exactly 5 % below is not
+    steps = [{"workers": 1, "tps": 1000.0, "p99_ms": 1.0}, {"workers": 2, "tps": 950.0, "p99_ms": 2.0}]
+    assert find_knee(steps)["overload"] is None
