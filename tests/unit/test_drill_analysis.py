@@ -498,3 +498,48 @@ def test_gather_truth_reads_through_the_writer_it_closes(monkeypatch: pytest.Mon
     truth = drill_mod.gather_truth(truth_ctx(["rpo"], workload="update"), type("R", (), {"workload": Versions(),
                                                                                        "before": {1: 3}})())
     assert truth == {"versions": {"before": {1: 3}, "after": {1: 4}}}
+
+
+def test_convergence_verdict_edges() -> None:
+    both = {"pg1": {"rows": 3, "seq_sum": 6, "role": "replica"}, "pg2": {"rows": 3, "seq_sum": 6, "role": "replica"}}
+    v = convergence_verdict({"members": both}, "pgX", {"manager": "patroni"})  # not a member: nothing said of it
+    assert "old_primary" not in v and v["valid"] is True
+    v = convergence_verdict({"members": both}, "pg1", {"manager": "patroni"})  # nobody is the writer now
+    assert v["old_primary"]["rejoined"] is False and v["old_primary"]["role_now"] == "replica"
+    back = {"pg1": {"rows": 3, "seq_sum": 6, "role": "primary"}, "pg2": {"rows": 3, "seq_sum": 6, "role": "replica"}}
+    v = convergence_verdict({"members": back}, "pg1", {"manager": "patroni"})
+    assert v["old_primary"]["rewind"] == "not needed: the old primary is the writer again"
+
+
+class ClosingDriver(FakeDriver):
+    """As FakeDriver, with connections that count their closing and a check of the query."""
+
+    def __init__(self, answers: dict[str, list[Any]]) -> None:
+        super().__init__(answers)
+        self.closed = 0
+
+    def connect_member(self, member: Any) -> Any:
+        answer = super().connect_member(member)
+        driver = self
+
+        class Conn(tuple):
+            def close(self) -> None:
+                driver.closed += 1
+
+        return Conn(answer)
+
+    def query(self, conn: Any, sql: str, params: tuple) -> list[tuple[int, int]]:
+        assert "from chaoskit_ledger where run_id" in sql.lower() and params == ("run",)
+        return [tuple(conn[:2])]
+
+
+def test_gather_convergence_closes_what_it_opens_and_names_errors() -> None:
+    drv = ClosingDriver({"pg1": [(2, 3, True)], "pg2": [(2, 3, False)], "pg3": [ConnectionError("")]})
+    got = gather_convergence(drv, cluster(), None, "run", within=0.0)  # type: ignore[arg-type]
+    assert got["members"]["pg3"] == {"error": "ConnectionError"}  # no message: the exception's type
+    assert drv.closed == 2 and got["waited_s"] == 0.0
+    drv = ClosingDriver({"pg1": [(2, 3, True)], "pg2": [(2, 3, False)], "pg3": [RuntimeError("x" * 300)]})
+    assert gather_convergence(drv, cluster(), None, "run", within=0.0)["members"]["pg3"] == {"error": "x" * 200}  # type: ignore[arg-type]
+    drv = ClosingDriver({"pg1": [(2, 3, True)], "pg2": [(2, 3, False)], "pg3": [(1, 1, False), (2, 3, False)]})
+    got = gather_convergence(drv, cluster(), None, "run", within=3.0)  # type: ignore[arg-type]
+    assert 0.4 <= got["waited_s"] < 1.0 and got["waited_s"] == round(got["waited_s"], 3)  # one 0.5 s pause

@@ -308,3 +308,30 @@ def test_baseline_is_the_median_of_full_rolling_windows(k_fail: set, expected: f
     assert baseline_tps(rec, 101.0, 105.0) == expected
     assert baseline_tps(rec, 100.5, 102.5) == 1.0  # ends 101.5, 102.0, 102.5: 2.0, 1.0, 1.0
     assert baseline_tps(rec, 200.0, 210.0) is None
+
+
+def test_standby_catchup_boundaries() -> None:
+    """Every edge on a sample: the baseline includes both ends, t_back counts, a first streaming
+    sample already at the standby's level is its catch-up, a lag equal to the level is caught up,
+    the caught-up sample's own delay counts in the peak; manager states from t_fault inclusive to
+    the window's end exclusive, of this member only."""
+    base = [(100.0, "streaming", 700, None), (104.0, "streaming", 100, 0.0), (108.0, "streaming", 500, 0.0)]
+    log = replication(*base, (120.0, "streaming", 500, 5.0000004), (121.0000004, "streaming", 90, 0.1))
+    log.manager += [(110.0, "pg1", {"pg3": "replica/creating replica"}), (130.0, "pg1", {"pg3": "replica/x"}),
+                    (115.0, "pg1", {"pg2": "replica/creating replica", "pg3": "streaming"})]
+    r = standby_catchup(log, "pg3", 110.0, 120.0, 130.0, baseline=(100.0, 108.0), actions=[])
+    # level 700 (at the baseline's first instant, no delay reported); back, streaming and caught up
+    # (500 <= 700) at 120.0 exactly; its delay 5.0000004 s is the peak
+    assert (r["baseline_lag_bytes"], r["streaming_s"], r["caught_up_s"]) == (700, 0.0, 0.0)
+    assert (r["peak_lag_bytes"], r["peak_replay_delay_s"]) == (500, 5.0000004)
+    assert (r["rebuilt"], r["manager_states"]) == (True, ["creating replica"])
+    log2 = replication((100.0, "streaming", 100, 0.0), (108.0, "streaming", 600, 0.0),
+                       (120.5, "streaming", 800, 1.0), (121.0000004, "streaming", 600, 0.1))
+    log2.manager += [(111.0, "pg1", {"pg3": "replica/streaming"})]
+    r2 = standby_catchup(log2, "pg3", 110.0, 120.0, 130.0, baseline=(100.0, 108.0), actions=[])
+    # level 600 (the baseline's last instant); lag back to exactly 600 at 121.0000004: caught up
+    assert (r2["baseline_lag_bytes"], r2["streaming_s"], r2["caught_up_s"]) == (600, 0.5, 1.0)
+    assert r2["rebuilt"] is False and r2["peak_lag_bytes"] == 800
+    log3 = replication((100.0, "streaming", 100, 0.0), (120.5, "startup", None, None))
+    r3 = standby_catchup(log3, "pg3", 110.0, 120.0, 130.0, baseline=(100.0, 108.0), actions=[])
+    assert (r3["peak_lag_bytes"], r3["peak_replay_delay_s"], r3["streaming_s"]) == (None, None, None)

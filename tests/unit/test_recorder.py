@@ -165,3 +165,65 @@ def test_merge_counts_the_errors_it_drops() -> None:
     two.merge(Batch(errors=[(float(i), 0, "timeout", "x") for i in range(100)]))
     two.merge(Batch(errors=[(100.0 + i, 1, "timeout", "x") for i in range(150)]))
     assert len(two.errors) == 200 and two.errors_dropped == 50
+
+
+def test_window_counts_intervals_tps_and_exact_small_latencies() -> None:
+    """100 ok ops in intervals 8 and 9 (t in [1.0, 1.25), interval 0.125): 98 at 100 µs, one at 200,
+    one at 250 µs (below 256 µs the histogram is exact). p50 = 0.1 ms, p99 = the 99th value = 0.2 ms,
+    p99.9 = the 100th = 0.25 ms; 100 ops over 0.25 s: 400 ops/s; 2 intervals."""
+    import math
+
+    from chaoskit.recorder import OK, Recorder
+
+    rec = Recorder(0.0, interval=0.125)
+    lat = [100e-6] * 98 + [200e-6, 250e-6]
+    for i, d in enumerate(lat):
+        t = 1.01 + (i % 2) * 0.125 + i * 1e-4
+        rec.record(1, "write", t - d - 5e-7, t, OK)  # + 0.5 µs: the whole µs survive the float subtraction
+    rec.finish()
+    w = rec.window(1.0, 1.25)
+    assert (w["ok"], w["intervals"], w["tps"]) == (100, 2, 400.0)
+    assert (w["p50_ms"], w["p99_ms"], w["p99.9_ms"]) == (0.1, 0.2, 0.25)
+    empty = rec.window(5.0, 6.0)
+    assert empty["intervals"] == 0 and empty["tps"] == 0.0 and math.isnan(empty["p50_ms"])
+    # latency_hist over [1.125, 1.25): interval 9 only (50 ops), boundaries as the window's
+    assert rec.latency_hist(1.125, 1.25).get_total_count() == 50
+    assert rec.latency_hist(1.0, 1.125).get_total_count() == 50
+    assert rec.latency_hist().get_total_count() == 100
+
+
+def test_drain_ships_closed_intervals_below_its_watermark_and_new_ledger_only() -> None:
+    from chaoskit.recorder import OK, Recorder
+
+    rec = Recorder(0.0, interval=0.1)
+    for t in (1.05, 1.15, 1.25):  # intervals 10, 11, 12
+        rec.record(1, "write", t - 0.001, t, OK, ledger_seq=round(t * 100) - 104)  # seqs 1, 11, 21
+    b = rec.drain(1.25)  # index(1.25) = 12: intervals below 11 are complete
+    assert b.watermark == 11 and [i for i, _, _ in b.intervals] == [10]
+    assert [(w, first) for w, first, _ in b.ledger] == [(1, 1)]
+    again = rec.drain(1.26)
+    assert again.intervals == [] and again.ledger == []  # nothing new: nothing shipped
+    last = rec.drain(1.3, final=True)
+    assert last.watermark == 1 << 62 and [i for i, _, _ in last.intervals] == [11, 12]
+    # seq 1..21 was shipped as one column in the first batch; a gap (2..10) reads as unacknowledged
+    assert rec.ledger_acknowledged() == {1: [(1, 1), (11, 11), (21, 21)]}
+
+
+def test_timeline_csv_without_a_start_counts_from_its_first_row(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import csv
+
+    from chaoskit.recorder import FAIL, OK, Recorder
+
+    rec = Recorder(0.0, interval=0.5)
+    rec.record(1, "write", 10.1, 10.2, OK)
+    rec.record(1, "write", 10.6, 10.7, FAIL, "timeout")
+    rec.finish()
+    path = tmp_path / "t.csv"
+    rec.write_timeline_csv(str(path))
+    with open(path) as fh:
+        header = next(csv.reader(fh))
+    assert header[:2] == ["t", "t_rel_s"]  # no index column
+    with open(path) as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["t_rel_s"] for r in rows] == ["0.000", "0.500"]
+    assert [r["errors_per_s"] for r in rows] == ["0.000", "2.000"]  # 1 error in 0.5 s
