@@ -82,6 +82,9 @@ def test_kill_primary_end_to_end(kill_primary: tuple[subprocess.CompletedProcess
     assert ev["results"]["checks"]["split_brain"]["valid"] is True
     assert ev["results"]["verdict"] is True and all(s["ok"] for s in ev["results"]["slo"].values())
     assert ev["faults_injected"][0]["revert_verified"] is True
+    groups = ev["results"]["groups"]
+    assert set(groups) == {"deadline", "pool"} and all(g["rto_s"] and g["rto_s"] < 30 for g in groups.values())
+    assert sum(g["rpo"]["lost_acknowledged"] for g in groups.values()) == ev["results"]["rpo"]["lost_acknowledged"]
     # the run directory is sealed: every file the drill wrote is in its manifest and verifies
     listed = json.loads((run_dir / "manifest.json").read_text())["files"]
     assert {"run.json", "events.jsonl", "report.html", "history.jsonl", "plots/timeline.png"} <= set(listed)
@@ -178,6 +181,13 @@ def test_mariadb_crash_and_restart_without_a_manager(lab: Inventory, tmp_path: P
     assert conv["valid"] is True and set(conv["members"]) == {"my1", "my2"}
     assert conv["old_primary"]["host"] == "my1" and conv["old_primary"]["role_now"] == "primary"
     assert conv["old_primary"]["rewind"].startswith("not needed")
+    # every profile through PyMySQL: each group was cut off for the crash and lost nothing
+    groups = ev["results"]["groups"]
+    assert {n: g["profile"] for n, g in groups.items()} == {"deadline": "deadline", "pool": "pool",
+                                                             "per-op": "per-op"}
+    for name, g in groups.items():
+        assert 5.0 <= g["rto_s"] <= 15, (name, g["rto_s"])
+        assert g["rpo"]["lost_acknowledged"] == 0 and g["rpo"]["acknowledged"] > 100, name
 
 
 def test_drill_finds_lost_writes_and_fails_rpo(lab: Inventory, tmp_path: Path) -> None:

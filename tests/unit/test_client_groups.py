@@ -310,3 +310,38 @@ def test_an_op_acknowledged_after_the_stall_bound_is_an_outage() -> None:
     rec2.finish()
     assert [(g.first_err, g.first_err_class, g.first_ok_after) for g in rec2.gaps] == [
         (110.1, "connect_refused", 115.0)]
+
+
+def test_profiles_reach_each_driver_as_connection_settings(tmp_path: Any) -> None:
+    """What each profile changes in the connection, per driver (the lab drills them for real:
+    PostgreSQL and MariaDB; DM only here: no DM server exists in the lab)."""
+    import textwrap
+
+    from chaoskit.db.base import driver_for
+    from chaoskit.errors import InputError
+    from chaoskit.inventory import load_inventory
+
+    p = tmp_path / "inv.yaml"
+    p.write_text(textwrap.dedent("""
+        hosts: {a: {address: 127.0.0.1}}
+        clusters:
+          pg: {engine: postgres, user: u, members: [a]}
+          my: {engine: mysql, user: u, members: [a]}
+          dm: {engine: dameng, user: u, members: [a]}
+        """))
+    inv = load_inventory(p)
+    pool = ClientProfile("pool", statement_timeout=30.0)
+    careful = driver_for(inv.clusters["pg"], inv, op_timeout=2.0)._params()
+    assert careful["tcp_user_timeout"] == 2000 and careful["options"] == "-c statement_timeout=2000"
+    pooled = driver_for(inv.clusters["pg"], inv, op_timeout=2.0, profile=pool)._params()
+    assert "tcp_user_timeout" not in pooled and "keepalives_idle" not in pooled
+    assert pooled["options"] == "-c statement_timeout=30000" and pooled["application_name"] == "chaoskit-pool"
+    assert "options" not in driver_for(inv.clusters["pg"], inv, profile=ClientProfile("per-op"))._params()
+    my = driver_for(inv.clusters["my"], inv, op_timeout=2.0)
+    assert my.connect_params("h", 1)["read_timeout"] == 2
+    my_pool = driver_for(inv.clusters["my"], inv, op_timeout=2.0, profile=pool).connect_params("h", 1)
+    assert "read_timeout" not in my_pool and my_pool["init_command"] == "SET SESSION max_statement_time=30.000"
+    dm = driver_for(inv.clusters["dm"], inv, profile=pool)
+    with pytest.raises(InputError, match="dmPython offers no statement timeout"):
+        dm.connect_params("h", 1)
+    assert "login_timeout" in driver_for(inv.clusters["dm"], inv, profile=ClientProfile("pool")).connect_params("h", 1)
