@@ -428,6 +428,9 @@ def run(
                                 ] = False,
     sign_key: Annotated[Path | None, typer.Option("--sign-key", help="SSH private key: sign manifest.json "
                                                   "(ssh-keygen -Y sign, namespace chaoskit).")] = None,
+    operator: Annotated[str | None, typer.Option("--operator", help="Who ran it (default user@host).")] = None,
+    participant: Annotated[list[str] | None, typer.Option("--participant", help="Who took part (repeat).")] = None,
+    change_ref: Annotated[str | None, typer.Option("--change-ref", help="Change / ticket reference.")] = None,
 ) -> None:
     """Run a drill and write its run directory. Exit 0: SLOs held; 1: an SLO or check failed; 3: aborted."""
     from chaoskit.guard import refuse_unreachable_lab
@@ -439,6 +442,7 @@ def run(
         inv = _inventory(inventory, reach=False)
         loaded = load_playbook(playbook, inv)
         pb = loaded.playbook
+        audit = _audit(pb, operator, participant, change_ref)
         if dry_run:
             out.print(f"{pb.name} on {pb.cluster}: load {pb.load.workload} x {pb.load.workers}, "
                       f"duration {pb.duration:g}s", highlight=False)
@@ -451,15 +455,40 @@ def run(
         _check_sign_key(sign_key)
     except ChaoskitError as exc:
         _fail(exc)
-    evidence, run_dir, aborted = _drill_once(loaded, inv, playbook, inventory, out_root, allow_production, sign_key)
+    evidence, run_dir, aborted = _drill_once(loaded, inv, playbook, inventory, out_root, allow_production, sign_key,
+                                             audit)
     print_drill_summary(out, evidence, run_dir)
     if aborted:
         raise typer.Exit(3)
     raise typer.Exit(0 if (evidence.get("results") or {}).get("verdict") is True else 1)
 
 
+def _audit(pb: Any, operator: str | None, participants: list[str] | None, change_ref: str | None) -> Any:
+    """The playbook's `evidence:` with what the command line adds (validated like the playbook)."""
+    from pydantic import ValidationError
+
+    from chaoskit.playbook.models import Audit
+
+    data = pb.evidence.model_dump()
+    if operator is not None:
+        data["operator"] = operator
+    if participants:
+        data["participants"] = (*data["participants"], *participants)
+    if change_ref is not None:
+        data["change_ref"] = change_ref
+    try:
+        return Audit.model_validate(data)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        msg = str(e["msg"]).removeprefix("Value error, ")
+        where = str(e["loc"][0]) if e["loc"] else msg.split("[", 1)[0].split(":", 1)[0]
+        field = {"operator": "--operator", "participants": "--participant", "change_ref": "--change-ref"}.get(
+            where, f"evidence.{where}")
+        raise InputError(msg, source="command line", field=field) from None
+
+
 def _drill_once(loaded: Any, inv: Any, playbook: Path, inventory: Path, out_root: Path, allow_production: bool,
-                sign_key: Path | None) -> tuple[dict[str, Any], Path, bool]:
+                sign_key: Path | None, audit: Any = None) -> tuple[dict[str, Any], Path, bool]:
     """One drill into a new, sealed run directory: (evidence, its path, aborted)."""
     import time as _t
 
@@ -484,7 +513,8 @@ def _drill_once(loaded: Any, inv: Any, playbook: Path, inventory: Path, out_root
 
         try:
             ctx = run_drill(pb, inv, run_dir=rd, playbook_path=str(playbook), inventory_path=str(inventory),
-                            playbook_sha256=loaded.sha256, allow_production=allow_production, progress=progress)
+                            playbook_sha256=loaded.sha256, allow_production=allow_production, progress=progress,
+                            audit=audit)
         except ChaoskitError as exc:
             live.stop()
             rd.write_json("run.json", {"schema_version": 2, "playbook": {"path": str(playbook),

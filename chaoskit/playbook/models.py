@@ -166,6 +166,19 @@ class Abort(Frozen):
     for_: Seconds = Field(60.0, alias="for")
 
 
+class Audit(Frozen):
+    """What a reviewer of a DR test record asks besides the figures: who took part, what was in
+    scope, under which change, to show what; whether the testers were independent of the system's
+    operators. From the playbook's `evidence:` and the command line (which adds to it)."""
+
+    operator: FreeText | None = None  # default: user@host of the controller
+    participants: tuple[FreeText, ...] = ()
+    scope: FreeText = ""
+    change_ref: FreeText = ""
+    objectives: tuple[FreeText, ...] = ()
+    independent_testers: bool | None = None
+
+
 class Playbook(Frozen):
     """Fields are validated in order: later checks can rely on earlier fields."""
 
@@ -183,6 +196,7 @@ class Playbook(Frozen):
     # HA manager settings set for the drill and restored afterwards (journaled like a fault), e.g.
     # {synchronous_mode: true} for Patroni; the cluster's manager says which it can change
     settings: dict[Name, bool | int | float | str] = Field(default_factory=dict)
+    evidence: Audit = Audit()
     steps: tuple[Step, ...]
 
     @model_validator(mode="before")

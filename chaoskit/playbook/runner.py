@@ -83,6 +83,7 @@ class RunContext:
     results: dict[str, Any] = field(default_factory=dict)
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)  # client group -> profile, worker ids
     truth: dict[str, Any] = field(default_factory=dict)  # what gather_truth read after the run
+    audit: Any = None  # playbook.models.Audit: participants, scope, change reference, objectives
     allow_production: bool = False
     operator: str = field(default_factory=lambda: f"{getpass.getuser()}@{socket.gethostname()}")
 
@@ -100,7 +101,7 @@ class RunContext:
 
 def run_drill(pb: Playbook, inv: Inventory, *, run_dir: RunDirectory | None, playbook_path: str,
               inventory_path: str, playbook_sha256: str = "", allow_production: bool = False,
-              progress: Any = None, parts: DrillParts = DrillParts()) -> RunContext:
+              progress: Any = None, parts: DrillParts = DrillParts(), audit: Any = None) -> RunContext:
     """Run one drill.
 
     1. Load + validate inventory and playbook (done by the caller; nothing touched yet).
@@ -117,7 +118,9 @@ def run_drill(pb: Playbook, inv: Inventory, *, run_dir: RunDirectory | None, pla
     9. Hand everything to the report (the caller writes the rest of the run directory).
     """
     ctx = RunContext(pb, inv, playbook_path, inventory_path, run_dir=run_dir, playbook_sha256=playbook_sha256,
-                     started=time.time(), allow_production=allow_production)
+                     started=time.time(), allow_production=allow_production, audit=audit or pb.evidence)
+    if ctx.audit.operator:
+        ctx.operator = ctx.audit.operator
     ctx.event("run_started", ctx.started, playbook=pb.name, cluster=pb.cluster, operator=ctx.operator)
     previous = signal.signal(signal.SIGTERM, _sigterm)
     runner: LoadRunner | None = None

@@ -14,6 +14,7 @@ from typing import Any
 import jinja2
 
 import chaoskit
+from chaoskit.report.findings import findings
 from chaoskit.report.plots import latency_histogram, timeline_plot
 from chaoskit.report.rundir import RunDirectory, clean
 from chaoskit.workload.outcomes import client_deadline
@@ -60,6 +61,9 @@ def write_run(ctx: Any, rd: RunDirectory) -> dict[str, Any]:
                                                                                             else [])]},
         "results": ctx.results,
     }
+    audit = ctx.audit.model_dump(mode="json") if getattr(ctx, "audit", None) is not None else {}
+    evidence["audit"] = {**audit, "operator": ctx.operator}
+    evidence["findings"] = findings(evidence)
     evidence = clean(evidence)
     rd.write_json("run.json", evidence)
     rd.write_text("methodology.md", METHODOLOGY.read_text())  # the evidence carries its own definitions
