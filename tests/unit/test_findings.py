@@ -57,7 +57,8 @@ def test_report_shows_scope_findings_and_sign_off(tmp_path: Path) -> None:
     (tmp_path / "run.json").write_text(json.dumps(ev))
     render(tmp_path)
     html = (tmp_path / "report.html").read_text()
-    for text in ("A. DBA, B. SRE", "CHG-42", "payments pg", "RTO &lt; 30 s", "check rpo failed", "independent reviewer"):
+    for text in ("A. DBA, B. SRE", "CHG-42", "payments pg", "RTO &lt; 30 s", "check rpo failed",
+                 "independent reviewer"):
         assert text in html, text
 
 
