@@ -25,8 +25,11 @@ def test_shipped_playbooks_validate(path: Path) -> None:
 
 
 @pytest.mark.parametrize(("old", "new", "at_line_of", "field", "message"), [
-    ("workload: ledger", "workload: nosuch", "load:", "load.workload", "unknown workload"),
-    ("workers: 4", "workers: 0", "load:", "load.workers", "greater than or equal to 1"),
+    ("workload: ledger", "workload: nosuch", "workload: nosuch", "load.workload", "unknown workload"),
+    ("{profile: deadline, workers: 4}", "{profile: deadline, workers: 0}", "groups:", "load.groups[0].workers",
+     "greater than or equal to 1"),
+    ("{profile: pool, workers: 4}", "{profile: pool, workers: 4, validation: maybe}", "groups:",
+     "load.groups[1].validation", "valid boolean"),
     ("at: 12s", "at: 5s", "steps:", "steps", "inside the baseline window"),
     ("duration: 40s", "duration: 20s", "steps:", "steps", "after the drill's duration"),
     ("duration: 40s", "duration: forty", "duration: forty", "duration", "not a duration"),
