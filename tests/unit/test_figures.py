@@ -189,3 +189,29 @@ def test_split_process_recording_keeps_an_outage_open_at_the_end() -> None:
     gaps = [(g.worker, g.first_err, g.first_ok_after) for g in parent.gaps]
     assert gaps == [(g.worker, g.first_err, g.first_ok_after) for g in direct.gaps]
     assert gaps == [(1, t1(80), t1(112)), (2, t2(100), None)]  # worker 2's outage is still open
+
+
+def test_rpo_text_rounding_and_samples() -> None:
+    rec = recorder()
+    acked = {(1, k + 1) for k in range(240) if outcome1(k) == OK} | {(2, k + 1) for k in range(240)
+                                                                   if outcome2(k) == OK}
+    lost = {(1, 79), (1, 80), (2, 82)}
+    # worker 1's failed k = 99 and 100 (seq 100, 101) and a never-attempted (3, 1): 2 of 3 phantoms failed
+    r = rpo_check(rec, (acked - lost) | {(1, 100), (1, 101), (3, 1)}, 1010.0004, max_lost=None)
+    assert (r["phantoms"], r["phantoms_that_failed"]) == (3, 2)
+    # earliest lost ack 1009.812 (whole ms): 1010.0004 - 1009.812 = 0.1884 -> 0.188 (3 decimals, ms precision)
+    assert r["rpo_s"] == 0.188
+    # relative window: 1009.812 - 1010.0004 = -0.1884 -> -0.188; 1010.218 - 1010.0004 = 0.2176 -> 0.218
+    assert r["lost_ack_window_rel_s"] == [-0.188, 0.218]
+    assert r["text"] == "3 lost, acknowledged between -0.188 s and +0.218 s of the fault"
+    nodes = {(1, 79): "pg1", (1, 80): "pg1", (2, 82): "pg2"}
+    r = rpo_check(rec, acked - lost, F, max_lost=None, nodes=nodes)
+    assert r["lost_by_node"] == {"pg1": 2, "pg2": 1}
+    assert r["text"] == "3 lost, acknowledged between -0.188 s and +0.218 s of the fault, on pg1 (2), pg2 (1)"
+    assert rpo_check(rec, acked, F, max_lost=None)["text"] == "0 lost"
+    # samples are capped at 20
+    many_lost = set(list(sorted(acked))[:25])
+    many_phantoms = {(9, s) for s in range(1, 26)}
+    r = rpo_check(rec, (acked - many_lost) | many_phantoms, F, max_lost=None)
+    assert len(r["lost_sample"]) == 20 and r["lost_sample"][0] == [1, 1]
+    assert len(r["phantom_sample"]) == 20 and r["phantom_sample"][0] == [9, 1]
