@@ -159,3 +159,52 @@ def test_split_brain_joins_one_stretch_and_gives_its_length() -> None:
     assert o["members"] == ["a", "b"]
     assert o["from"] == pytest.approx(T0 + 1.05) and o["to"] == pytest.approx(T0 + 2.0)
     assert o["seconds"] == pytest.approx(0.95) and r["overlap_s"] == pytest.approx(0.95)
+
+
+def _log(samples: list[tuple[float, str, str]]) -> ProbeLog:
+    log = ProbeLog()
+    log.samples += sorted(samples)
+    return log
+
+
+def test_split_brain_records_by_hand() -> None:
+    """Interval 0.5 s. A primary sample is writable until the member's next sample, at most two
+    intervals (1.0 s); a member's last sample until one interval after it."""
+    # pg1's last sample (primary at 1.0) lasts to 1.5; pg2 primary from 1.1: overlap 1.1-1.5 (0.4 s)
+    log = _log([(0.0, "pg1", "primary"), (0.5, "pg1", "primary"), (1.0, "pg1", "primary"),
+                (0.1, "pg2", "replica"), (0.6, "pg2", "replica"), (1.1, "pg2", "primary"), (1.6, "pg2", "primary")])
+    assert split_brain(log, 0.5) == {"valid": False, "overlap_count": 1, "overlap_s": 0.4, "samples": 7,
+                                     "overlaps": [{"members": ["pg1", "pg2"], "from": 1.1, "to": 1.5,
+                                                   "seconds": 0.4}]}
+    # a gap in pg1's samples (0 -> 3.0) caps its span at two intervals (to 1.0): pg2's primary at 1.2
+    # does not overlap it
+    log = _log([(0.0, "pg1", "primary"), (3.0, "pg1", "replica"), (1.2, "pg2", "primary"), (1.7, "pg2", "replica")])
+    assert split_brain(log, 0.5)["valid"] is True
+    # spans that only touch (pg1 to 0.5, pg2 from 0.5) are not an overlap
+    log = _log([(0.0, "pg1", "primary"), (0.5, "pg1", "replica"), (0.5, "pg2", "primary"), (1.0, "pg2", "replica")])
+    assert split_brain(log, 0.5)["valid"] is True
+
+
+def test_split_brain_joins_pieces_one_interval_apart_and_rounds() -> None:
+    """Interval 0.25: pg1 and pg2 overlap on [0.0, 0.1234] and again on [0.3734, 0.5]: the second
+    begins exactly one interval after the first ends, so one stretch from 0.0 to 0.5."""
+    log = _log([(0.0, "pg1", "primary"), (0.1234, "pg1", "replica"), (0.3734, "pg1", "primary"),
+                (0.5, "pg1", "replica"), (0.0, "pg2", "primary"), (0.25, "pg2", "primary"),
+                (0.5, "pg2", "replica")])
+    r = split_brain(log, 0.25)
+    assert r["overlaps"] == [{"members": ["pg1", "pg2"], "from": 0.0, "to": 0.5, "seconds": 0.5}]
+    log = _log([(0.0, "pg1", "primary"), (0.1234, "pg1", "replica"), (0.0, "pg2", "primary"),
+                (0.5, "pg2", "replica")])
+    assert split_brain(log, 0.25)["overlaps"][0]["seconds"] == 0.123  # 0.1234 to 3 decimals
+    # three members, stretches ordered by their start; at most 20 listed, all counted
+    many = []
+    for i in range(25):
+        t = i * 2.0
+        many += [(t, "pg1", "primary"), (t + 0.1, "pg1", "replica"), (t, "pg2", "primary"), (t + 0.1, "pg2", "replica")]
+    r = split_brain(_log(many), 0.25)
+    assert r["overlap_count"] == 25 and len(r["overlaps"]) == 20 and r["overlap_s"] == 2.5
+    assert [o["from"] for o in r["overlaps"]][:3] == [0.0, 2.0, 4.0]
+    three = _log([(1.0, "pg2", "primary"), (1.5, "pg2", "replica"), (1.0, "pg3", "primary"), (1.5, "pg3", "replica"),
+                  (0.0, "pg1", "primary"), (0.5, "pg1", "replica"), (0.0, "pg3", "primary"), (0.5, "pg3", "replica")])
+    r = split_brain(three, 0.5)
+    assert [(o["members"], o["from"]) for o in r["overlaps"]] == [(["pg1", "pg3"], 0.0), (["pg2", "pg3"], 1.0)]

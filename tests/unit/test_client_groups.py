@@ -345,3 +345,25 @@ def test_profiles_reach_each_driver_as_connection_settings(tmp_path: Any) -> Non
     with pytest.raises(InputError, match="dmPython offers no statement timeout"):
         dm.connect_params("h", 1)
     assert "login_timeout" in driver_for(inv.clusters["dm"], inv, profile=ClientProfile("pool")).connect_params("h", 1)
+
+
+def test_group_records_in_full() -> None:
+    """A third group whose only worker (9) never wrote: no outage, nothing acknowledged."""
+    groups = {**GROUPS, "idle": {"profile": "per-op", "workers": [9]}}
+    results, _ = analyse(Ctx(playbook(rpo_max_writes=0, group="deadline"), recorder(),
+                             type("P", (), {"log": probe()})(), [kill()], groups=groups),
+                         {"ledger_present": {"rows": ACKED - LOST}})
+    g = results["groups"]
+    assert g["idle"]["faults"] == [{"id": "f", "t_fault": F, "outage": False, "rto_s": None, "write_gap_s": None,
+                                    "per_client_rto_s": {}}]
+    assert (g["idle"]["profile"], g["idle"]["workers"], g["idle"]["rto_s"]) == ("per-op", [9], 0.0)
+    assert g["pool"]["faults"][0]["id"] == "f" and g["pool"]["faults"][0]["t_fault"] == F
+    assert (g["deadline"]["profile"], g["deadline"]["workers"]) == ("deadline", [1])
+    # the SLO names the deadline group: its bound (0) applies there only
+    assert g["deadline"]["rpo"]["valid"] is False and g["pool"]["rpo"]["valid"] is True  # pool lost 1, no bound
+    # without the rpo check no group has an RPO, even with rows read
+    pb = playbook()
+    pb = pb.model_copy(update={"checks": ()})
+    results, _ = analyse(Ctx(pb, recorder(), type("P", (), {"log": probe()})(), [kill()]),
+                         {"ledger_present": {"rows": ACKED}})
+    assert all(grp["rpo"] is None for grp in results["groups"].values())

@@ -543,3 +543,30 @@ def test_gather_convergence_closes_what_it_opens_and_names_errors() -> None:
     drv = ClosingDriver({"pg1": [(2, 3, True)], "pg2": [(2, 3, False)], "pg3": [(1, 1, False), (2, 3, False)]})
     got = gather_convergence(drv, cluster(), None, "run", within=3.0)  # type: ignore[arg-type]
     assert 0.4 <= got["waited_s"] < 1.0 and got["waited_s"] == round(got["waited_s"], 3)  # one 0.5 s pause
+
+
+def test_expectation_rows_for_actions_in_full() -> None:
+    pb = playbook()
+    rows = expectations(pb, [], [{"kind": "switchover", "step": 1, "ok": True, "answer": "done"},
+                                 {"kind": "rejoin", "step": 2, "ok": False, "answer": None}])
+    assert rows == {"valid": False, "steps": [
+        {"step": 1, "action": "switchover", "expected": "succeeded", "outcome": "succeeded", "ok": True, "text": None},
+        {"step": 2, "action": "rejoin", "expected": "succeeded", "outcome": "failed", "ok": False, "text": ""}]}
+
+
+def test_error_rate_slo_over_the_whole_run_when_nothing_stopped() -> None:
+    """A fault that stopped no write (a pause of the replica pg2 at 1001 for 1 s, the run's window
+    ending at 1001.5): the error-rate target is judged over the whole run: 77 failed or unknown of
+    480 ops = 0.160417."""
+    standby = InjectedFault(id="s", kind="pause", host="pg2", target="pg2", spec={}, t_scheduled=1001.0,
+                            t_staged=1000.0, t_sent=1001.0, t_effect=1001.0, t_effect_host=1001.0,
+                            t_apply_start=1001.0, t_applied=1001.0, offset_s=0.0, offset_uncertainty_s=0.0,
+                            t_reverted=1002.0, step=0)
+    rec = recorder()
+    pb = playbook(slo={"max_error_rate_after_recovery": 0.5})
+    results, _ = analyse(Ctx(pb, rec, Probe(probe()), [standby], ended=1001.5), {"ledger_present": {"rows": ACKED}})
+    # window: the fault to the run's end (1001.5): no gap opened in it
+    assert results["faults"][0]["outage"] is False
+    # not ok: worker 1 k = 80 (info), 81..111 (31), 140, 141 = 34; worker 2 k = 82 (info), 83..123 (41), 160 = 43
+    assert results["slo"]["max_error_rate_after_recovery"] == {
+        "target": 0.5, "measured": 0.160417, "from": "whole run (no outage)", "ok": True}
