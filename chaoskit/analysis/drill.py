@@ -73,9 +73,11 @@ def analyse(ctx: Any, truth: dict[str, Any]) -> tuple[dict[str, Any], list[dict[
         checks["rpo"] = lost_update_check(rec.row_updates, versions["before"], versions["after"],
                                           pb.slo.rpo_max_writes) if versions.get("before") is not None else versions
     elif "rpo" in pb.checks:
+        # With several client groups the loss bound is judged per group (each kind of client is an
+        # application of its own; see group_figures and the SLO); the totals still fail on phantoms.
+        bound = None if len(getattr(ctx, "groups", None) or {}) > 1 else pb.slo.rpo_max_writes
         present = truth.get("ledger_present") or {"valid": "unknown", "error": error}
-        checks["rpo"] = rpo_check(rec, present["rows"], t_fault, pb.slo.rpo_max_writes) if "rows" in present \
-            else present
+        checks["rpo"] = rpo_check(rec, present["rows"], t_fault, bound) if "rows" in present else present
     if "bank" in pb.checks:
         bank = truth.get("bank") or {"valid": "unknown", "error": error}
         checks["bank"] = bank if "total" not in bank else {"valid": bank["total"] == bank["expected"],

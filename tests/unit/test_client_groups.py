@@ -367,3 +367,13 @@ def test_group_records_in_full() -> None:
     results, _ = analyse(Ctx(pb, recorder(), type("P", (), {"log": probe()})(), [kill()]),
                          {"ledger_present": {"rows": ACKED}})
     assert all(grp["rpo"] is None for grp in results["groups"].values())
+
+
+def test_with_groups_the_loss_bound_is_judged_per_group() -> None:
+    """Deadline lost 2, pool 1, totals 3. With rpo_max_writes 2 every group is within its bound:
+    the drill passes its RPO although the totals (3) exceed 2; phantoms would still fail the totals."""
+    r = run(playbook(rpo_max_writes=2))
+    assert r["rpo"]["lost_acknowledged"] == 3 and r["rpo"]["valid"] is True
+    assert r["slo"]["rpo_max_writes"] == {"target": 2, "measured": 2, "ok": True, "by_group": {"deadline": 2,
+                                                                                               "pool": 1}}
+    assert [g["rpo"]["valid"] for g in r["groups"].values()] == [True, True]
