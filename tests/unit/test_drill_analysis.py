@@ -570,3 +570,47 @@ def test_error_rate_slo_over_the_whole_run_when_nothing_stopped() -> None:
     # not ok: worker 1 k = 80 (info), 81..111 (31), 140, 141 = 34; worker 2 k = 82 (info), 83..123 (41), 160 = 43
     assert results["slo"]["max_error_rate_after_recovery"] == {
         "target": 0.5, "measured": 0.160417, "from": "whole run (no outage)", "ok": True}
+
+
+def test_bank_update_and_convergence_checks_through_analyse() -> None:
+    from chaoskit.recorder import Recorder
+
+    # bank: the total drifted by -10
+    pb = playbook(load={**PLAYBOOK["load"], "workload": "bank"}, checks=["bank"], slo={})
+    results, _ = analyse(Ctx(pb, recorder(), Probe(probe()), [kill()]),
+                         {"bank": {"accounts": 100, "total": 99_990, "expected": 100_000}})
+    assert results["checks"]["bank"] == {"valid": False, "drift": -10, "accounts": 100, "total": 99_990,
+                                         "expected": 100_000}
+    assert results["verdict"] is False
+    results, _ = analyse(Ctx(pb, recorder(), Probe(probe()), [kill()]), {"writer_error": "no writer: x"})
+    assert results["checks"]["bank"] == {"valid": "unknown", "error": "no writer: x"}
+    # update: rows 1 and 2 incremented; row 1 lost one of its two acknowledged increments
+    rec = Recorder(T0, interval=0.125)
+    for t, row in ((1001.0, 1), (1001.5, 1), (1002.0, 2)):
+        rec.record(1, "write", t - 0.01, t, OK, row=row)
+    rec.finish()
+    pb = playbook(load={**PLAYBOOK["load"], "workload": "update"}, checks=["rpo"], slo={"rpo_max_writes": 0})
+    results, _ = analyse(Ctx(pb, rec, Probe(probe()), [kill()]),
+                         {"versions": {"before": {1: 5, 2: 0}, "after": {1: 6, 2: 1}}})
+    assert results["rpo"] == results["checks"]["rpo"]
+    assert (results["rpo"]["lost_acknowledged"], results["rpo"]["acknowledged"], results["rpo"]["valid"]) == (1, 3,
+                                                                                                             False)
+    assert results["slo"]["rpo_max_writes"] == {"target": 0, "measured": 1, "ok": False}
+    results, _ = analyse(Ctx(pb, rec, Probe(probe()), [kill()]), {"writer_error": "no writer: y"})
+    assert results["checks"]["rpo"] == {"valid": "unknown", "error": "no writer: y"}
+    # convergence: judged against the primary before the drill and the manager's name
+    pb = playbook(slo={}, checks=["replica_convergence"])
+    members = {"pg1": {"rows": 3, "seq_sum": 6, "role": "replica"}, "pg2": {"rows": 3, "seq_sum": 6, "role": "primary"}}
+    results, _ = analyse(Ctx(pb, recorder(), Probe(probe()), [kill()]),
+                         {"convergence": {"members": members, "waited_s": 0.5}})
+    assert results["checks"]["replica_convergence"] == {
+        "valid": True, "members": members, "waited_s": 0.5,
+        "old_primary": {"host": "pg1", "role_now": "replica", "rejoined": True, "diverged": False,
+                        "rewind": "unknown: not observable through patroni's interface (see the member's manager "
+                                  "log)"}}
+
+
+def test_a_check_without_a_verdict_makes_the_drill_undecided() -> None:
+    pb = playbook(slo={}, checks=["replica_convergence"])
+    results, _ = analyse(Ctx(pb, recorder(), Probe(probe()), [kill()]), {"convergence": {"error": "x"}})
+    assert results["checks"]["replica_convergence"] == {"error": "x"} and results["verdict"] == "unknown"
