@@ -208,3 +208,27 @@ def test_split_brain_joins_pieces_one_interval_apart_and_rounds() -> None:
                   (0.0, "pg1", "primary"), (0.5, "pg1", "replica"), (0.0, "pg3", "primary"), (0.5, "pg3", "replica")])
     r = split_brain(three, 0.5)
     assert [(o["members"], o["from"]) for o in r["overlaps"]] == [(["pg1", "pg3"], 0.0), (["pg2", "pg3"], 1.0)]
+
+
+def test_merge_and_checked() -> None:
+    from chaoskit.analysis.verdict import checked, merge
+
+    assert merge([]) is True
+    assert merge([True, "odd"]) == "odd"  # anything unrecognised counts as unknown
+    assert merge(["odd", False]) is False and merge([True, "unknown", True]) == "unknown"
+    r = checked(lambda: 1 / 0)
+    assert r["valid"] == "unknown" and r["error"] == "ZeroDivisionError: division by zero"
+    assert r["trace"].startswith("Traceback") and "1 / 0" in r["trace"]
+
+
+def test_split_brain_marks_only_overlaps_inside_the_fault_window() -> None:
+    from chaoskit.analysis.drill import mark_split_brain
+
+    def fault() -> dict:
+        return {"outcome": "failover", "t_fault": 10.0, "window_end": 20.0}
+
+    touching = {"overlaps": [{"members": ["a", "b"], "from": 9.0, "to": 10.0}, {"members": ["a", "b"], "from": 20.0,
+                                                                                  "to": 21.0}]}
+    f = fault()
+    mark_split_brain(f, touching)
+    assert f["outcome"] == "failover"  # one ends at the fault, one starts at the window's end

@@ -335,3 +335,39 @@ def test_standby_catchup_boundaries() -> None:
     log3 = replication((100.0, "streaming", 100, 0.0), (120.5, "startup", None, None))
     r3 = standby_catchup(log3, "pg3", 110.0, 120.0, 130.0, baseline=(100.0, 108.0), actions=[])
     assert (r3["peak_lag_bytes"], r3["peak_replay_delay_s"], r3["streaming_s"]) == (None, None, None)
+
+
+def test_more_edges_of_one_fault() -> None:
+    from chaoskit.analysis.failover import _detect, client_figures
+    from chaoskit.recorder import Gap
+
+    # a detection event exactly at t_fault - uncertainty counts (0.25 is exact in binary)
+    log = ProbeLog()
+    log.manager_events.append(ManagerEvent(109.75, "leader_lost", "etcd-watch", "pg1", "x", 0.0))
+    assert _detect(log, 110.0, 130.0, 0.25)[0] == 109.75
+    # a worker whose very first op failed has no last ok; 7-digit differences round to 6
+    figures = client_figures([Gap(1, None, 111.2345678, "timeout", 112.0)], 110.0)
+    assert figures["t_last_ok"] is None and figures["first_err_after_fault_s"] == 1.234568
+    # nearest rank on 202 values: p50 is the 101st
+    assert _pct([float(v) for v in range(1, 203)], 50) == 101.0
+    # writes that kept succeeding exactly 1.0 s after the fault: not yet worth a note (more than 1 s is)
+    r = analyse(history(set(range(22, 30)) - {21}), restart_roles(), fault(109.75))
+    assert not any("kept succeeding" in n for n in r["notes"])  # last ok 110.75 = 109.75 + 1.0
+
+
+def test_a_value_exactly_at_the_recovery_threshold_counts() -> None:
+    """Threshold 0.5 x 2 = 1.0/s: the rolling value 1.0 at 115.5 (k 29 failed, k 30 ok) starts the
+    hold, which lasts (values 1.0 then 2.0): recovered at 115.5."""
+    r = analyse_fault(fault(), history(RESTART_FAILING), restart_roles(), baseline=2.0, window_end=130.0,
+                      tps_fraction=0.5, hold=3.0, manager_observable=True)
+    assert r["t_recovered"] == 115.5
+
+
+def test_equal_instants_of_a_return_and_a_late_signal() -> None:
+    # pg1 back at 113.0, the same instant pg2 is promoted: not "back before"; a signal at exactly the
+    # promotion instant is not late
+    log = roles(pg1=[(0, 110.5, "primary"), (110.5, 113.0, "down"), (113.0, 113.5, "primary"), (113.5, 999, "down")],
+                pg2=[(0, 113.0, "replica"), (113.0, 999, "primary")])
+    log.manager_events.append(ManagerEvent(113.0, "leader_changed", "rest-poll", "pg2", "pg1 -> pg2", 0.1))
+    r = analyse(history(FAILOVER_FAILING), log)
+    assert r["notes"] == [] and r["t_detect"] == 113.0 and r["outcome"] == "failover"

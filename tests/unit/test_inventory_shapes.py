@@ -193,3 +193,15 @@ def test_a_cluster_in_all_vars_is_named_all(tmp_path: Path) -> None:
           hosts: {a: {}, b: {}}
         """)
     assert list(inv.clusters) == ["all"] and [m.host for m in inv.clusters["all"].members] == ["a", "b"]
+
+
+def test_jump_given_as_an_address_is_not_looked_up(tmp_path: Path) -> None:
+    inv = load(tmp_path, """
+        hosts:
+          a: {address: 10.0.0.1, jump: "10.0.0.9:2222"}
+          b: {address: 10.0.0.2, jump: "ops@bastion"}
+        """)
+    assert (inv.hosts["a"].jump, inv.hosts["b"].jump) == ("10.0.0.9:2222", "ops@bastion")
+    with pytest.raises(InputError) as info:
+        load(tmp_path, "hosts:\n  a: {address: x, jump: a}\n")
+    assert info.value.source == str(tmp_path / "inv.yaml")
