@@ -614,3 +614,19 @@ def test_a_check_without_a_verdict_makes_the_drill_undecided() -> None:
     pb = playbook(slo={}, checks=["replica_convergence"])
     results, _ = analyse(Ctx(pb, recorder(), Probe(probe()), [kill()]), {"convergence": {"error": "x"}})
     assert results["checks"]["replica_convergence"] == {"error": "x"} and results["verdict"] == "unknown"
+
+
+def test_each_window_ends_at_the_next_disturbance() -> None:
+    standby = InjectedFault(id="s", kind="pause", host="pg2", target="pg2", spec={}, t_scheduled=1004.0,
+                            t_staged=1002.5, t_sent=1004.0, t_effect=1004.0, t_effect_host=1004.0,
+                            t_apply_start=1004.0, t_applied=1004.0, offset_s=0.0, offset_uncertainty_s=0.0,
+                            t_reverted=1005.0, step=0)
+    action = {"kind": "switchover", "member": "pg2", "t_sent": 1020.0, "t_scheduled": 1020.0, "step": 2, "ok": True}
+    pb = playbook(steps=[{"at": "4s", "fault": {"kind": "pause", "target": "pg2", "processes": ["postgres"]}},
+                         {"at": "10s", "fault": {"kind": "kill", "target": "role:primary"}},
+                         {"at": "20s", "action": {"kind": "switchover"}}], baseline="4s", slo={})
+    results, _ = analyse(Ctx(pb, recorder(), Probe(probe()), [kill(), standby], actions=[action]),
+                         {"ledger_present": {"rows": ACKED}})
+    # disturbances in time order, whatever order they were recorded in
+    assert [(f["id"], f["window_end"]) for f in results["faults"]] == [("s", 1010.0), ("f", 1020.0),
+                                                                         ("action0", 1030.0)]

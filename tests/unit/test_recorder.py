@@ -227,3 +227,31 @@ def test_timeline_csv_without_a_start_counts_from_its_first_row(tmp_path) -> Non
         rows = list(csv.DictReader(fh))
     assert [r["t_rel_s"] for r in rows] == ["0.000", "0.500"]
     assert [r["errors_per_s"] for r in rows] == ["0.000", "2.000"]  # 1 error in 0.5 s
+
+
+def test_a_late_op_for_a_closed_interval_is_folded_in() -> None:
+    """Interval 8 (t in [1.0, 1.125)) is closed with 2 ok ops (100 and 200 µs); a third (250 µs) and a
+    failure arrive afterwards for it: the row holds 3 ok, 1 fail, and its max is the late op's."""
+    from chaoskit.recorder import FAIL, OK, Recorder
+
+    rec = Recorder(0.0, interval=0.125)
+    rec.record(1, "write", 1.01 - 100.5e-6, 1.01, OK)
+    rec.record(2, "write", 1.02 - 200.5e-6, 1.02, OK)
+    rec.close_before(9)
+    assert rec.row(8)[0][:2] == [2, 0]
+    rec.record(3, "write", 1.03 - 250.5e-6, 1.03, OK)
+    rec.record(4, "write", 1.04 - 0.001, 1.04, FAIL, "timeout")
+    # totals count the closed row and the still-open late slot alike
+    assert (rec.totals()["ok"], rec.totals()["fail"], rec.totals()["err_timeout"]) == (3, 1, 1)
+    rec.close_before(9)
+    counts, p50, p99, _, mx = rec.row(8)
+    # the 2nd of 3 is the median, the 3rd the p99 and max (rows keep float32)
+    assert counts[:2] == [3, 1] and (p50, p99, mx) == (pytest.approx(0.2, rel=1e-6), 0.25, 0.25)
+    assert rec.totals()["ok"] == 3
+
+
+def test_an_empty_recorder_has_an_empty_timeline_with_its_columns() -> None:
+    from chaoskit.recorder import COLUMNS, Recorder
+
+    df = Recorder(0.0).to_frame()
+    assert df.empty and list(df.columns) == ["t", *COLUMNS, "tps", "p50_ms", "p99_ms", "p999_ms", "max_ms"]
