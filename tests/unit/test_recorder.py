@@ -255,3 +255,51 @@ def test_an_empty_recorder_has_an_empty_timeline_with_its_columns() -> None:
 
     df = Recorder(0.0).to_frame()
     assert df.empty and list(df.columns) == ["t", *COLUMNS, "tps", "p50_ms", "p99_ms", "p999_ms", "max_ms"]
+
+
+def test_ledger_outcome_at_its_bounds() -> None:
+    from chaoskit.recorder import FAIL, INFO, OK, Recorder
+
+    rec = Recorder(1000.0, interval=0.125)
+    rec.record(1, "write", 1000.9, 1001.0, OK, ledger_seq=1)
+    rec.record(1, "write", 1001.0, 1001.1, FAIL, "timeout", ledger_seq=2)
+    rec.record(1, "write", 1001.1, 1001.2, INFO, "connection_lost", ledger_seq=3)
+    rec.record(1, "write", 1001.4, 1001.5, OK, ledger_seq=5)  # seq 4 never recorded
+    assert rec.ledger_outcome(1, 1) == ("ok", 1001.0)  # 1000 ms after the base
+    assert rec.ledger_outcome(1, 2) == ("fail", None) and rec.ledger_outcome(1, 3) == ("info", None)
+    assert rec.ledger_outcome(1, 4) == ("unknown", None) and rec.ledger_outcome(1, 5) == ("ok", 1001.5)
+    for worker, seq in ((1, 0), (1, 6), (2, 1)):
+        assert rec.ledger_outcome(worker, seq) == ("unknown", None), (worker, seq)
+
+
+def test_row_keeps_its_four_latency_figures_apart() -> None:
+    """10 ok ops of 10..100 µs in one interval: p50 = 50 µs, p99 = p99.9 = max = 100 µs; with a
+    255 µs op added p99.9 and max move while p50 stays."""
+    from chaoskit.recorder import OK, Recorder
+
+    rec = Recorder(0.0, interval=0.125)
+    for i in range(1, 11):
+        rec.record(1, "write", 1.0 - i * 10e-6 - 5e-7, 1.0, OK)
+    rec.finish()
+    _, p50, p99, p999, mx = rec.row(8)
+    assert (p50, p99, p999, mx) == (pytest.approx(0.05, rel=1e-6), pytest.approx(0.1, rel=1e-6),
+                                    pytest.approx(0.1, rel=1e-6), pytest.approx(0.1, rel=1e-6))
+    rec2 = Recorder(0.0, interval=0.125)
+    for _ in range(99):
+        rec2.record(1, "write", 1.0 - 10e-6 - 5e-7, 1.0, OK)
+    rec2.record(1, "write", 1.0 - 255e-6 - 5e-7, 1.0, OK)
+    rec2.finish()
+    _, p50, p99, p999, mx = rec2.row(8)
+    assert (p50, p99, p999, mx) == (pytest.approx(0.01, rel=1e-6), pytest.approx(0.01, rel=1e-6),
+                                    pytest.approx(0.255, rel=1e-6), pytest.approx(0.255, rel=1e-6))
+
+
+def test_history_ops_carry_the_error_class_of_failures_only() -> None:
+    from chaoskit.recorder import FAIL, OK, Recorder
+
+    rec = Recorder(0.0, keep_ops=True)
+    rec.record(1, "write", 0.9, 1.0, OK, ledger_seq=1, node="pg1")
+    rec.record(1, "write", 1.0, 1.1, FAIL, None, ledger_seq=2, node="pg1")
+    rec.record(1, "write", 1.1, 1.2, FAIL, "timeout", ledger_seq=3)
+    assert [(op[4], op[7]) for op in rec.ops] == [("ok", None), ("fail", "other"), ("fail", "timeout")]
+    assert rec.errors[0][5] == ""  # no message given: empty, not a placeholder
