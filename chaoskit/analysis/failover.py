@@ -84,7 +84,7 @@ def client_figures(gaps: list[Any], t_fault: float) -> dict[str, Any]:
     return {"first_err_after_fault_s": round(t_first_err - t_fault, 6), "outage": True, "t_last_ok": t_last_ok,
             "t_first_err": t_first_err, "t_first_ok": t_first_ok, "rto_s": _diff(t_first_ok, t_fault),
             "write_gap_s": _diff(t_first_ok, t_last_ok), "per_client_rto_s": per_client,
-            "per_client_rto_percentiles_s": {f"p{p}": _pct(rtos, p) for p in (50, 90, 99, 100)} if rtos else {},
+            "per_client_rto_percentiles_s": {f"p{p}": nearest_rank(rtos, p) for p in (50, 90, 99, 100)} if rtos else {},
             "workers_in_outage": len(first_gap),
             "workers_not_recovered": sum(1 for v in per_client.values() if v is None)}
 
@@ -195,7 +195,8 @@ def _diff(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else round(a - b, 6)
 
 
-def _pct(values: list[float], p: float) -> float:
+def nearest_rank(values: list[float], p: float) -> float:
+    """The p-th percentile of sorted values by nearest rank (rank ceil(p/100 x n), 1-based), to 6 decimals."""
     return round(values[min(len(values) - 1, max(0, math.ceil(p / 100 * len(values)) - 1))], 6)
 
 

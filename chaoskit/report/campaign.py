@@ -9,12 +9,13 @@ the pass rate), a plot and `campaign.html`.
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from chaoskit.analysis.failover import nearest_rank
 
 FORMAT = "chaoskit-campaign/1"
 
@@ -37,26 +38,27 @@ def wait_healthy(roles: Callable[[], dict[str, str]], settle_s: float, hold_s: f
     return False
 
 
-def _pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(p / 100 * len(ordered)) - 1))]
-
-
 def distribution(values: list[float | None]) -> dict[str, Any]:
     """min / median / p95 (nearest rank) / max of the runs that have a value; how many have none."""
     have = [v for v in values if v is not None]
     if not have:
         return {"n": 0, "missing": len(values)}
     return {"n": len(have), "missing": len(values) - len(have), "min": round(min(have), 6),
-            "median": round(statistics.median(have), 6), "p95": round(_pct(have, 95), 6), "max": round(max(have), 6)}
+            "median": round(statistics.median(have), 6), "p95": nearest_rank(sorted(have), 95),
+            "max": round(max(have), 6)}
+
+
+def pass_rate(verdicts: list[Any]) -> float | None:
+    """Passed among the judged runs (true or false; aborted and undecided runs are not judged)."""
+    judged = [v for v in verdicts if v in (True, False)]
+    return round(sum(v is True for v in judged) / len(judged), 3) if judged else None
 
 
 def summarise(playbook: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     """runs: per run {run, verdict, rto_s, lost, ...}."""
-    judged = [r for r in runs if r["verdict"] in (True, False)]
     return {"format": FORMAT, "playbook": playbook, "runs": runs, "repeat": len(runs),
             "passed": sum(r["verdict"] is True for r in runs),
-            "pass_rate": round(sum(r["verdict"] is True for r in judged) / len(judged), 3) if judged else None,
+            "pass_rate": pass_rate([r["verdict"] for r in runs]),
             "rto_s": distribution([r["rto_s"] for r in runs]), "lost": distribution([r["lost"] for r in runs])}
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from chaoskit.errors import InputError
+from chaoskit.report.campaign import pass_rate
 from chaoskit.report.writer import CSP, template_env
 
 # what may explain a difference between two runs of one playbook
@@ -104,10 +105,9 @@ def history(root: Path) -> dict[str, Any]:
     for entry in groups.values():
         runs = sorted(entry["runs"], key=lambda r: r["started"] or 0)
         entry["runs"] = runs
-        judged = [r for r in runs if r["verdict"] in (True, False)]
         entry["last_drilled"] = runs[-1]["started"]
         entry["last_verdict"] = runs[-1]["verdict"]
-        entry["pass_rate"] = round(sum(r["verdict"] is True for r in judged) / len(judged), 3) if judged else None
+        entry["pass_rate"] = pass_rate([r["verdict"] for r in runs])
         entry["rto_trend_s"] = [r["rto_s"] for r in runs]
     return {"root": str(root), "generated": time.time(), "playbooks": dict(sorted(groups.items()))}
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from chaoskit.analysis.catchup import standby_catchup
-from chaoskit.analysis.failover import _pct, analyse_fault, fault_outcome
+from chaoskit.analysis.failover import analyse_fault, fault_outcome, nearest_rank
 from chaoskit.ha.base import ManagerEvent
 from chaoskit.recorder import FAIL, OK, Recorder
 from chaoskit.topology.probe import ProbeLog
@@ -245,8 +245,8 @@ def test_recovery_hold_boundary() -> None:
 def test_nearest_rank_percentiles() -> None:
     values = [float(v) for v in range(1, 11)]
     # rank = ceil(p/100 x n), 1-based: p50 -> 5th, p90 -> 9th, p99 -> 10th, p15 -> 2nd, p1 and p0 -> 1st
-    assert [_pct(values, p) for p in (0, 1, 15, 50, 90, 99, 100)] == [1.0, 1.0, 2.0, 5.0, 9.0, 10.0, 10.0]
-    assert _pct([0.1234567], 50) == 0.123457
+    assert [nearest_rank(values, p) for p in (0, 1, 15, 50, 90, 99, 100)] == [1.0, 1.0, 2.0, 5.0, 9.0, 10.0, 10.0]
+    assert nearest_rank([0.1234567], 50) == 0.123457
 
 
 # -- a standby's return ----------------------------------------------------------------------
@@ -349,7 +349,7 @@ def test_more_edges_of_one_fault() -> None:
     figures = client_figures([Gap(1, None, 111.2345678, "timeout", 112.0)], 110.0)
     assert figures["t_last_ok"] is None and figures["first_err_after_fault_s"] == 1.234568
     # nearest rank on 202 values: p50 is the 101st
-    assert _pct([float(v) for v in range(1, 203)], 50) == 101.0
+    assert nearest_rank([float(v) for v in range(1, 203)], 50) == 101.0
     # writes that kept succeeding exactly 1.0 s after the fault: not yet worth a note (more than 1 s is)
     r = analyse(history(set(range(22, 30)) - {21}), restart_roles(), fault(109.75))
     assert not any("kept succeeding" in n for n in r["notes"])  # last ok 110.75 = 109.75 + 1.0
