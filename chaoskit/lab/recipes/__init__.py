@@ -106,6 +106,21 @@ class Build:
         raise LabError(f"{what} not ready in time: {why}")
 
 
+PG_SOCKETS = "/var/run/postgresql"
+
+
+def pg_socket_dir() -> str:
+    """PostgreSQL's socket directory on this machine, shared by the lab hosts (one process table
+    and file system): postgres-owned, group-writable, setgid."""
+    sockets = Path(PG_SOCKETS)
+    sockets.mkdir(parents=True, exist_ok=True)
+    import shutil
+
+    shutil.chown(sockets, "postgres", "postgres")
+    sockets.chmod(0o2775)
+    return PG_SOCKETS
+
+
 def wait_tcp(address: str, port: int, deadline: float, what: str) -> None:
     while True:
         try:

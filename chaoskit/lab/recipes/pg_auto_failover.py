@@ -16,13 +16,13 @@ from typing import Any
 from chaoskit.errors import LabError
 from chaoskit.lab import daemons
 from chaoskit.lab.procs import alive, netns_pids, read_pid_file, terminate
-from chaoskit.lab.recipes import Build, postgres_cluster, psql, run_in
+from chaoskit.lab.recipes import PG_SOCKETS, Build, pg_socket_dir, postgres_cluster, psql, run_in
 from chaoskit.lab.spec import SUBNET_PREFIX, LabHost, LabSpec, Paths
 
 NAME = "pg_auto_failover"
 HOSTS = (LabHost("afm", 30, "pgaf-monitor", NAME),
          *(LabHost(f"af{i}", 30 + i, "pgaf", NAME) for i in (1, 2, 3)))
-SOCKETS = "/var/run/postgresql"
+SOCKETS = PG_SOCKETS
 MONITOR_PORT = 5440
 MONITOR_SETTINGS = {"health_check_period": 1000, "health_check_timeout": 1000, "health_check_max_retries": 1,
                     "health_check_retry_delay": 500, "node_considered_unhealthy_timeout": 4000,
@@ -69,12 +69,7 @@ def _keeper_launcher(host: LabHost) -> Path:
 
 
 def build(b: Build) -> None:
-    sockets = Path(SOCKETS)
-    sockets.mkdir(parents=True, exist_ok=True)
-    import shutil
-
-    shutil.chown(sockets, "postgres", "postgres")
-    sockets.chmod(0o2775)
+    pg_socket_dir()
     mon = monitor(b.spec)
     _dirs(mon)
     run_in(mon, ["pg_autoctl", "create", "monitor", "--pgdata", str(Paths.pg_data(mon)), "--pgport", str(MONITOR_PORT),

@@ -21,12 +21,12 @@ from typing import Any
 from chaoskit.errors import LabError
 from chaoskit.ha.repmgr import CLONE_SCRIPT, CURRENT_TIMELINE, REJOIN_SCRIPT
 from chaoskit.lab import daemons
-from chaoskit.lab.recipes import Build, postgres_cluster, postgres_key, psql, run_in
+from chaoskit.lab.recipes import PG_SOCKETS, Build, pg_socket_dir, postgres_cluster, postgres_key, psql, run_in
 from chaoskit.lab.spec import SUBNET_PREFIX, LabHost, LabSpec, Paths
 
 NAME = "repmgr"
 HOSTS = tuple(LabHost(f"rm{i}", 40 + i, "repmgr", NAME) for i in (1, 2, 3))
-SOCKETS = "/var/run/postgresql"
+SOCKETS = PG_SOCKETS
 
 
 def hosts(spec: LabSpec) -> list[LabHost]:
@@ -91,10 +91,7 @@ def _launchers(host: LabHost) -> None:
 
 
 def build(b: Build) -> None:
-    sockets = Path(SOCKETS)
-    sockets.mkdir(parents=True, exist_ok=True)
-    shutil.chown(sockets, "postgres", "postgres")
-    sockets.chmod(0o2775)
+    pg_socket_dir()
     nodes = hosts(b.spec)
     for host in nodes:
         host.dir.mkdir(parents=True, exist_ok=True)
