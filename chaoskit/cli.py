@@ -663,8 +663,8 @@ def experiment_run(
     out.print(table)
     if result.get("knee"):
         out.print(f"knee: {result['knee']['shape']}; recommended workers {result['knee']['recommended_workers']}")
-    if result.get("comparison"):
-        out.print(f"comparison: {result['comparison']}", highlight=False)
+    for line in result.get("headlines") or []:
+        out.print(f"- {line}", highlight=False)
     out.print(f"report: {run_dir / 'report.html'}")
     if result.get("aborted"):
         err.print(f"aborted: {result['aborted']}", highlight=False)
@@ -718,10 +718,13 @@ def _check_sign_key(key: Path | None) -> None:
 
 
 def _seal(run_dir: Path, sign_key: Path | None) -> None:
-    """manifest.json (and its signature) over everything the run wrote."""
+    """The in-toto statement (where the run has test results), then manifest.json (and its
+    signature) over everything the run wrote."""
+    from chaoskit.report.intoto import write_statement
     from chaoskit.report.manifest import write_manifest
 
     try:
+        write_statement(run_dir)
         write_manifest(run_dir, sign_key)
     except (OSError, RuntimeError) as exc:
         err.print(f"manifest: {exc}", highlight=False, markup=False)

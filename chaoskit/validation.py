@@ -34,6 +34,11 @@ _SQL_NAME = re.compile(r"^[A-Za-z0-9_$.@-]{1,128}$")
 SECRET_WORDS = ("password", "passwd", "pwd", "secret", "token", "passphrase", "api_key", "apikey")
 
 
+def is_safe_path(value: str) -> bool:
+    """An absolute path of plain characters (for paths read from a host's own files)."""
+    return value.startswith("/") and bool(_PATH.match(value)) and ".." not in value.split("/")
+
+
 def no_control(value: str) -> str:
     if _CONTROL.search(value):
         raise ValueError("control characters (newline, tab, NUL, ...) are not allowed here")

@@ -217,8 +217,9 @@ class HAManager(ABC):
     def version(self) -> str | None:
         return None
 
-    def log_sources(self) -> dict[str, list[str]]:
-        """member host -> log files on it (the manager's and the database's)."""
+    def log_sources(self) -> dict[str, dict[str, str]]:
+        """member host -> {label: log file} the manager knows of beyond the inventory's `logs`
+        (e.g. repmgrd's `log_file` from repmgr.conf); kept for the run's window (chaoskit.hostlogs)."""
         return {}
 
     def describe(self) -> dict[str, Any]:

@@ -351,6 +351,17 @@ class RepmgrManager(HAManager):
                 return value.strip().strip("'\"") or None
         return None
 
+    def log_sources(self) -> dict[str, dict[str, str]]:
+        """repmgrd's log on every member, where repmgr.conf names one (and it is a plain path)."""
+        from chaoskit.validation import is_safe_path
+
+        out = {}
+        for member in self.cluster.members:
+            path = self.log_file(member.host)
+            if path and is_safe_path(path):
+                out[member.host] = {"repmgrd": path}
+        return out
+
     def _follow_log(self, host: str, sink: Callable[[ManagerEvent], None], w: Watcher) -> None:
         """repmgrd's own account, stamped on the host as each line is written: the standby losing
         its upstream (detection, which repmgr.events cannot hold: a standby cannot write) and the

@@ -129,6 +129,9 @@ class Member(Frozen):
     data_dir: SafePath | None = None
     processes: dict[Name, ProcessRef] = Field(default_factory=dict)
     service: ServiceName | None = None
+    # label -> log file on the host (the database's, the HA agent's): the run's window of each is
+    # kept with the evidence under logs/<host>/<label>.log
+    logs: dict[Name, SafePath] = Field(default_factory=dict)
 
 
 class Cluster(Frozen):

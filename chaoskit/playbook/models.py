@@ -177,6 +177,9 @@ class Audit(Frozen):
     change_ref: FreeText = ""
     objectives: tuple[FreeText, ...] = ()
     independent_testers: bool | None = None
+    # the run's window of each member's logs is kept under logs/ up to this many bytes per file
+    # (first and last half beyond it); 0 keeps none
+    log_bytes_per_file: int = Field(256 * 1024, ge=0, le=64 * 1024 * 1024)
 
 
 class Playbook(Frozen):

@@ -25,6 +25,7 @@ from chaoskit.faults.ttl import DRILL_HEAL_MARGIN_S
 from chaoskit.ha.base import HAManager
 from chaoskit.ha.registry import manager_for
 from chaoskit.ha.settings import SettingsChange, change_settings
+from chaoskit.hostlogs import LogWindow, window_for
 from chaoskit.inventory.fanout import RemotePool
 from chaoskit.inventory.models import Cluster, Inventory
 from chaoskit.playbook import schedule
@@ -49,6 +50,7 @@ class DrillParts:
     load: Callable[..., LoadRunner] = LoadRunner
     probe: Callable[..., RoleProbe] = RoleProbe
     truth: Callable[[Any, Any], dict[str, Any]] = gather_truth
+    logs: Callable[..., LogWindow] = window_for
     journal_root: str = journal.ROOT
 
 
@@ -79,6 +81,7 @@ class RunContext:
     aborted: str | None = None
     refused: str | None = None  # preflight refused: nothing was started
     heal: dict[str, Any] = field(default_factory=dict)
+    logs: list[dict[str, Any]] = field(default_factory=list)  # chaoskit.hostlogs records
     settings_changed: dict[str, Any] = field(default_factory=dict)
     results: dict[str, Any] = field(default_factory=dict)
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)  # client group -> profile, worker ids
@@ -138,6 +141,10 @@ def run_drill(pb: Playbook, inv: Inventory, *, run_dir: RunDirectory | None, pla
                 raise
             ctx.event("preflight", time.time(), primary=ctx.preflight["primary_before"],
                       production_targets=ctx.preflight["production_targets"], warnings=ctx.preflight["warnings"])
+            if ctx.audit.log_bytes_per_file:  # marked now, read last on the way out (after the load stops)
+                logs = parts.logs(ctx.cluster, ha, pool, ctx.audit.log_bytes_per_file)
+                logs.mark()
+                stack.callback(_keep_logs, ctx, logs)
             ctx.recorder = Recorder(base=time.time(), interval=0.1)  # 3
             spec = load_spec_from_playbook(pb)
             ctx.run_id = spec.run_id
@@ -189,6 +196,13 @@ def run_drill(pb: Playbook, inv: Inventory, *, run_dir: RunDirectory | None, pla
         for mark in marks:
             ctx.event("phase_mark", mark["t"], mark=mark["mark"], fault=mark["fault"])
     return ctx
+
+
+def _keep_logs(ctx: RunContext, logs: LogWindow) -> None:
+    """The members' log lines of the run's window into logs/ (best effort: a host that does not
+    answer is said in the record, never fails the drill)."""
+    ctx.logs = logs.collect(ctx.run_dir.write_text if ctx.run_dir is not None else None)
+    ctx.event("logs_kept", time.time(), files=sum(1 for r in ctx.logs if r.get("file")), of=len(ctx.logs))
 
 
 def _sigterm(signum: int, frame: Any) -> None:

@@ -24,7 +24,7 @@ NAMESPACE = "chaoskit"
 _NOT_LISTED = {MANIFEST, SIGNATURE}
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -39,7 +39,7 @@ def _files(run_dir: Path) -> list[Path]:
 
 def write_manifest(run_dir: Path, sign_key: Path | None = None) -> dict[str, Any]:
     """Hash every file of the run directory into manifest.json; sign it when a key is given."""
-    files = {p.relative_to(run_dir).as_posix(): {"sha256": _sha256(p), "bytes": p.stat().st_size}
+    files = {p.relative_to(run_dir).as_posix(): {"sha256": sha256_of(p), "bytes": p.stat().st_size}
              for p in _files(run_dir)}
     manifest = {"format": FORMAT, "created": time.time(), "files": files}
     path = run_dir / MANIFEST
@@ -75,7 +75,7 @@ def verify(run_dir: Path, allowed_signers: Path | None = None) -> tuple[list[str
         p = present.get(name)
         if p is None:
             problems.append(f"{name}: missing (listed in the manifest)")
-        elif p.stat().st_size != entry.get("bytes") or _sha256(p) != entry.get("sha256"):
+        elif p.stat().st_size != entry.get("bytes") or sha256_of(p) != entry.get("sha256"):
             problems.append(f"{name}: changed since the manifest (SHA-256 differs)")
     for name in sorted(set(present) - set(listed)):
         problems.append(f"{name}: not in the manifest (added afterwards)")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import hashlib
 import json
 import platform
 import xml.etree.ElementTree as ET
@@ -25,10 +24,6 @@ CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'n
 
 
 METHODOLOGY = Path(__file__).parents[1] / "docs" / "methodology.md"
-
-
-def sha256_file(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def write_run(ctx: Any, rd: RunDirectory) -> dict[str, Any]:
@@ -57,6 +52,7 @@ def write_run(ctx: Any, rd: RunDirectory) -> dict[str, Any]:
         "clock_offsets": ctx.preflight.get("clock_offsets", {}),
         "roles_before": ctx.preflight.get("roles_before", []),
         "faults_injected": [f.to_dict() for f in ctx.faults], "actions": ctx.actions, "heal": ctx.heal,
+        "logs": getattr(ctx, "logs", []),
         "load": {"totals": rec.totals() if rec else {}, "errors_sample": [list(e) for e in (rec.errors[:50] if rec
                                                                                             else [])]},
         "results": ctx.results,

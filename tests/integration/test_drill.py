@@ -87,9 +87,22 @@ def test_kill_primary_end_to_end(kill_primary: tuple[subprocess.CompletedProcess
     assert sum(g["rpo"]["lost_acknowledged"] for g in groups.values()) == ev["results"]["rpo"]["lost_acknowledged"]
     # the run directory is sealed: every file the drill wrote is in its manifest and verifies
     listed = json.loads((run_dir / "manifest.json").read_text())["files"]
-    assert {"run.json", "events.jsonl", "report.html", "history.jsonl", "plots/timeline.png"} <= set(listed)
+    assert {"run.json", "events.jsonl", "report.html", "history.jsonl", "plots/timeline.png",
+            "attestation.intoto.json"} <= set(listed)
+    attestation = json.loads((run_dir / "attestation.intoto.json").read_text())
+    assert attestation["predicate"]["result"] == "PASSED" and "slo.rto_max" in attestation["predicate"]["passedTests"]
     check = subprocess.run(["chaoskit", "verify", str(run_dir)], capture_output=True, text=True, timeout=60)
     assert check.returncode == 0 and "intact" in check.stdout, check.stderr
+    # each member's Patroni log and PostgreSQL's stderr for the run's window, sealed, secrets not copied
+    kept = {(r["host"], r["label"]): r for r in ev["logs"]}
+    assert set(kept) == {(h, label) for h in ("pg1", "pg2", "pg3") for label in ("patroni", "postgres")}
+    assert all(r["file"] == f"logs/{h}/{label}.log" and r["file"] in listed for (h, label), r in kept.items())
+    old = f["old_primary"]
+    assert "promoted self to leader" in (run_dir / "logs" / f["new_primary"] / "patroni.log").read_text()
+    assert kept[(old, "postgres")]["lines"] > 0 and all(r["window_bytes"] <= 3 * 256 * 1024 for r in kept.values())
+    secrets = [s.read_text().strip() for s in Path("/var/lib/chaoskit-lab/secrets").iterdir()]
+    for p in (run_dir / "logs").rglob("*.log"):
+        assert not any(s in p.read_text() for s in secrets), p
 
 
 def test_rto_against_the_hosts_record_and_the_timeline(kill_primary: tuple[subprocess.CompletedProcess[str],

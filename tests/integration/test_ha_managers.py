@@ -84,6 +84,11 @@ def test_repmgr_primary_killed_fails_over_and_is_rejoined_rewound(stacks: Invent
     assert rejoin["ok"] and rejoin["rewound"] is True and rejoin["rebuilt"] is False, rejoin["answer"]
     assert ev["results"]["checks"]["replica_convergence"]["valid"] is True
     assert ev["results"]["rpo"]["phantoms"] == 0
+    # repmgrd's log is found by the manager in repmgr.conf (the inventory names only PostgreSQL's)
+    kept = {(r["host"], r["label"]): r for r in ev["logs"]}
+    assert {label for _, label in kept} == {"postgres", "repmgrd"}
+    promoted = (tmp_path / "runs").glob(f"*/logs/{f['new_primary']}/repmgrd.log")
+    assert "unable to connect to upstream" in next(promoted).read_text()
 
 
 @pytest.mark.parametrize("playbook", ["pgaf-switchover", "repmgr-switchover"])

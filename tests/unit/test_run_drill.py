@@ -106,7 +106,20 @@ class Lab:
 
         return DrillParts(pool=pool, ha=lambda cluster, inv, pool: SimpleNamespace(kind="none"),
                           preflight=preflight or ready, load=self.load, probe=self.probe,
-                          truth=lambda ctx, runner: {}, journal_root="/var/lib/chaoskit")
+                          truth=lambda ctx, runner: {}, journal_root="/var/lib/chaoskit", logs=self.logs)
+
+    def logs(self, cluster: Any, ha: Any, pool: RemotePool, limit: int) -> Any:
+        lab = self
+
+        class Window:
+            def mark(self) -> None:
+                lab.log.append(f"logs.mark {limit}")
+
+            def collect(self, write: Any) -> list[dict[str, Any]]:
+                lab.log.append("logs.collect")
+                return [{"host": "pg1", "label": "postgres", "file": None}]
+
+        return Window()
 
     def load(self, cluster: Any, inv: Inventory, spec: Any, recorder: Any) -> Any:
         lab = self
@@ -177,8 +190,10 @@ def test_a_clean_drill_reverts_on_schedule_then_waits_then_stops(tmp_path: Path)
     lab = Lab(tmp_path)
     ctx = lab.drill()
     assert ctx.aborted is None and ctx.refused is None
-    assert lab.log == ["load.setup", "probe.start", "load.start", "stage pg1", "trigger pg1", "revert pg1",
-                       "load.stop", "probe.stop"]
+    # the logs' window opens before the load and closes after everything else stopped
+    assert lab.log == ["logs.mark 262144", "load.setup", "probe.start", "load.start", "stage pg1", "trigger pg1",
+                       "revert pg1", "load.stop", "probe.stop", "logs.collect"]
+    assert ctx.logs == [{"host": "pg1", "label": "postgres", "file": None}]
     [fault] = ctx.faults
     # staged 1.5 s ahead, triggered at t0 + 2 s, reverted by the schedule at its effect + 1 s
     assert fault.t_staged is not None and 1.4 <= fault.t_sent - fault.t_staged <= 1.8
@@ -209,8 +224,8 @@ def test_an_error_mid_drill_is_recorded_healed_and_the_load_stopped(tmp_path: Pa
     ctx = lab.drill()
     assert ctx.aborted is not None and ctx.aborted.startswith("error: RemoteCommandError: pg1: `inject pause (")
     # the trigger script reverts on the host itself; nothing is left for the heal; no recovery wait
-    assert lab.log == ["load.setup", "probe.start", "load.start", "stage pg1", "trigger pg1", "load.stop",
-                       "probe.stop"]
+    assert lab.log == ["logs.mark 262144", "load.setup", "probe.start", "load.start", "stage pg1", "trigger pg1",
+                       "load.stop", "probe.stop", "logs.collect"]
     assert "cluster_steady" not in kinds(ctx) and "aborted" in kinds(ctx)
     assert ctx.results["verdict"] == "aborted"
 
@@ -234,7 +249,7 @@ def test_an_interrupt_after_the_fault_heals_first(tmp_path: Path, how: str) -> N
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert ctx.aborted == "interrupted (Ctrl-C or SIGTERM)"
-    assert lab.log[3:] == ["stage pg1", "trigger pg1", "revert pg1", "load.stop", "probe.stop"]
+    assert lab.log[4:] == ["stage pg1", "trigger pg1", "revert pg1", "load.stop", "probe.stop", "logs.collect"]
     [fault] = ctx.faults
     assert fault.revert_verified and fault.t_reverted - fault.t_effect < 1.0  # before its planned end
     assert ctx.results["verdict"] == "aborted"
@@ -249,7 +264,7 @@ def test_the_abort_rule_unjournals_a_staged_fault(tmp_path: Path) -> None:
                   abort={"error_rate_above": 0.5, "for": "4s"}, duration="7s")
     ctx = lab.drill(pb)
     assert ctx.aborted == "error rate above 50% for 4s"
-    assert lab.log[3:] == ["stage pg1", "revert pg1", "load.stop", "probe.stop"]
+    assert lab.log[4:] == ["stage pg1", "revert pg1", "load.stop", "probe.stop", "logs.collect"]
     assert ctx.faults == [] and ctx.heal == {"reverted": [], "not_verified": []}
     stage, revert = lab.hosts["pg1"].calls
     assert stage.split("ID=")[1][:12] == revert.split("ID=")[1][:12]
@@ -265,3 +280,9 @@ def test_a_revert_that_fails_verification_is_in_the_heal_record(tmp_path: Path) 
                                          "error": "still in effect after its revert: still frozen: 4242"}]
     # tried on schedule and again at the heal: the dead-man and `recover` remain
     assert lab.log.count("revert pg1") == 2
+
+
+def test_no_logs_are_kept_when_the_playbook_says_zero(tmp_path: Path) -> None:
+    lab = Lab(tmp_path)
+    ctx = lab.drill(playbook(evidence={"log_bytes_per_file": 0}))
+    assert not any(e.startswith("logs.") for e in lab.log) and ctx.logs == []

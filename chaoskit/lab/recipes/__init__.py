@@ -59,15 +59,17 @@ def recipes(stacks: set[str] | tuple[str, ...] | list[str]) -> list[ModuleType]:
 
 
 def postgres_cluster(members: list[LabHost], port_of: Any, ha: dict[str, Any], agent: str,
-                     agent_pid_file: Any) -> dict[str, Any]:
+                     agent_pid_file: Any, logs: Any) -> dict[str, Any]:
     """A PostgreSQL cluster of the lab inventory: each member with its data directory, its
-    postmaster and its HA agent (pid file, started by its launcher), a multi-host read-write DSN."""
+    postmaster and its HA agent (pid file, started by its launcher), its log files (label -> path,
+    kept for each run's window), a multi-host read-write DSN."""
     hosts = [{
         "host": h.name, "db_port": port_of(h), "data_dir": str(Paths.pg_data(h)),
         "processes": {
             "postgres": {"pid_file": str(Paths.pg_data(h) / "postmaster.pid"), "comm": "postgres"},
             agent: {"pid_file": str(agent_pid_file(h)), "comm": agent, "start": str(Paths.launcher(h, agent))},
         },
+        "logs": {label: str(path) for label, path in logs(h).items()},
     } for h in members]
     addresses = ",".join(h.address for h in members)
     ports = ",".join(str(port_of(h)) for h in members)

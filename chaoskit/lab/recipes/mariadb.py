@@ -104,6 +104,7 @@ def clusters(spec: LabSpec) -> dict[str, Any]:
         "host": h.name, "data_dir": str(h.dir / "mysql"),
         "processes": {"mariadb": {"pid_file": str(Paths.mariadb_pid(h)), "comm": "mariadbd",
                                   "start": str(Paths.launcher(h, "mariadb"))}},
+        "logs": {"mariadb": str(h.dir / "error.log")},
     } for h in hosts(spec)]
     return {"mariadb": {
         "engine": "mysql", "members": my_members, "port": MARIADB_PORT, "database": MARIADB_DATABASE,

@@ -114,6 +114,8 @@ def clusters(spec: LabSpec) -> dict[str, Any]:
             "patroni": {"pid_file": str(Paths.patroni_pid(h)), "comm": "patroni",
                         "start": str(Paths.launcher(h, "patroni"))},
         },
+        # Patroni's own log (log.dir), and its stdout, where PostgreSQL's stderr goes (no collector)
+        "logs": {"patroni": str(h.dir / "patroni.log"), "postgres": str(h.dir / "patroni.out")},
     } for h in hosts(spec)]
     addresses = ",".join(h.address for h in hosts(spec))
     return {"pg": {

@@ -171,7 +171,8 @@ def health(spec: LabSpec) -> tuple[bool, str]:
 
 def clusters(spec: LabSpec) -> dict[str, Any]:
     ha = {"kind": "pg_auto_failover", "monitor": f"{monitor(spec).address}:{MONITOR_PORT}"}
-    return {"pgaf": postgres_cluster(keepers(spec), port, ha, "pg_autoctl", lambda h: h.dir / "pg_autoctl.pid")}
+    return {"pgaf": postgres_cluster(keepers(spec), port, ha, "pg_autoctl", lambda h: h.dir / "pg_autoctl.pid",
+                                     lambda h: {"pg_autoctl": h.dir / "pg_autoctl.log"})}
 
 
 def postgres_data(spec: LabSpec) -> list[Path]:

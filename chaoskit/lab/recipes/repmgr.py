@@ -193,7 +193,9 @@ def health(spec: LabSpec) -> tuple[bool, str]:
 
 def clusters(spec: LabSpec) -> dict[str, Any]:
     ha = {"kind": "repmgr", "config_file": f"{Paths.root}/hosts/{{host}}/repmgr.conf"}
-    return {"repmgr": postgres_cluster(hosts(spec), port, ha, "repmgrd", lambda h: h.dir / "repmgrd.launch.pid")}
+    return {"repmgr": postgres_cluster(hosts(spec), port, ha, "repmgrd", lambda h: h.dir / "repmgrd.launch.pid",
+                                       # repmgrd's own log is found by the manager in repmgr.conf
+                                       lambda h: {"postgres": h.dir / "postgres.log"})}
 
 
 def postgres_data(spec: LabSpec) -> list[Path]:
