@@ -48,6 +48,9 @@ measure: 3s
         assert 19 <= slow["proxy_added_p50_ms"] <= 26, slow  # what the proxy really added vs the 20 ms asked
         assert fast["proxy_added_p50_ms"] is None
     assert result["settings"]["pg"]["server"]["synchronous_commit"] == "on"
+    # the headline in words, the same medians as the table (the arithmetic is pinned in unit tests)
+    (line,) = result["headlines"]
+    assert line.startswith("20 ms delay vs no delay: TPS -") and " at 2 workers, -" in line and "at 8; p50 " in line
 
 
 def test_ramp_finds_a_knee(lab: Inventory, tmp_path: Path) -> None:
@@ -122,6 +125,7 @@ measure: 3s
     cells = {c["synchronous_mode"]: c for c in result["cells"]}
     assert cells[False]["tps"] > 3 * cells[True]["tps"], cells  # only synchronous commit waits for the far standby
     assert cells[True]["p50_ms"] > 40 > cells[False]["p50_ms"], cells
+    assert result["headlines"][0].startswith("sync vs async commit at 20 ms delay: TPS -")
     modes = {k: v["server"]["synchronous_standby_names"] for k, v in result["settings"].items() if "=" in k}
     assert modes["pg synchronous_mode=false"] == "" and modes["pg synchronous_mode=true"] != ""
     deadline = time.time() + 15  # each member's /config is its last read of the DCS: allow a loop or two

@@ -1,0 +1,139 @@
+"""An experiment's headline comparisons in words and percent, as the engineers who ran these by hand
+wrote them ("sync commit with 5 ms replica delay: -88 % TPS at 4 workers, -78 % at 16"; "the gap
+grows from 35 % at 1 ms to 52 % at 5 ms"). Derived from the cells (medians over repeats) only, so
+every sentence can be checked against the results table beside it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+
+def change(new: float, old: float) -> str:
+    """Relative change in whole percent with its sign ("-88 %", "+7 %"); "n/a" without a base."""
+    if not old:
+        return "n/a"
+    value = round((new / old - 1) * 100)
+    return f"{value:+d} %" if value else "0 %"
+
+
+def _ms(v: Any) -> str:
+    return "?" if v is None else f"{v:.2f} ms"
+
+
+def _at_workers(parts: list[tuple[int, str]]) -> str:
+    """"-88 % at 4 workers, -78 % at 16" """
+    return ", ".join(f"{text} at {w} workers" if i == 0 else f"{text} at {w}" for i, (w, text) in enumerate(parts))
+
+
+def _mode(value: Any) -> str:
+    return "sync" if value is True else "async" if value is False else ""
+
+
+def _series_label(mode: Any, workload: str, modes: set, workloads: set) -> str:
+    bits = []
+    if len(modes) > 1:
+        bits.append(f"{_mode(mode)} commit")
+    if len(workloads) > 1:
+        bits.append(f"workload {workload}")
+    return ", ".join(bits)
+
+
+def _delay_effects(cells: list[dict[str, Any]]) -> Iterable[str]:
+    """Each added delay against the smallest delay of the same series, per concurrency."""
+    modes = {c.get("synchronous_mode") for c in cells}
+    workloads = {c.get("workload") for c in cells}
+    delays = sorted({c.get("delay_ms", 0) for c in cells})
+    if len(delays) < 2:
+        return
+    base_delay = delays[0]
+    for mode in sorted(modes, key=str):
+        for workload in sorted(workloads, key=str):
+            series = {(c["delay_ms"], c["workers"]): c for c in cells
+                      if c.get("synchronous_mode") == mode and c.get("workload") == workload}
+            label = _series_label(mode, workload, modes, workloads)
+            for d in delays[1:]:
+                parts = [(w, change(series[(d, w)]["tps"], series[(base_delay, w)]["tps"]))
+                         for w in sorted({w for (dd, w) in series if dd == d})
+                         if (base_delay, w) in series]
+                if not parts:
+                    continue
+                w0 = parts[0][0]
+                lat = (f"; p50 {_ms(series[(base_delay, w0)].get('p50_ms'))} -> {_ms(series[(d, w0)].get('p50_ms'))} "
+                       f"at {w0} workers")
+                base = f"{base_delay:g} ms" if base_delay else "no delay"
+                yield (f"{label + ': ' if label else ''}{d:g} ms delay vs {base}: TPS {_at_workers(parts)}{lat}")
+
+
+def _sync_vs_async(cells: list[dict[str, Any]]) -> Iterable[str]:
+    """Synchronous against asynchronous commit at each delay, and how the gap moves with the delay."""
+    if {c.get("synchronous_mode") for c in cells} != {True, False}:
+        return
+    workloads = sorted({c.get("workload") for c in cells}, key=str)
+    for workload in workloads:
+        by = {(c["synchronous_mode"], c.get("delay_ms", 0), c["workers"]): c for c in cells
+              if c.get("workload") == workload}
+        delays = sorted({d for _, d, _ in by})
+        workers = sorted({w for _, _, w in by})
+        prefix = f"workload {workload}, " if len(workloads) > 1 else ""
+        for d in delays:
+            parts = [(w, change(by[(True, d, w)]["tps"], by[(False, d, w)]["tps"])) for w in workers
+                     if (True, d, w) in by and (False, d, w) in by]
+            if parts:
+                yield f"{prefix}sync vs async commit at {d:g} ms delay: TPS {_at_workers(parts)}"
+        if len(delays) < 2:
+            continue
+        for w in workers:
+            gaps = [(d, 1 - by[(True, d, w)]["tps"] / by[(False, d, w)]["tps"]) for d in delays
+                    if (True, d, w) in by and (False, d, w) in by and by[(False, d, w)]["tps"]]
+            if len(gaps) < 2:
+                continue
+            (d0, g0), (d1, g1) = gaps[0], gaps[-1]
+            a, b = round(g0 * 100), round(g1 * 100)
+            trend = "grows" if b > a else "shrinks" if b < a else "stays"
+            where = f"from {a} % at {d0:g} ms to {b} % at {d1:g} ms" if trend != "stays" else f"at {a} % from {d0:g} to {d1:g} ms"
+            yield f"{prefix}at {w} workers the sync/async TPS gap {trend} {where}"
+
+
+def _ramp(result: dict[str, Any]) -> Iterable[str]:
+    knee = result.get("knee") or {}
+    steps = sorted((c for c in result["cells"] if c.get("tps") is not None), key=lambda c: c["workers"])
+    if not knee or len(steps) < 2:
+        return
+    peak = knee.get("peak") or max(steps, key=lambda c: c["tps"])
+    first = steps[0]
+    growth = peak["tps"] / first["tps"] if first["tps"] else None
+    text = f"peak {peak['tps']:,.0f} TPS at {peak['workers']} workers"
+    if growth:
+        text += f" ({growth:.1f}x the {first['tps']:,.0f} TPS of {first['workers']} worker{'s' if first['workers'] != 1 else ''})"
+    if knee.get("recommended_workers") is not None:
+        text += f"; recommended concurrency {knee['recommended_workers']}"
+    yield text
+    last = steps[-1]
+    if last["workers"] > peak["workers"]:
+        p99 = f", p99 {_ms(peak.get('p99_ms'))} -> {_ms(last.get('p99_ms'))}" if peak.get("p99_ms") else ""
+        yield f"beyond the peak, {last['workers']} workers: TPS {change(last['tps'], peak['tps'])} against the peak{p99}"
+
+
+def _compare(result: dict[str, Any]) -> Iterable[str]:
+    for name, v in (result.get("comparison") or {}).items():
+        if v.get("relative_tps_change_median") is None:
+            continue
+        target, _, base = name.partition("_vs_")
+        med = round(v["relative_tps_change_median"] * 100)
+        lo, hi = round(v["min"] * 100), round(v["max"] * 100)
+        yield (f"{target} against {base}: TPS {med:+d} % (median of {v['repeats']} repeat"
+               f"{'s' if v['repeats'] != 1 else ''}; {lo:+d} % to {hi:+d} %)")
+
+
+def headlines(result: dict[str, Any]) -> list[str]:
+    """The sentences for an experiment's report and terminal output, most telling first."""
+    cells = [c for c in result.get("cells") or [] if c.get("tps") is not None]
+    kind = (result.get("experiment") or {}).get("kind")
+    if not cells:
+        return []
+    if kind == "compare":
+        return list(_compare(result))
+    if kind == "ramp":
+        return list(_ramp(result))
+    return [*_sync_vs_async(cells), *_delay_effects(cells)]

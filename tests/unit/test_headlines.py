@@ -1,0 +1,73 @@
+"""An experiment's headline sentences, checked against percentages worked out by hand from the cells
+(the figures are the lab's measured medians from earlier runs)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chaoskit.report.headlines import change, headlines
+
+
+def cell(workers: int, tps: float, delay: float = 0.0, p50: float | None = None, p99: float | None = None,
+         mode: bool | None = None, workload: str = "write") -> dict[str, Any]:
+    c = {"workload": workload, "workers": workers, "delay_ms": delay, "tps": tps, "p50_ms": p50, "p99_ms": p99}
+    if mode is not None:
+        c["synchronous_mode"] = mode
+    return c
+
+
+def test_change_is_whole_percent_with_its_sign() -> None:
+    assert change(641, 3619) == "-82 %"  # 641 / 3619 = 0.1771
+    assert change(107, 100) == "+7 %" and change(100.2, 100) == "0 %" and change(5, 0) == "n/a"
+
+
+def test_added_delay_per_concurrency() -> None:
+    cells = [cell(4, 3619, 0, 1.03), cell(4, 641, 2, 6.21), cell(4, 314, 5, 12.61),
+             cell(16, 6329, 0, 2.0), cell(16, 2195, 2, 6.5), cell(16, 1191, 5, 13.0)]
+    # 641/3619 - 1 = -0.823, 2195/6329 - 1 = -0.653; 314/3619 - 1 = -0.913, 1191/6329 - 1 = -0.812
+    assert headlines({"experiment": {"kind": "sweep"}, "cells": cells}) == [
+        "2 ms delay vs no delay: TPS -82 % at 4 workers, -65 % at 16; p50 1.03 ms -> 6.21 ms at 4 workers",
+        "5 ms delay vs no delay: TPS -91 % at 4 workers, -81 % at 16; p50 1.03 ms -> 12.61 ms at 4 workers"]
+
+
+def test_sync_against_async_and_how_the_gap_moves() -> None:
+    cells = [cell(8, 4687, 0, 1.5, mode=False), cell(8, 4243, 10, 1.9, mode=False),
+             cell(8, 3557, 0, 2.1, mode=True), cell(8, 328, 10, 24.5, mode=True)]
+    # sync/async: 3557/4687 - 1 = -0.241 at 0 ms, 328/4243 - 1 = -0.923 at 10 ms;
+    # delay: async 4243/4687 - 1 = -0.095, sync 328/3557 - 1 = -0.908
+    assert headlines({"experiment": {"kind": "sweep"}, "cells": cells}) == [
+        "sync vs async commit at 0 ms delay: TPS -24 % at 8 workers",
+        "sync vs async commit at 10 ms delay: TPS -92 % at 8 workers",
+        "at 8 workers the sync/async TPS gap grows from 24 % at 0 ms to 92 % at 10 ms",
+        "async commit: 10 ms delay vs no delay: TPS -9 % at 8 workers; p50 1.50 ms -> 1.90 ms at 8 workers",
+        "sync commit: 10 ms delay vs no delay: TPS -91 % at 8 workers; p50 2.10 ms -> 24.50 ms at 8 workers"]
+
+
+def test_a_shrinking_gap_is_said_so() -> None:
+    cells = [cell(4, 1000, 1, mode=False), cell(4, 500, 1, mode=True), cell(4, 400, 5, mode=False),
+             cell(4, 300, 5, mode=True)]
+    # gap 1 - 500/1000 = 50 % at 1 ms, 1 - 300/400 = 25 % at 5 ms
+    assert "at 4 workers the sync/async TPS gap shrinks from 50 % at 1 ms to 25 % at 5 ms" in \
+        headlines({"experiment": {"kind": "sweep"}, "cells": cells})
+
+
+def test_ramp_peak_growth_and_overload() -> None:
+    cells = [cell(1, 800, p99=1.0), cell(16, 6400, p99=5.0), cell(64, 7306, p99=20.0), cell(128, 6795, p99=45.5)]
+    result = {"experiment": {"kind": "ramp"}, "cells": cells,
+              "knee": {"peak": cells[2], "recommended_workers": 16}}
+    # 7306 / 800 = 9.13x; 6795 / 7306 - 1 = -0.070
+    assert headlines(result) == [
+        "peak 7,306 TPS at 64 workers (9.1x the 800 TPS of 1 worker); recommended concurrency 16",
+        "beyond the peak, 128 workers: TPS -7 % against the peak, p99 20.00 ms -> 45.50 ms"]
+
+
+def test_compare_states_median_and_spread() -> None:
+    result = {"experiment": {"kind": "compare"}, "cells": [cell(8, 1000)],
+              "comparison": {"pg2_vs_pg": {"relative_tps_change_median": -0.1234, "min": -0.151, "max": -0.089,
+                                           "repeats": 3}}}
+    assert headlines(result) == ["pg2 against pg: TPS -12 % (median of 3 repeats; -15 % to -9 %)"]
+
+
+def test_nothing_to_say_without_a_second_delay_or_any_result() -> None:
+    assert headlines({"experiment": {"kind": "sweep"}, "cells": [cell(4, 100), cell(8, 180)]}) == []
+    assert headlines({"experiment": {"kind": "sweep"}, "cells": [{"workers": 4, "tps": None}]}) == []
