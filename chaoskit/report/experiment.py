@@ -30,17 +30,49 @@ def write_experiment(result: dict[str, Any], run_dir: Path) -> None:
             writer.writeheader()
             writer.writerows(cells)
     kind = result["experiment"]["kind"]
+    name = result["experiment"].get("name", "experiment")
     if kind in ("sweep", "ramp"):
-        _lines(cells, run_dir / "plots" / "tps_vs_workers.png", "tps", "TPS (median of repeats)", result.get("knee"))
-        _lines(cells, run_dir / "plots" / "p99_vs_workers.png", "p99_ms", "p99 latency (ms)", None)
+        _lines(cells, run_dir / "plots" / "tps_vs_workers.png", "tps", "TPS (median of repeats)", result.get("knee"),
+               f"{name}: throughput by concurrency")
+        _lines(cells, run_dir / "plots" / "p99_vs_workers.png", "p99_ms", "p99 latency (ms)", None,
+               f"{name}: p99 latency by concurrency")
         if kind == "sweep":
-            _heatmap(cells, run_dir / "plots" / "heatmap_tps.png")
+            _heatmap(cells, run_dir / "plots" / "heatmap_tps.png", f"{name}: TPS (median) per cell")
     else:
-        _bars(cells, run_dir / "plots" / "compare_tps.png")
+        _bars(cells, run_dir / "plots" / "compare_tps.png", f"{name}: TPS per target (median, min-max)")
     images = {p.stem: base64.b64encode(p.read_bytes()).decode() for p in sorted((run_dir / "plots").glob("*.png"))}
-    html = template_env().get_template("experiment.html.j2").render(r=result, images=images, csp=CSP)
+    headers, rows = results_table(cells)
+    html = template_env().get_template("experiment.html.j2").render(r=result, images=images, csp=CSP,
+                                                                     headers=headers, rows=rows)
     (run_dir / "report.html").write_text(html)
     _junit(result, run_dir / "junit.xml")
+
+
+_COLUMNS = (  # (cell key, header, format); a column whose cells are all empty is left out
+    ("target", "target", "{}"), ("synchronous_mode", "commit", "mode"), ("workload", "workload", "{}"),
+    ("delay_ms", "delay", "{:g} ms"), ("workers", "workers", "{}"), ("tps", "TPS (median)", "{:,.0f}"),
+    ("tps_min", "TPS min-max", "range"), ("p50_ms", "p50", "{:.2f} ms"), ("p99_ms", "p99", "{:.2f} ms"),
+    ("p999_ms", "p99.9", "{:.2f} ms"), ("error_rate", "errors", "{:.2%}"),
+    ("proxy_added_p50_ms", "relay added p50", "{:.2f} ms"), ("proxy_added_p99_ms", "relay added p99", "{:.2f} ms"),
+    ("repeats", "repeats", "{}"))
+
+
+def results_table(cells: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """The cells as a table a person reads (units, rounded, no empty columns); the raw values stay in
+    run.json and results.csv."""
+    cols = [c for c in _COLUMNS if any(cell.get(c[0]) is not None for cell in cells)]
+
+    def fmt(cell: dict[str, Any], key: str, form: str) -> str:
+        v = cell.get(key)
+        if v is None:
+            return "-"
+        if form == "mode":
+            return "sync" if v else "async"
+        if form == "range":
+            return f"{cell['tps_min']:,.0f}-{cell['tps_max']:,.0f}"
+        return form.format(v)
+
+    return [h for _, h, _ in cols], [[fmt(cell, k, f) for k, _, f in cols] for cell in cells]
 
 
 def _junit(result: dict[str, Any], path: Path) -> None:
@@ -80,8 +112,10 @@ def _series(cells: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def _lines(cells: list[dict[str, Any]], path: Path, key: str, label: str, knee: dict[str, Any] | None) -> None:
+def _lines(cells: list[dict[str, Any]], path: Path, key: str, label: str, knee: dict[str, Any] | None,
+           title: str) -> None:
     fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.set_title(title)
     for name, series in _series(cells).items():
         pts = [c for c in series if c[key] is not None]
         if pts:
@@ -100,11 +134,12 @@ def _lines(cells: list[dict[str, Any]], path: Path, key: str, label: str, knee: 
     plt.close(fig)
 
 
-def _heatmap(cells: list[dict[str, Any]], path: Path) -> None:
+def _heatmap(cells: list[dict[str, Any]], path: Path, title: str) -> None:
     series = _series(cells)
     workers = sorted({c["workers"] for c in cells})
     grid = [[next((c["tps"] for c in row if c["workers"] == w), 0) for w in workers] for row in series.values()]
     fig, ax = plt.subplots(figsize=(6.5, max(3.0, 0.5 * len(series) + 1.5)))
+    ax.set_title(title)
     im = ax.imshow(grid, aspect="auto", cmap="viridis")
     ax.set_xticks(range(len(workers)), [str(w) for w in workers])
     ax.set_yticks(range(len(series)), list(series))
@@ -118,8 +153,9 @@ def _heatmap(cells: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def _bars(cells: list[dict[str, Any]], path: Path) -> None:
+def _bars(cells: list[dict[str, Any]], path: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(8, 4))
+    ax.set_title(title)
     labels = [f"{c['target']}\n{c['workload']} x{c['workers']}" for c in cells]
     tps = [c["tps"] for c in cells]
     err = [[c["tps"] - c["tps_min"] for c in cells], [c["tps_max"] - c["tps"] for c in cells]]

@@ -71,3 +71,15 @@ def test_compare_states_median_and_spread() -> None:
 def test_nothing_to_say_without_a_second_delay_or_any_result() -> None:
     assert headlines({"experiment": {"kind": "sweep"}, "cells": [cell(4, 100), cell(8, 180)]}) == []
     assert headlines({"experiment": {"kind": "sweep"}, "cells": [{"workers": 4, "tps": None}]}) == []
+
+
+def test_the_results_table_reads_like_a_person_wrote_it() -> None:
+    from chaoskit.report.experiment import results_table
+
+    cells = [{"synchronous_mode": True, "workload": "update", "workers": 8, "delay_ms": 10.0, "repeats": 3,
+              "tps": 328.4, "tps_min": 301.0, "tps_max": 1350.6, "p50_ms": 24.456, "p99_ms": 30.0, "p999_ms": None,
+              "error_rate": 0.00125, "proxy_added_p50_ms": None, "proxy_added_p99_ms": None}]
+    headers, rows = results_table(cells)
+    assert headers == ["commit", "workload", "delay", "workers", "TPS (median)", "TPS min-max", "p50", "p99",
+                       "errors", "repeats"]
+    assert rows == [["sync", "update", "10 ms", "8", "328", "301-1,351", "24.46 ms", "30.00 ms", "0.12%", "3"]]
