@@ -91,7 +91,8 @@ def _sync_vs_async(cells: list[dict[str, Any]]) -> Iterable[str]:
             (d0, g0), (d1, g1) = gaps[0], gaps[-1]
             a, b = round(g0 * 100), round(g1 * 100)
             trend = "grows" if b > a else "shrinks" if b < a else "stays"
-            where = f"from {a} % at {d0:g} ms to {b} % at {d1:g} ms" if trend != "stays" else f"at {a} % from {d0:g} to {d1:g} ms"
+            where = (f"from {a} % at {d0:g} ms to {b} % at {d1:g} ms" if trend != "stays"
+                     else f"at {a} % from {d0:g} to {d1:g} ms")
             yield f"{prefix}at {w} workers the sync/async TPS gap {trend} {where}"
 
 
@@ -105,14 +106,16 @@ def _ramp(result: dict[str, Any]) -> Iterable[str]:
     growth = peak["tps"] / first["tps"] if first["tps"] else None
     text = f"peak {peak['tps']:,.0f} TPS at {peak['workers']} workers"
     if growth:
-        text += f" ({growth:.1f}x the {first['tps']:,.0f} TPS of {first['workers']} worker{'s' if first['workers'] != 1 else ''})"
+        plural = "s" if first["workers"] != 1 else ""
+        text += f" ({growth:.1f}x the {first['tps']:,.0f} TPS of {first['workers']} worker{plural})"
     if knee.get("recommended_workers") is not None:
         text += f"; recommended concurrency {knee['recommended_workers']}"
     yield text
     last = steps[-1]
     if last["workers"] > peak["workers"]:
         p99 = f", p99 {_ms(peak.get('p99_ms'))} -> {_ms(last.get('p99_ms'))}" if peak.get("p99_ms") else ""
-        yield f"beyond the peak, {last['workers']} workers: TPS {change(last['tps'], peak['tps'])} against the peak{p99}"
+        yield (f"beyond the peak, {last['workers']} workers: TPS {change(last['tps'], peak['tps'])} "
+               f"against the peak{p99}")
 
 
 def _compare(result: dict[str, Any]) -> Iterable[str]:
