@@ -21,7 +21,8 @@ MARKS = ("t_fault", "t_detect", "t_promoted", "t_first_ok", "t_recovered")
 def gather_truth(ctx: Any, runner: Any) -> dict[str, Any]:
     pb = ctx.playbook
     truth: dict[str, Any] = {}
-    driver = driver_for(ctx.cluster, ctx.inventory, connect_timeout=pb.load.connect_timeout, op_timeout=60.0)
+    base = getattr(ctx, "driver", None) or driver_for(ctx.cluster, ctx.inventory)
+    driver = base.tuned(connect_timeout=pb.load.connect_timeout, op_timeout=60.0)
     writer = None
     try:
         writer = driver.connect_writer()

@@ -15,6 +15,7 @@ Contract for an adapter:
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import socket
 from abc import ABC, abstractmethod
@@ -68,6 +69,20 @@ class Driver(ABC):
         self.connect_timeout = connect_timeout
         self.op_timeout = op_timeout
         self.profile = profile
+
+    _TUNABLE = frozenset({"connect_timeout", "op_timeout", "profile"})
+
+    def tuned(self, **changes: Any) -> Driver:
+        """The same driver (cluster, endpoints, resolved settings) with other timeouts or another
+        client profile: a drill makes one driver and each purpose (preflight, role probe, load,
+        ground truth) takes the timeouts it needs from it."""
+        unknown = set(changes) - self._TUNABLE
+        if unknown:
+            raise TypeError(f"a driver cannot be tuned by {sorted(unknown)}")
+        twin = copy.copy(self)
+        for name, value in changes.items():
+            setattr(twin, name, value)
+        return twin
 
     def password(self) -> str | None:
         if self.cluster.password is None:

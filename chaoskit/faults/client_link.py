@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from chaoskit.db.base import driver_for
+from chaoskit.db.base import Driver, driver_for
 from chaoskit.faults import delay_proxy
 from chaoskit.faults.spec import FaultBase, ProxySpec, proxy_toxic_args
 from chaoskit.inventory.models import Cluster, Inventory
@@ -40,13 +40,13 @@ class ClientLink:
     while the load runs (a drill's client-link fault), returning the instant they took effect."""
 
     def __init__(self, cluster: Cluster, inventory: Inventory, spec: FaultBase | None = None,
-                 ttl: float | None = None) -> None:
+                 ttl: float | None = None, driver: Driver | None = None) -> None:
         self.source = cluster
         self.inventory = inventory
         self.toxics = proxy_toxic_args(spec) if spec is not None else []  # type: ignore[arg-type]
         self.down = isinstance(spec, ProxySpec) and spec.down
         self.ttl = ttl if ttl is not None else (spec.ttl if spec is not None else 3600.0)
-        self.driver = driver_for(cluster, inventory)
+        self.driver = driver or driver_for(cluster, inventory)
         self.procs: list[subprocess.Popen] = []
         self.stats_dir = Path(tempfile.mkdtemp(prefix="chaoskit-link-"))
         self.cluster = cluster

@@ -47,8 +47,9 @@ def touched_hosts(pb: Playbook, inv: Inventory) -> list[str]:
 
 
 def run_preflight(pb: Playbook, inv: Inventory, pool: RemotePool, ha: HAManager, fm: FaultManager,
-                  allow_production: bool) -> dict[str, Any]:
+                  allow_production: bool, driver: Driver | None = None) -> dict[str, Any]:
     cluster = inv.clusters[pb.cluster]
+    driver = driver or driver_for(cluster, inv)
     hosts = touched_hosts(pb, inv)
     production = refuse_production(inv, hosts, [pb.cluster], allow=allow_production)
     offsets = fan_out_pool(pool, measure_offset, hosts)
@@ -74,13 +75,13 @@ def run_preflight(pb: Playbook, inv: Inventory, pool: RemotePool, ha: HAManager,
     ok, why = ha.health()
     if not ok:
         raise PreflightError(f"cluster {cluster.name}: the HA manager ({ha.kind}) reports it unhealthy: {why}")
-    roles = discover_roles(cluster, inv, ha)
+    roles = discover_roles(cluster, inv, ha, driver)
     primaries = [r.member for r in roles if r.sql_role == "primary"]
     down = [f"{r.member} ({r.error})" for r in roles if r.sql_role == "down"]
     if len(primaries) != 1 or down:
         raise PreflightError(f"cluster {cluster.name} is not healthy: primaries={primaries or 'none'}, "
                              f"down={down or 'none'}")
-    settings = read_settings(cluster, inv)
+    settings = read_settings(cluster, inv, driver)
     max_conn = int(settings.get("max_connections", 0) or 0)
     needed = pb.load.workers + len(cluster.members) + 4
     if max_conn and needed > max_conn:
@@ -114,8 +115,8 @@ def describe_ha(ha: HAManager) -> dict[str, Any]:
         return {"manager": ha.kind, "error": str(exc)}
 
 
-def read_settings(cluster: Cluster, inv: Inventory) -> dict[str, Any]:
-    driver = driver_for(cluster, inv)
+def read_settings(cluster: Cluster, inv: Inventory, driver: Driver | None = None) -> dict[str, Any]:
+    driver = driver or driver_for(cluster, inv)
     conn = driver.connect_writer()
     try:
         if driver.family == "postgres":

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chaoskit.analysis.drill import analyse, gather_truth
+from chaoskit.db.base import Driver, driver_for
 from chaoskit.errors import ChaoskitError
 from chaoskit.faults import journal
 from chaoskit.faults.client_link import ClientLink
@@ -40,11 +41,12 @@ from chaoskit.workload.spec import load_spec_from_playbook
 
 @dataclass(frozen=True)
 class DrillParts:
-    """The side effects a drill is built from (SSH pool, HA manager, preflight, load, role probe,
-    the after-run reads), made once per drill and handed down. The defaults are the real ones;
+    """The side effects a drill is built from (SSH pool, database driver, HA manager, preflight,
+    load, role probe, the after-run reads), made once per drill and handed down. The defaults are the real ones;
     unit tests hand in shipped fakes (`chaoskit.testing`) to drive every exit path."""
 
     pool: Callable[[Inventory], RemotePool] = RemotePool
+    driver: Callable[[Cluster, Inventory], Driver] = driver_for
     ha: Callable[[Cluster, Inventory, RemotePool], HAManager] = manager_for
     preflight: Callable[..., dict[str, Any]] = run_preflight
     load: Callable[..., LoadRunner] = LoadRunner
@@ -77,6 +79,7 @@ class RunContext:
     events: list[dict[str, Any]] = field(default_factory=list)
     recorder: Recorder | None = None
     probe: RoleProbe | None = None
+    driver: Driver | None = None  # made once; each purpose tunes its timeouts from it
     run_id: str = ""
     aborted: str | None = None
     refused: str | None = None  # preflight refused: nothing was started
@@ -130,11 +133,12 @@ def run_drill(pb: Playbook, inv: Inventory, *, run_dir: RunDirectory | None, pla
     try:
         with contextlib.ExitStack() as stack:
             pool = stack.enter_context(parts.pool(inv))
+            ctx.driver = driver = parts.driver(ctx.cluster, inv)
             ha = parts.ha(ctx.cluster, inv, pool)
             fm = FaultManager(inv, pool, roles=lambda cluster: _live_roles(ctx, cluster, fm),
                               journal_root=parts.journal_root)
             try:
-                ctx.preflight = parts.preflight(pb, inv, pool, ha, fm, allow_production)  # 2
+                ctx.preflight = parts.preflight(pb, inv, pool, ha, fm, allow_production, driver=driver)  # 2
             except ChaoskitError as exc:
                 ctx.refused = str(exc)
                 ctx.event("preflight_refused", time.time(), reason=str(exc))
@@ -150,19 +154,20 @@ def run_drill(pb: Playbook, inv: Inventory, *, run_dir: RunDirectory | None, pla
             ctx.run_id = spec.run_id
             ctx.groups = {g.name: {"profile": g.profile, "workers": list(g.worker_ids), "statement_timeout":
                                    g.statement_timeout, "validation": g.validate} for g in spec.client_groups()}
-            load_cluster = ctx.cluster
+            load_cluster, load_driver = ctx.cluster, driver
             if any(st.fault is not None and split_target(st.fault.target)[0] == CLIENT for st in pb.steps):
                 # the load runs through clean relays from the start; the step changes their toxics
-                link = stack.enter_context(ClientLink(ctx.cluster, inv, ttl=pb.duration + pb.recovery.within + 600))
+                link = stack.enter_context(ClientLink(ctx.cluster, inv, ttl=pb.duration + pb.recovery.within + 600,
+                                                      driver=driver))
                 fm.client_link = link
-                load_cluster = link.cluster
+                load_cluster, load_driver = link.cluster, parts.driver(link.cluster, inv)  # the relays' view
                 ctx.event("client_link", time.time(), relays=link.driver.endpoints(),
                           note="the load reaches the database through relays on the control node for the whole "
                                "drill; the baseline includes their overhead")
-            runner = parts.load(load_cluster, inv, spec, ctx.recorder)
+            runner = parts.load(load_cluster, inv, spec, ctx.recorder, driver=load_driver)
             runner.setup()
             ctx.probe = parts.probe(ctx.cluster, inv, ha, pb.probes.interval,
-                                    sink=ctx.run_dir.event if run_dir else None)
+                                    sink=ctx.run_dir.event if run_dir else None, driver=driver)
             ctx.probe.start()
             stack.callback(ctx.probe.stop)
             ctx.t0 = runner.start()

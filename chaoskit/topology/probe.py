@@ -62,13 +62,13 @@ class ProbeLog:
 
 class RoleProbe:
     def __init__(self, cluster: Cluster, inventory: Inventory, ha: HAManager, interval: float = 0.1,
-                 sink: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 sink: Callable[[dict[str, Any]], None] | None = None, driver: Driver | None = None) -> None:
         self.cluster = cluster
         self.inventory = inventory
         self.ha = ha
         self.interval = interval
-        self.driver: Driver = driver_for(cluster, inventory, connect_timeout=min(1.0, 5 * interval),
-                                         op_timeout=min(1.0, 5 * interval))
+        self.driver: Driver = (driver or driver_for(cluster, inventory)).tuned(
+            connect_timeout=min(1.0, 5 * interval), op_timeout=min(1.0, 5 * interval))
         self.log = ProbeLog(sink=sink)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []

@@ -37,19 +37,21 @@ def sql_role(driver: Driver, member: Member) -> tuple[str, str | None]:
         Driver.close_quietly(conn)
 
 
-def sql_roles(cluster: Cluster, inventory: Inventory) -> dict[str, tuple[str, str | None]]:
+def sql_roles(cluster: Cluster, inventory: Inventory,
+              driver: Driver | None = None) -> dict[str, tuple[str, str | None]]:
     """Every member's writability asked of the server itself, in parallel."""
-    driver = driver_for(cluster, inventory, connect_timeout=2.0, op_timeout=3.0)
+    driver = (driver or driver_for(cluster, inventory)).tuned(connect_timeout=2.0, op_timeout=3.0)
     driver.password()  # an unresolvable reference is the cluster's error, not every member's
     with ThreadPoolExecutor(max_workers=max(1, len(cluster.members))) as ex:
         found = list(ex.map(lambda m: sql_role(driver, m), cluster.members))
     return {m.host: r for m, r in zip(cluster.members, found, strict=True)}
 
 
-def discover_roles(cluster: Cluster, inventory: Inventory, manager: Any = None) -> list[MemberRole]:
+def discover_roles(cluster: Cluster, inventory: Inventory, manager: Any = None,
+                   driver: Driver | None = None) -> list[MemberRole]:
     from chaoskit.ha.registry import manager_for
 
-    sql = sql_roles(cluster, inventory)
+    sql = sql_roles(cluster, inventory, driver)
     ha = manager or manager_for(cluster, inventory)
     views = {} if ha.kind == "none" else {v.member: v for v in ha.members()}
     out = []

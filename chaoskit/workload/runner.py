@@ -249,14 +249,16 @@ def _run_loop(driver: Any, workload: Any, spec: LoadSpec, recorder: Recorder, wo
 class LoadRunner:
     """Start, observe and stop the load; the parent's Recorder receives everything."""
 
-    def __init__(self, cluster: Cluster, inventory: Inventory, spec: LoadSpec, recorder: Recorder) -> None:
+    def __init__(self, cluster: Cluster, inventory: Inventory, spec: LoadSpec, recorder: Recorder,
+                 driver: Driver | None = None) -> None:
         self.cluster = cluster
         self.inventory = inventory
         self.spec = spec
         self.recorder = recorder
         self.lock = threading.Lock()
-        self.driver = driver_for(cluster, inventory, connect_timeout=spec.connect_timeout,
-                                 op_timeout=max(spec.op_timeout, 60.0))
+        # the controller's own connections (schema, snapshots); each worker process makes its own
+        self.driver = (driver or driver_for(cluster, inventory)).tuned(connect_timeout=spec.connect_timeout,
+                                                                        op_timeout=max(spec.op_timeout, 60.0))
         self.workload = make_workload(spec.workload, self.driver, spec.params, spec.run_id)
         self.before: dict[int, int] | None = None  # update: every row's version before the load
         self._ctx = mp.get_context("spawn")

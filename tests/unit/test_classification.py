@@ -136,3 +136,22 @@ def test_postgres_writer_conninfo_has_timeouts_and_passthrough(monkeypatch: pyte
 ])
 def test_commit_phase_errors_are_info(cls: ErrorClass, phase: str, interrupted: bool, expected: str) -> None:
     assert outcome_for(cls, phase, interrupted) == expected
+
+
+def test_a_tuned_driver_shares_everything_but_its_timeouts() -> None:
+    import pytest
+
+    from chaoskit.db.base import ClientProfile, driver_for
+    from chaoskit.inventory.models import Inventory
+
+    inv = Inventory.model_validate({"hosts": {"pg1": {"name": "pg1", "address": "127.0.0.1"}},
+                                    "clusters": {"pg": {"name": "pg", "engine": "postgres", "user": "u",
+                                                        "members": [{"host": "pg1"}]}}})
+    base = driver_for(inv.clusters["pg"], inv)
+    probe = base.tuned(connect_timeout=0.5, op_timeout=0.5)
+    pool = base.tuned(profile=ClientProfile("pool"))
+    assert (base.connect_timeout, base.op_timeout, base.profile.name) == (2.0, 5.0, "deadline")
+    assert (probe.connect_timeout, probe.op_timeout) == (0.5, 0.5) and probe.cluster is base.cluster
+    assert pool.profile.name == "pool" and pool.connect_timeout == 2.0 and type(pool) is type(base)
+    with pytest.raises(TypeError, match="cluster"):
+        base.tuned(cluster=None)

@@ -264,6 +264,11 @@ class TruthDriver(FakeDriver):
         super().__init__(answers)
         self.writer_error = writer_error
         self.closed: list[Any] = []
+        self.tunings: list[dict[str, Any]] = []
+
+    def tuned(self, **changes: Any) -> TruthDriver:
+        self.tunings.append(changes)
+        return self
 
     def connect_writer(self) -> str:
         if self.writer_error is not None:
@@ -299,8 +304,9 @@ def test_gather_truth_reads_rows_bank_and_convergence(monkeypatch: pytest.Monkey
     made: list[dict] = []
 
     def driver_for(cluster: Any, inventory: Any, **kw: Any) -> TruthDriver:
-        made.append(kw)
-        return TruthDriver({"pg1": [(2, 3, True)], "pg2": [(2, 3, False)], "pg3": [(2, 3, False)]})
+        d = TruthDriver({"pg1": [(2, 3, True)], "pg2": [(2, 3, False)], "pg3": [(2, 3, False)]})
+        made.append(d.tunings)
+        return d
 
     monkeypatch.setattr(drill_mod, "driver_for", driver_for)
     truth = drill_mod.gather_truth(truth_ctx(["rpo", "replica_convergence"]), runner)
@@ -308,7 +314,7 @@ def test_gather_truth_reads_rows_bank_and_convergence(monkeypatch: pytest.Monkey
     assert truth["convergence"]["members"]["pg1"] == {"rows": 2, "seq_sum": 3, "role": "primary"}
     assert "bank" not in truth and "writer_error" not in truth
     # read with the load's connect timeout and a long op timeout: the cluster has just recovered
-    assert made == [{"connect_timeout": 1.0, "op_timeout": 60.0}]
+    assert made == [[{"connect_timeout": 1.0, "op_timeout": 60.0}]]
     truth = drill_mod.gather_truth(truth_ctx(["bank"], workload="bank"), runner)
     assert truth == {"bank": {"accounts": 100, "total": 99_990, "expected": 100_000}}
     # convergence is for the ledger workload only

@@ -13,7 +13,6 @@ from chaoskit.ha.base import DOWN, LEADER, REPLICA, MemberView, Watcher
 from chaoskit.inventory import load_inventory
 from chaoskit.playbook import schedule
 from chaoskit.playbook.models import Playbook
-from chaoskit.topology import probe as probe_mod
 from chaoskit.topology.probe import RoleProbe
 
 
@@ -28,6 +27,11 @@ class World:
 class FakeDriver:
     def __init__(self, world: World) -> None:
         self.world = world
+        self.tunings: list[dict[str, Any]] = []
+
+    def tuned(self, **changes: Any) -> FakeDriver:
+        self.tunings.append(changes)
+        return self
 
     def connect_member(self, member: Any) -> str:
         if member.host == "pg1" and self.world.failed.is_set():
@@ -65,7 +69,7 @@ class FakeManager:
         return Watcher()
 
 
-def test_the_probe_sees_the_failover_as_it_happens(tmp_path: Path, monkeypatch: Any) -> None:
+def test_the_probe_sees_the_failover_as_it_happens(tmp_path: Path) -> None:
     p = tmp_path / "inv.yaml"
     p.write_text(textwrap.dedent("""
         hosts:
@@ -76,10 +80,13 @@ def test_the_probe_sees_the_failover_as_it_happens(tmp_path: Path, monkeypatch: 
         """))
     inv = load_inventory(p)
     world = World()
-    monkeypatch.setattr(probe_mod, "driver_for", lambda *a, **k: FakeDriver(world))
+    driver = FakeDriver(world)
     ha = FakeManager(world)
     sunk: list[dict] = []
-    probe = RoleProbe(inv.clusters["pg"], inv, ha, interval=0.01, sink=sunk.append)  # type: ignore[arg-type]
+    probe = RoleProbe(inv.clusters["pg"], inv, ha, interval=0.01, sink=sunk.append,  # type: ignore[arg-type]
+                      driver=driver)  # type: ignore[arg-type]
+    # the drill's driver, with the probe's short timeouts (5 intervals, at most 1 s)
+    assert driver.tunings == [{"connect_timeout": 0.05, "op_timeout": 0.05}]
     probe.start()
     def seen(member: str, role: str) -> None:  # waits for the probe (the machine may be busy)
         deadline = time.time() + 10

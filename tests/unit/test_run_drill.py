@@ -77,6 +77,7 @@ class Lab:
             r.on(is_revert, self._logged(name, "revert", now_line("reverted", "controller")))
             self.hosts[name] = r
         self.pool_closed = False
+        self.drivers: list[tuple[str, Any]] = []
 
     def _logged(self, host: str, what: str, reply: Any) -> Any:
         def answer(cmd: str) -> Reply:
@@ -98,7 +99,9 @@ class Lab:
         def pool(inv: Inventory) -> RemotePool:
             return Pool(inv, factory=self.hosts.__getitem__)
 
-        def ready(pb: Any, inv: Inventory, pool: RemotePool, ha: Any, fm: Any, allow: bool) -> dict[str, Any]:
+        def ready(pb: Any, inv: Inventory, pool: RemotePool, ha: Any, fm: Any, allow: bool,
+                  driver: Any = None) -> dict[str, Any]:
+            self.drivers.append(("preflight", driver))
             for h in inv.hosts:
                 fm.capabilities[h] = EVERYTHING
                 fm.offsets[h] = ClockOffset(offset_s=0.0, uncertainty_s=0.0005, rtt_s=0.001, samples=7)
@@ -121,8 +124,9 @@ class Lab:
 
         return Window()
 
-    def load(self, cluster: Any, inv: Inventory, spec: Any, recorder: Any) -> Any:
+    def load(self, cluster: Any, inv: Inventory, spec: Any, recorder: Any, driver: Any = None) -> Any:
         lab = self
+        self.drivers.append(("load", driver))
 
         class Load:
             lock = threading.Lock()
@@ -159,8 +163,10 @@ class Lab:
 
         return Load()
 
-    def probe(self, cluster: Any, inv: Inventory, ha: Any, interval: float, sink: Any = None) -> Any:
+    def probe(self, cluster: Any, inv: Inventory, ha: Any, interval: float, sink: Any = None,
+              driver: Any = None) -> Any:
         lab = self
+        self.drivers.append(("probe", driver))
         log = ProbeLog()
         t = time.time()
         log.samples += [(t, "pg1", "primary"), (t, "pg2", "replica")]
@@ -203,13 +209,16 @@ def test_a_clean_drill_reverts_on_schedule_then_waits_then_stops(tmp_path: Path)
     assert [k for k in kinds(ctx) if k.startswith(("fault_", "cluster_"))] == [
         "fault_staged", "fault_injected", "fault_reverted", "cluster_steady"]
     assert lab.pool_closed and ctx.results["verdict"] is True
+    # one driver for the drill, handed to every purpose
+    assert [p for p, _ in lab.drivers] == ["preflight", "load", "probe"]
+    assert all(d is ctx.driver for _, d in lab.drivers) and ctx.driver is not None
 
 
 def test_a_preflight_refusal_touches_nothing(tmp_path: Path) -> None:
     lab = Lab(tmp_path)
     before = signal.getsignal(signal.SIGTERM)
 
-    def refuse(*args: Any) -> dict[str, Any]:
+    def refuse(*args: Any, **kwargs: Any) -> dict[str, Any]:
         raise PreflightError("pg1: a pause fault needs setsid, which this host lacks")
 
     with pytest.raises(PreflightError, match="lacks"):
