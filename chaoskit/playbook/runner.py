@@ -7,7 +7,6 @@ import contextlib
 import getpass
 import signal
 import socket
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +33,7 @@ from chaoskit.playbook.models import Playbook, Step
 from chaoskit.playbook.preflight import run_preflight
 from chaoskit.recorder import Recorder
 from chaoskit.report.rundir import RunDirectory
+from chaoskit.timesource import SYSTEM_CLOCK, Clock
 from chaoskit.topology.probe import RoleProbe
 from chaoskit.workload.runner import LoadRunner
 from chaoskit.workload.spec import load_spec_from_playbook
@@ -53,6 +53,7 @@ class DrillParts:
     probe: Callable[..., RoleProbe] = RoleProbe
     truth: Callable[[Any, Any], dict[str, Any]] = gather_truth
     logs: Callable[..., LogWindow] = window_for
+    clock: Clock = SYSTEM_CLOCK  # the drill's waits and marks; a FakeClock in unit tests
     journal_root: str = journal.ROOT
 
 
@@ -80,6 +81,7 @@ class RunContext:
     recorder: Recorder | None = None
     probe: RoleProbe | None = None
     driver: Driver | None = None  # made once; each purpose tunes its timeouts from it
+    clock: Clock = SYSTEM_CLOCK
     run_id: str = ""
     aborted: str | None = None
     refused: str | None = None  # preflight refused: nothing was started
@@ -124,7 +126,8 @@ def run_drill(pb: Playbook, inv: Inventory, *, run_dir: RunDirectory | None, pla
     9. Hand everything to the report (the caller writes the rest of the run directory).
     """
     ctx = RunContext(pb, inv, playbook_path, inventory_path, run_dir=run_dir, playbook_sha256=playbook_sha256,
-                     started=time.time(), allow_production=allow_production, audit=audit or pb.evidence)
+                     started=parts.clock.now(), allow_production=allow_production, audit=audit or pb.evidence,
+                     clock=parts.clock)
     if ctx.audit.operator:
         ctx.operator = ctx.audit.operator
     ctx.event("run_started", ctx.started, playbook=pb.name, cluster=pb.cluster, operator=ctx.operator)
@@ -136,20 +139,20 @@ def run_drill(pb: Playbook, inv: Inventory, *, run_dir: RunDirectory | None, pla
             ctx.driver = driver = parts.driver(ctx.cluster, inv)
             ha = parts.ha(ctx.cluster, inv, pool)
             fm = FaultManager(inv, pool, roles=lambda cluster: _live_roles(ctx, cluster, fm),
-                              journal_root=parts.journal_root)
+                              journal_root=parts.journal_root, clock=parts.clock.now)
             try:
                 ctx.preflight = parts.preflight(pb, inv, pool, ha, fm, allow_production, driver=driver)  # 2
             except ChaoskitError as exc:
                 ctx.refused = str(exc)
-                ctx.event("preflight_refused", time.time(), reason=str(exc))
+                ctx.event("preflight_refused", ctx.clock.now(), reason=str(exc))
                 raise
-            ctx.event("preflight", time.time(), primary=ctx.preflight["primary_before"],
+            ctx.event("preflight", ctx.clock.now(), primary=ctx.preflight["primary_before"],
                       production_targets=ctx.preflight["production_targets"], warnings=ctx.preflight["warnings"])
             if ctx.audit.log_bytes_per_file:  # marked now, read last on the way out (after the load stops)
                 logs = parts.logs(ctx.cluster, ha, pool, ctx.audit.log_bytes_per_file)
                 logs.mark()
                 stack.callback(_keep_logs, ctx, logs)
-            ctx.recorder = Recorder(base=time.time(), interval=0.1)  # 3
+            ctx.recorder = Recorder(base=ctx.clock.now(), interval=0.1)  # 3
             spec = load_spec_from_playbook(pb)
             ctx.run_id = spec.run_id
             ctx.groups = {g.name: {"profile": g.profile, "workers": list(g.worker_ids), "statement_timeout":
@@ -161,7 +164,7 @@ def run_drill(pb: Playbook, inv: Inventory, *, run_dir: RunDirectory | None, pla
                                                       driver=driver))
                 fm.client_link = link
                 load_cluster, load_driver = link.cluster, parts.driver(link.cluster, inv)  # the relays' view
-                ctx.event("client_link", time.time(), relays=link.driver.endpoints(),
+                ctx.event("client_link", ctx.clock.now(), relays=link.driver.endpoints(),
                           note="the load reaches the database through relays on the control node for the whole "
                                "drill; the baseline includes their overhead")
             runner = parts.load(load_cluster, inv, spec, ctx.recorder, driver=load_driver)
@@ -187,12 +190,12 @@ def run_drill(pb: Playbook, inv: Inventory, *, run_dir: RunDirectory | None, pla
             except Exception as exc:  # recorded, then healed and reported like any abort
                 ctx.aborted = f"error: {type(exc).__name__}: {exc}"
             if ctx.aborted:
-                ctx.event("aborted", time.time(), reason=ctx.aborted)
+                ctx.event("aborted", ctx.clock.now(), reason=ctx.aborted)
     except KeyboardInterrupt:
         ctx.aborted = ctx.aborted or "interrupted while healing or stopping (the heal ran first)"
     finally:
         signal.signal(signal.SIGTERM, previous)
-        ctx.ended = time.time()
+        ctx.ended = ctx.clock.now()
         if ctx.probe is not None:
             ctx.events.extend(ctx.probe.log.events)
     if runner is not None and ctx.recorder is not None and ctx.probe is not None:
@@ -207,7 +210,7 @@ def _keep_logs(ctx: RunContext, logs: LogWindow) -> None:
     """The members' log lines of the run's window into logs/ (best effort: a host that does not
     answer is said in the record, never fails the drill)."""
     ctx.logs = logs.collect(ctx.run_dir.write_text if ctx.run_dir is not None else None)
-    ctx.event("logs_kept", time.time(), files=sum(1 for r in ctx.logs if r.get("file")), of=len(ctx.logs))
+    ctx.event("logs_kept", ctx.clock.now(), files=sum(1 for r in ctx.logs if r.get("file")), of=len(ctx.logs))
 
 
 def _sigterm(signum: int, frame: Any) -> None:
@@ -230,7 +233,7 @@ def _change_settings(ctx: RunContext, ha: HAManager) -> SettingsChange:
     ttl = pb.duration + pb.recovery.within + DRILL_HEAL_MARGIN_S
     change = change_settings(ha, ctx.inventory_path, dict(pb.settings), ttl)
     ctx.settings_changed = {"applied": dict(pb.settings), "previous": change.previous, "journal": str(change.path)}
-    ctx.event("settings_changed", time.time(), manager=ha.kind, values=dict(pb.settings), previous=change.previous)
+    ctx.event("settings_changed", ctx.clock.now(), manager=ha.kind, values=dict(pb.settings), previous=change.previous)
     return change
 
 
@@ -245,10 +248,10 @@ def _heal(ctx: RunContext, fm: FaultManager, ha: HAManager, settings: list[Setti
     for change in settings:
         try:
             restored = change.restore(ha)
-            ctx.event("settings_restored", time.time(), values=restored)
+            ctx.event("settings_restored", ctx.clock.now(), values=restored)
         except Exception as exc:  # the journal entry stays; its dead-man and `recover` retry
             ctx.heal["settings_error"] = f"{type(exc).__name__}: {exc}"
-            ctx.event("settings_restore_failed", time.time(), error=ctx.heal["settings_error"])
+            ctx.event("settings_restore_failed", ctx.clock.now(), error=ctx.heal["settings_error"])
 
 
 def _execute(ctx: RunContext, fm: FaultManager, ha: HAManager, runner: LoadRunner, progress: Any) -> None:
@@ -259,11 +262,11 @@ def _execute(ctx: RunContext, fm: FaultManager, ha: HAManager, runner: LoadRunne
     end = ctx.t0 + pb.duration
     bad_since: float | None = None
     while True:
-        now = time.time()
+        now = ctx.clock.now()
         while items and items[0].t <= now:
             item = items.pop(0)
             _do(ctx, fm, ha, item, staged, injected, items)
-            now = time.time()
+            now = ctx.clock.now()
         if now >= end and not items:
             return
         assert ctx.recorder is not None
@@ -277,7 +280,7 @@ def _execute(ctx: RunContext, fm: FaultManager, ha: HAManager, runner: LoadRunne
         if progress is not None:
             progress(ctx, w)
         nxt = items[0].t if items else end
-        time.sleep(max(0.0, min(0.25, nxt - time.time())))
+        ctx.clock.sleep(max(0.0, min(0.25, nxt - ctx.clock.now())))
 
 
 def _step_spec(ctx: RunContext, step: Step) -> FaultBase:
@@ -302,7 +305,7 @@ def _do(ctx: RunContext, fm: FaultManager, ha: HAManager, item: schedule.Item, s
             if ready and split_target(spec.target)[0].startswith("role:"):
                 now_hosts = fm.resolve(spec)
                 if sorted(now_hosts) != sorted(s.host for s in ready):  # the role moved since staging
-                    ctx.event("fault_restaged", time.time(), step=item.step, was=[s.host for s in ready],
+                    ctx.event("fault_restaged", ctx.clock.now(), step=item.step, was=[s.host for s in ready],
                               now=now_hosts)
                     for s in ready:
                         fm.discard(s)
@@ -354,9 +357,9 @@ def _action(ctx: RunContext, fm: FaultManager, ha: HAManager, step: Step,
         record = ha.rejoin(target).to_dict()
         record["restart"] = _restart(fm, ctx, target)  # whatever of the member is still not running
         return record
-    t_sent = time.time()
+    t_sent = ctx.clock.now()
     res = _restart(fm, ctx, target)
-    return {"kind": "restart", "ok": res["ok"], "t_sent": t_sent, "t_answered": time.time(), "member": target,
+    return {"kind": "restart", "ok": res["ok"], "t_sent": t_sent, "t_answered": ctx.clock.now(), "member": target,
             "answer": res["answer"]}
 
 
@@ -375,15 +378,15 @@ def _wait_recovery(ctx: RunContext, progress: Any) -> None:
     if ctx.probe is None or ctx.aborted:
         return
     cluster = ctx.cluster
-    deadline = time.time() + ctx.playbook.recovery.within
+    deadline = ctx.clock.now() + ctx.playbook.recovery.within
     stable_since = None
-    while time.time() < deadline:
+    while ctx.clock.now() < deadline:
         roles = ctx.probe.log.current_roles()
         ok = len(roles) == len(cluster.members) and sorted(roles.values()).count("primary") == 1 and \
             "down" not in roles.values()
-        stable_since = (stable_since or time.time()) if ok else None
-        if stable_since and time.time() - stable_since >= 1.0:
+        stable_since = (stable_since or ctx.clock.now()) if ok else None
+        if stable_since and ctx.clock.now() - stable_since >= 1.0:
             ctx.event("cluster_steady", stable_since, roles=roles)
             return
-        time.sleep(0.2)
-    ctx.event("cluster_not_steady", time.time(), roles=ctx.probe.log.current_roles())
+        ctx.clock.sleep(0.2)
+    ctx.event("cluster_not_steady", ctx.clock.now(), roles=ctx.probe.log.current_roles())

@@ -295,3 +295,4 @@ def test_no_logs_are_kept_when_the_playbook_says_zero(tmp_path: Path) -> None:
     lab = Lab(tmp_path)
     ctx = lab.drill(playbook(evidence={"log_bytes_per_file": 0}))
     assert not any(e.startswith("logs.") for e in lab.log) and ctx.logs == []
+
