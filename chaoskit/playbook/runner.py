@@ -379,13 +379,14 @@ def _wait_recovery(ctx: RunContext, progress: Any) -> None:
         return
     cluster = ctx.cluster
     deadline = ctx.clock.now() + ctx.playbook.recovery.within
-    stable_since = None
+    stable_since: float | None = None
     while ctx.clock.now() < deadline:
         roles = ctx.probe.log.current_roles()
         ok = len(roles) == len(cluster.members) and sorted(roles.values()).count("primary") == 1 and \
             "down" not in roles.values()
-        stable_since = (stable_since or ctx.clock.now()) if ok else None
-        if stable_since and ctx.clock.now() - stable_since >= 1.0:
+        now = ctx.clock.now()
+        stable_since = (now if stable_since is None else stable_since) if ok else None
+        if stable_since is not None and now - stable_since >= 1.0:
             ctx.event("cluster_steady", stable_since, roles=roles)
             return
         ctx.clock.sleep(0.2)

@@ -296,3 +296,50 @@ def test_no_logs_are_kept_when_the_playbook_says_zero(tmp_path: Path) -> None:
     ctx = lab.drill(playbook(evidence={"log_bytes_per_file": 0}))
     assert not any(e.startswith("logs.") for e in lab.log) and ctx.logs == []
 
+
+class _Roles:
+    """The role probe's view as a function of the (fake) clock."""
+
+    def __init__(self, clock: Any, healthy_from: float | None) -> None:
+        self.clock, self.healthy_from = clock, healthy_from
+
+    def current_roles(self) -> dict[str, str]:
+        if self.healthy_from is not None and self.clock.now() >= self.healthy_from - 1e-9:
+            return {"pg1": "replica", "pg2": "primary"}
+        return {"pg1": "down", "pg2": "replica"}
+
+
+def _recovery_ctx(clock: Any, healthy_from: float | None, within: float = 3.0) -> Any:
+    events: list[tuple[str, float]] = []
+    return SimpleNamespace(probe=SimpleNamespace(log=_Roles(clock, healthy_from)), aborted=None, clock=clock,
+                           cluster=SimpleNamespace(members=["pg1", "pg2"]),
+                           playbook=SimpleNamespace(recovery=SimpleNamespace(within=within)),
+                           events=events, event=lambda kind, t, **data: events.append((kind, round(t, 6))))
+
+
+def test_the_recovery_wait_on_a_fake_clock() -> None:
+    from chaoskit.playbook.runner import _wait_recovery
+    from chaoskit.testing.clock import FakeClock
+
+    # steady from the start: held for 1 s (five 0.2 s polls), stamped when it became steady
+    clock = FakeClock(0.0)
+    ctx = _recovery_ctx(clock, healthy_from=0.0)
+    _wait_recovery(ctx, None)
+    assert ctx.events == [("cluster_steady", 0.0)] and clock.sleeps == [0.2] * 5
+    # a primary from 2.1 s: the first poll that sees it is at 2.2 s; held until 3.2 s, past the 3 s bound
+    # for waiting, but the hold started inside it
+    clock = FakeClock(0.0)
+    ctx = _recovery_ctx(clock, healthy_from=2.1, within=4.0)
+    _wait_recovery(ctx, None)
+    assert ctx.events == [("cluster_steady", 2.2)] and round(clock.now(), 6) == 3.2
+    # never steady: after the 3 s bound (15 polls), the roles as last seen
+    clock = FakeClock(0.0)
+    ctx = _recovery_ctx(clock, healthy_from=None)
+    _wait_recovery(ctx, None)
+    assert ctx.events == [("cluster_not_steady", 3.0)] and len(clock.sleeps) == 15
+    # aborted drills do not wait
+    clock = FakeClock(0.0)
+    ctx = _recovery_ctx(clock, healthy_from=None)
+    ctx.aborted = "interrupted"
+    _wait_recovery(ctx, None)
+    assert ctx.events == [] and clock.sleeps == []
