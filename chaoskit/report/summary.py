@@ -62,26 +62,27 @@ def catchup_line(c: dict[str, Any]) -> str:
 def print_drill_summary(out: Console, ev: dict[str, Any], run_dir: Path) -> None:
     res = ev.get("results") or {}
     for w in ev.get("preflight_warnings") or []:
-        out.print(f"preflight warning: {w}", highlight=False)
+        out.print(f"preflight warning: {w}", highlight=False, markup=False)
     for f in res.get("faults", []):
-        out.print(fault_line(f), highlight=False)
+        out.print(fault_line(f), highlight=False, markup=False)
         if f.get("catchup"):
-            out.print(catchup_line(f["catchup"]), highlight=False)
+            out.print(catchup_line(f["catchup"]), highlight=False, markup=False)
     r = res.get("rpo")
     if r and "acknowledged" in r:
         out.print(f"RPO: {r['lost_acknowledged']:,} of {r['acknowledged']:,} acknowledged writes lost; "
                   f"{r['indeterminate']:,} indeterminate ({r['indeterminate_found']:,} found); "
-                  f"{r['phantoms']:,} phantoms", highlight=False)
+                  f"{r['phantoms']:,} phantoms", highlight=False, markup=False)
     for name, c in (res.get("checks") or {}).items():
         if name != "rpo":
-            out.print(f"check {name}: {verdict_word(c.get('valid'))}", highlight=False)
+            out.print(f"check {name}: {verdict_word(c.get('valid'))}", highlight=False, markup=False)
         for row in c.get("steps") or [] if name == "expected_outcome" else []:
             if not row["ok"]:
                 what = row.get("action") or row.get("fault")
                 out.print(f"  steps[{row['step']}] ({what}): expected {row['expected']}, got {row['outcome']}"
-                          + (f": {row['text']}" if row.get("text") else ""), highlight=False)
+                          + (f": {row['text']}" if row.get("text") else ""), highlight=False, markup=False)
     for name, s in (res.get("slo") or {}).items():
-        out.print(slo_line(name, s), highlight=False)
+        out.print(slo_line(name, s), highlight=False, markup=False)
     if ev.get("aborted"):
-        out.print(f"ABORTED: {ev['aborted']} (every fault was reverted)", highlight=False)
-    out.print(f"verdict: {verdict_word(res.get('verdict'))}   report: {run_dir / 'report.html'}", highlight=False)
+        out.print(f"ABORTED: {ev['aborted']} (every fault was reverted)", highlight=False, markup=False)
+    out.print(f"verdict: {verdict_word(res.get('verdict'))}   report: {run_dir / 'report.html'}", highlight=False,
+              markup=False)

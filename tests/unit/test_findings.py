@@ -67,3 +67,24 @@ def test_cli_audit_values_are_validated(tmp_path: Path) -> None:
                           "inventories/lab.yaml", "--dry-run", "--change-ref", "x\x1b[31m"], capture_output=True,
                          text=True, timeout=60)
     assert res.returncode == 2 and res.stderr.startswith("error: command line: --change-ref: ")
+
+
+def test_the_drill_summary_prints_host_text_as_text() -> None:
+    """An HA manager's answer is data: MHA's "[error][/usr/share/perl5/MHA/ManagerUtil.pm, ln178]" once
+    crashed the terminal summary as rich markup."""
+    import io
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from chaoskit.report.summary import print_drill_summary
+
+    buf = io.StringIO()
+    answer = "[error][/usr/share/perl5/MHA/ManagerUtil.pm, ln178] Got ERROR"
+    ev = {"preflight_warnings": ["[bold]not markup[/bold]"], "aborted": answer,
+          "results": {"checks": {"expected_outcome": {"valid": False, "steps": [
+              {"ok": False, "step": 0, "action": "switchover", "expected": "failover", "outcome": "none",
+               "text": answer}]}}, "verdict": "aborted"}}
+    print_drill_summary(Console(file=buf, width=400), ev, Path("/tmp/run"))
+    text = buf.getvalue()
+    assert answer in text and "[bold]not markup[/bold]" in text
