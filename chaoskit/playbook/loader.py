@@ -46,6 +46,15 @@ def check_against_inventory(pb: Playbook, inventory: Inventory, doc: object) -> 
     if unknown:
         raise doc.error(("settings",), f"ha: {cl.ha.kind} cannot change {', '.join(sorted(unknown))} "  # type: ignore[attr-defined]
                                        f"(changeable: {', '.join(sorted(manager.changeable_settings)) or 'none'})")
+    for i, group in enumerate(pb.load.groups or ()):
+        if group.route is None:
+            continue
+        other = inventory.clusters.get(group.route)
+        if other is None or other.engine != cl.engine or \
+                sorted(m.host for m in other.members) != sorted(m.host for m in cl.members):
+            why = "not in the inventory" if other is None else "not the same engine and members"
+            raise doc.error(("load", "groups", i, "route"), f"route {group.route!r} must be a cluster of the "  # type: ignore[attr-defined]
+                                                            f"inventory with the members of {pb.cluster}: {why}")
     for i, step in enumerate(pb.steps):
         if step.fault is not None:
             try:

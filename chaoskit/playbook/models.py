@@ -31,6 +31,10 @@ class GroupConfig(Frozen):
     workers: int = Field(spec.DEFAULT_WORKERS, ge=1, le=2048)
     statement_timeout: Seconds | None = None  # pool / per-op: the server-side timeout, if the application sets one
     validation: bool = False  # pool: a validation query before each op (as a pool's test-on-borrow)
+    # the inventory cluster whose endpoints this group connects through: the same members reached
+    # another way (e.g. through HAProxy instead of the endpoint list), so one failover gives the
+    # RTO of each route; default: the drill's cluster
+    route: Name | None = None
 
     @property
     def group_name(self) -> str:

@@ -156,7 +156,8 @@ def run_drill(pb: Playbook, inv: Inventory, *, run_dir: RunDirectory | None, pla
             spec = load_spec_from_playbook(pb)
             ctx.run_id = spec.run_id
             ctx.groups = {g.name: {"profile": g.profile, "workers": list(g.worker_ids), "statement_timeout":
-                                   g.statement_timeout, "validation": g.validate} for g in spec.client_groups()}
+                                   g.statement_timeout, "validation": g.validate, "route": g.route or pb.cluster}
+                          for g in spec.client_groups()}
             load_cluster, load_driver = ctx.cluster, driver
             if any(st.fault is not None and split_target(st.fault.target)[0] == CLIENT for st in pb.steps):
                 # the load runs through clean relays from the start; the step changes their toxics

@@ -303,13 +303,14 @@ class LoadRunner:
         self._stop = self._ctx.Event()
         go = self._ctx.Event()
         start_at = self._ctx.Value("d", 0.0)
-        cluster_json = self.cluster.model_dump_json()
         inventory_json = self.inventory.model_dump_json()
         for group, share in shares:
             rate_share = spec.rate * len(share) / spec.workers if spec.rate else None
+            # a group with a route reaches the same members through another cluster's endpoints
+            route = self.inventory.clusters[group.route] if group.route else self.cluster
             p = self._ctx.Process(target=_child_main, daemon=True, args=(
-                cluster_json, inventory_json, spec, group, share, self.recorder.base, rate_share, self._queue, go,
-                start_at, self._stop, os.getpid()))
+                route.model_dump_json(), inventory_json, spec, group, share, self.recorder.base, rate_share,
+                self._queue, go, start_at, self._stop, os.getpid()))
             p.start()
             self._procs.append(p)
         ready = 0

@@ -43,6 +43,7 @@ class ClientGroup:
     statement_timeout: float | None = None
     validate: bool = False
     first_worker: int = 1
+    route: str | None = None  # the inventory cluster it connects through (default: the load's)
 
     @property
     def worker_ids(self) -> range:
@@ -106,7 +107,8 @@ def load_spec_from_config(load: LoadConfig) -> LoadSpec:
     groups: list[ClientGroup] = []
     first = 1
     for g in load.groups or ():
-        groups.append(ClientGroup(g.group_name, g.profile, g.workers, g.statement_timeout, g.validation, first))
+        groups.append(ClientGroup(g.group_name, g.profile, g.workers, g.statement_timeout, g.validation, first,
+                                  g.route))
         first += g.workers
     return LoadSpec(workload=load.workload, workers=load.workers, rate=load.rate, processes=load.processes,
                     op_timeout=load.op_timeout, connect_timeout=load.connect_timeout,

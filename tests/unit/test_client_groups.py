@@ -377,3 +377,14 @@ def test_with_groups_the_loss_bound_is_judged_per_group() -> None:
     assert r["slo"]["rpo_max_writes"] == {"target": 2, "measured": 2, "ok": True, "by_group": {"deadline": 2,
                                                                                                "pool": 1}}
     assert [g["rpo"]["valid"] for g in r["groups"].values()] == [True, True]
+
+
+def test_a_group_takes_its_route_through_to_the_load() -> None:
+    from chaoskit.playbook.models import LoadConfig
+    from chaoskit.workload.spec import load_spec_from_config
+
+    cfg = LoadConfig.model_validate({"groups": [{"name": "endpoints", "workers": 2},
+                                                {"name": "haproxy", "workers": 3, "route": "mha-haproxy"}]})
+    groups = load_spec_from_config(cfg).client_groups()
+    assert [(g.name, g.route, list(g.worker_ids)) for g in groups] == [("endpoints", None, [1, 2]),
+                                                                      ("haproxy", "mha-haproxy", [3, 4, 5])]

@@ -15,7 +15,8 @@ LAB = load_inventory(ROOT / "inventories" / "lab.yaml")
 BASE = (ROOT / "playbooks" / "pg-kill-primary.yaml").read_text()
 
 
-DRILLS = sorted([*(ROOT / "playbooks").glob("pg-*.yaml"), *(ROOT / "playbooks").glob("mariadb-*.yaml")])
+DRILLS = sorted([*(ROOT / "playbooks").glob("pg-*.yaml"), *(ROOT / "playbooks").glob("mariadb-*.yaml"),
+                 *(ROOT / "playbooks").glob("mha-*.yaml")])
 
 
 @pytest.mark.parametrize("path", DRILLS, ids=lambda p: p.name)
@@ -45,6 +46,11 @@ def test_shipped_playbooks_validate(path: Path) -> None:
     ("checks: [rpo, split_brain, replica_convergence]", "checks: [rpo, bank]", "checks:", "checks",
      "bank check needs load.workload: bank"),
     ("slo: {", "slo: {bogus: 1, ", "slo:", "slo.bogus", "unknown field"),
+    # a client route must be the same members reached another way
+    ("{profile: pool, workers: 4}", "{profile: pool, workers: 4, route: mariadb}", "groups:",
+     "load.groups[1].route", "not the same engine and members"),
+    ("{profile: pool, workers: 4}", "{profile: pool, workers: 4, route: nosuch}", "groups:",
+     "load.groups[1].route", "not in the inventory"),
 ])
 def test_errors_name_file_line_field(tmp_path: Path, old: str, new: str, at_line_of: str, field: str,
                                      message: str) -> None:
