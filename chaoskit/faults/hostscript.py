@@ -39,6 +39,7 @@ class HostFacts:
     # SSH endpoints (address, port) of hosts reached through this one as a jump host: a network
     # fault here must not cut the controller's path to them
     exempt: tuple[tuple[str, int], ...] = ()
+    db_socket: str | None = None  # the member's database server socket (members[].db_socket)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from chaoskit.faults import network, process, relay, stress
+from chaoskit.faults import network, process, relay, replication, stress
 from chaoskit.faults.hostscript import FaultScripts, HostFacts
 from chaoskit.faults.spec import KINDS, FaultBase
 
@@ -43,6 +43,7 @@ REGISTRY: dict[str, FaultKind] = {k.name: k for k in (
     _kind("latency", {"iptables", "python3.7", "ss", "setpriv"}, relay.relay_scripts),
     _kind("proxy", {"iptables", "python3.7", "ss", "setpriv"}, relay.relay_scripts),
     _kind("stress", {"stress-ng"}, stress.stress_scripts),
+    _kind("replica_stop", {"mariadb-client"}, replication.replica_stop_scripts),
 )}
 assert set(REGISTRY) == set(KINDS), "every spec model has a registry entry"
 

@@ -248,11 +248,23 @@ class StressSpec(FaultBase):
         return self
 
 
+class ReplicaStopSpec(FaultBase):
+    """A MySQL/MariaDB replica's replication threads stopped (the SQL thread by default: events
+    still arrive, nothing is applied, so the replica lags), started again at the revert. Run on
+    the host through the server's socket as root (members[].db_socket)."""
+
+    family: ClassVar[str] = "replication"
+    kind: Literal["replica_stop"] = "replica_stop"
+    thread: Literal["sql", "io", "all"] = "sql"
+
+
 SPEC_TYPES: tuple[type[FaultBase], ...] = (KillSpec, CrashSpec, PauseSpec, StopSpec, PartitionSpec, LossSpec,
-                                          BandwidthSpec, NetemSpec, LatencySpec, ProxySpec, StressSpec)
+                                          BandwidthSpec, NetemSpec, LatencySpec, ProxySpec, StressSpec,
+                                          ReplicaStopSpec)
 KINDS: dict[str, type[FaultBase]] = {t.model_fields["kind"].default: t for t in SPEC_TYPES}
 FaultSpec = Annotated[KillSpec | CrashSpec | PauseSpec | StopSpec | PartitionSpec | LossSpec | BandwidthSpec
-                      | NetemSpec | LatencySpec | ProxySpec | StressSpec, Field(discriminator="kind")]
+                      | NetemSpec | LatencySpec | ProxySpec | StressSpec | ReplicaStopSpec,
+                      Field(discriminator="kind")]
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(FaultSpec)
 
 

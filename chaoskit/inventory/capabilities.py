@@ -21,6 +21,7 @@ for c in """ + " ".join(COMMANDS) + r"""; do
   if command -v "$c" >/dev/null 2>&1; then echo "have=$c"; fi
 done
 if [ -d /run/systemd/system ]; then echo "have=systemd"; fi
+if command -v mariadb >/dev/null 2>&1 || command -v mysql >/dev/null 2>&1; then echo "have=mariadb-client"; fi
 if /usr/bin/python3 -c 'import sys; sys.exit(sys.version_info < (3, 7))' 2>/dev/null; then echo "have=python3.7"; fi
 if command -v tc >/dev/null 2>&1 && command -v unshare >/dev/null 2>&1; then
   out=$(unshare -n sh -c 'ip link set lo up && tc qdisc add dev lo root netem delay 1ms' 2>&1) \

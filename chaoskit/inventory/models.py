@@ -127,6 +127,7 @@ class Member(Frozen):
     db_port: int | None = Field(None, ge=1, le=65535)
     db_address: HostAddress | None = None  # defaults to the host's address
     data_dir: SafePath | None = None
+    db_socket: SafePath | None = None  # the server's unix socket (replication faults act through it as root)
     processes: dict[Name, ProcessRef] = Field(default_factory=dict)
     service: ServiceName | None = None
     # label -> log file on the host (the database's, the HA agent's): the run's window of each is

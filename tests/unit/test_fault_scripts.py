@@ -49,7 +49,7 @@ def spec_of(kind: str, **fields: object) -> object:
 def make_facts(value: str, pid_file: str, peers: tuple[str, ...] = ("10.0.0.2",)) -> HostFacts:
     ref = ProcessRef.model_construct(pid_file=pid_file, comm="sleep", exe=None, start=None, stop=None)
     return HostFacts(host="h", processes={"p": ref}, service=value, systemd=True, peer_addresses=peers,
-                     exempt=(("10.0.0.9", 22),))
+                     exempt=(("10.0.0.9", 22),), db_socket=value)
 
 
 def kind_fields(kind: str, value: str) -> dict[str, object]:
@@ -64,12 +64,13 @@ def kind_fields(kind: str, value: str) -> dict[str, object]:
         "latency": {"peers": (value,), "peer_port": 5432, "proxy_user": value, "delay_ms": 5.0},
         "proxy": {"peers": (value,), "peer_port": 5432, "proxy_user": value, "down": True},
         "stress": {"cpu_workers": 1, "vm_workers": 1, "vm_bytes": value},
+        "replica_stop": {"thread": "sql"},  # its data is the member's socket path (facts.db_socket)
     }[kind]
 
 
 def test_every_kind_is_in_the_registry_with_its_needs() -> None:
     assert set(REGISTRY) == set(KINDS) == {"kill", "crash", "pause", "stop", "partition", "loss", "bandwidth",
-                                           "netem", "latency", "proxy", "stress"}
+                                           "netem", "latency", "proxy", "stress", "replica_stop"}
     assert "netem" in REGISTRY["netem"].needs and "stress-ng" in REGISTRY["stress"].needs
     assert {"iptables", "python3.7"} <= REGISTRY["latency"].needs
     assert all("base64" in k.needs for k in REGISTRY.values())  # the journal itself
@@ -113,6 +114,11 @@ STUBS = {
           'echo "LISTEN 0 0 *:1 *:* users:((\\"python3\\",pid=$(cat "$STUB_DIR/relay.pid" 2>/dev/null),fd=3))"',
     "stress-ng": 'printf "%s\\n" "--- stress-ng" "$@" >> "$STUB_LOG"; exec sleep 30',
     "id": 'echo 65534',
+    # a replica's client: argv logged; SHOW SLAVE STATUS answers with a row (and the SQL thread's state)
+    "mariadb": 'printf "%s\\n" "--- mariadb" "$@" >> "$STUB_LOG"; case "$*" in '
+               '*"STOP SLAVE"*) touch "$STUB_DIR/sql.stopped";; *"START SLAVE"*) rm -f "$STUB_DIR/sql.stopped";; '
+               '*"SHOW SLAVE STATUS"*) if [ -f "$STUB_DIR/sql.stopped" ]; then echo "Slave_SQL_Running: No"; '
+               'else echo "Slave_SQL_Running: Yes"; fi;; esac; exit 0',
     "systemctl": 'printf "%s\\n" "--- systemctl" "$@" >> "$STUB_LOG"; case "$1" in '
                  'stop) touch "$STUB_DIR/svc.stopped";; start) rm -f "$STUB_DIR/svc.stopped";; '
                  'is-active) [ -f "$STUB_DIR/svc.stopped" ] && exit 3;; esac; exit 0',
@@ -170,7 +176,7 @@ def test_hostile_values_never_run(kind: str, template: str, stubbed: dict, tmp_p
         results.append(sh(journal.revert_script(FID, root=root), env))
         assert not canary.exists(), f"{kind}: a value was executed: {results}"
         log = stubbed["log"].read_text() if stubbed["log"].exists() else ""
-        if kind in ("partition", "loss", "netem", "bandwidth", "stress", "latency", "proxy"):
+        if kind in ("partition", "loss", "netem", "bandwidth", "stress", "latency", "proxy", "replica_stop"):
             assert value in log.splitlines() or any(value in line for line in log.splitlines()), (kind, log[-500:])
         assert results[-1].returncode in (0, 4), results[-1]  # reverted, or never applied
     finally:
