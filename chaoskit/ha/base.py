@@ -153,6 +153,9 @@ class HAManager(ABC):
     kind: ClassVar[str] = ""
     Config: ClassVar[type[HaConfig]] = HaConfig
     observable: ClassVar[bool] = True  # has a signal of its own for T_detect
+    # members() is the manager's own view (a leader change seen by polling it is the manager
+    # reacting); False where members() asks the servers (MHA): only watch() events then count
+    view_is_own: ClassVar[bool] = True
     changeable_settings: ClassVar[frozenset[str]] = frozenset()
     engines: ClassVar[frozenset[str]] = frozenset({"postgres", "mysql", "dameng"})
 

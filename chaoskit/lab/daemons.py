@@ -72,7 +72,9 @@ def sshd_setup(host: LabHost) -> Path:
         "StrictModes no", "UsePAM no", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
         "PermitRootLogin prohibit-password", "UseDNS no", "MaxStartups 100:30:200", "MaxSessions 200",
         "AllowTcpForwarding yes", "ClientAliveInterval 5", "LogLevel ERROR",
-        "Subsystem sftp internal-sftp", "",
+        "Subsystem sftp internal-sftp",
+        # the lab's compatibility wrappers (MHA's node tools, see recipes/mha.py) before the system's
+        f"SetEnv PATH={Paths.tools}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "",
     ]))
     return write_launcher(host, "sshd", f"/usr/sbin/sshd -D -f {config}", host.dir / "sshd.pid",
                           log=host.dir / "sshd.log")

@@ -39,7 +39,7 @@ from chaoskit.lab.recipes import Build, postgres_key, recipe, recipes, wait_tcp
 from chaoskit.lab.spec import BRIDGE, DEFAULT_STACKS, SPEC, SSH_USER, STACKS, STATE_DIR, SUBNET_PREFIX, LabSpec, Paths
 
 USER_COMMENT = "chaoskit lab"
-SECRETS = ("pg_superuser", "pg_replication", "mariadb_chaoskit", "mariadb_repl")
+SECRETS = ("pg_superuser", "pg_replication", "mariadb_chaoskit", "mariadb_repl", "mariadb_mha")
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,7 @@ class Paths:
     authorized_keys = STATE_DIR / "ssh" / "authorized_keys"
     secrets = STATE_DIR / "secrets"
     cache = STATE_DIR / "cache"  # kept across `down` (the PyPI Patroni venv)
+    tools = STATE_DIR / "bin"  # wrappers a stack puts first on its hosts' PATH (MHA's tools)
     sudoers = Path("/etc/sudoers.d/chaoskit-lab")
 
     @staticmethod

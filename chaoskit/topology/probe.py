@@ -156,7 +156,7 @@ class RoleProbe:
                     self.log.lag.append((t, lags, timelines))
                     if states != last_states:
                         self.log.emit({"kind": "manager_members", "t": t, "members": states})
-                if last_leader != "?" and leader != last_leader:
+                if last_leader != "?" and leader != last_leader and self.ha.view_is_own:
                     self.log.add_manager_event(ManagerEvent(
                         t, "leader_lost" if leader is None else "leader_changed", source, leader or last_leader,
                         f"leader {last_leader} -> {leader}", uncertainty_s=self.interval))

@@ -42,9 +42,18 @@ def build(b: Build) -> None:
     b.wait(lambda: health(b.spec), "the MariaDB pair")
 
 
-def configure(nodes: list[LabHost], pw: dict[str, str], deadline: float) -> None:
+def configure(nodes: list[LabHost], pw: dict[str, str], deadline: float, *, gtid: bool = True,
+              extra_users: tuple[tuple[str, str, str], ...] = ()) -> None:
+    """Users on every node (not replicated), then the replicas following the first node: by GTID,
+    or (`gtid=False`, as MHA 0.58 works with MariaDB) by binlog file and position. chaoskit's user
+    is an application's: everything on its own database, reading replication state, and no SUPER
+    or READ_ONLY ADMIN (those write through read_only, which would hide a read-only old primary
+    still taking writes)."""
     primary, replicas = nodes[0], nodes[1:]
     subnet = primary.address.rsplit(".", 1)[0] + ".%"
+    users = ((MARIADB_USER, pw["mariadb_chaoskit"], f"ALL PRIVILEGES ON {MARIADB_DATABASE}.*"),
+             (MARIADB_USER, pw["mariadb_chaoskit"], "REPLICATION CLIENT, SLAVE MONITOR ON *.*"),
+             ("repl", pw["mariadb_repl"], "REPLICATION SLAVE ON *.*"), *extra_users)
     for host in nodes:
         while True:
             try:
@@ -54,34 +63,44 @@ def configure(nodes: list[LabHost], pw: dict[str, str], deadline: float) -> None
                 if time.monotonic() > deadline:
                     raise LabError(f"MariaDB on {host.name} did not start (see {host.dir}/error.log)") from None
                 time.sleep(0.1)
-        sql(host, (
-            "SET sql_log_bin=0;"
-            f"CREATE DATABASE IF NOT EXISTS {MARIADB_DATABASE};"
-            f"CREATE OR REPLACE USER '{MARIADB_USER}'@'{subnet}' IDENTIFIED BY '{pw['mariadb_chaoskit']}';"
-            f"GRANT ALL PRIVILEGES ON *.* TO '{MARIADB_USER}'@'{subnet}';"
-            f"CREATE OR REPLACE USER 'repl'@'{subnet}' IDENTIFIED BY '{pw['mariadb_repl']}';"
-            f"GRANT REPLICATION SLAVE ON *.* TO 'repl'@'{subnet}';"
-            "SET sql_log_bin=1;"))
+        created: set[str] = set()
+        statements = []
+        for name, secret, grant in users:
+            if name not in created:
+                statements.append(f"CREATE OR REPLACE USER '{name}'@'{subnet}' IDENTIFIED BY '{secret}';")
+                created.add(name)
+            statements.append(f"GRANT {grant} TO '{name}'@'{subnet}';")
+        sql(host, "SET sql_log_bin=0;" f"CREATE DATABASE IF NOT EXISTS {MARIADB_DATABASE};" + "".join(statements)
+            + "SET sql_log_bin=1;")
+    if gtid:
+        where = "MASTER_USE_GTID=slave_pos"
+    else:
+        file, pos = sql(primary, "SHOW MASTER STATUS").split()[:2]
+        where = f"MASTER_LOG_FILE='{file}', MASTER_LOG_POS={int(pos)}"
     for host in replicas:
         sql(host, (
             f"CHANGE MASTER TO MASTER_HOST='{primary.address}', MASTER_PORT={MARIADB_PORT},"
-            f" MASTER_USER='repl', MASTER_PASSWORD='{pw['mariadb_repl']}', MASTER_USE_GTID=slave_pos,"
+            f" MASTER_USER='repl', MASTER_PASSWORD='{pw['mariadb_repl']}', {where},"
             " MASTER_CONNECT_RETRY=1, MASTER_HEARTBEAT_PERIOD=1;"
             "SET GLOBAL read_only=1; START SLAVE;"))
 
 
 def health(spec: LabSpec) -> tuple[bool, str]:
-    nodes = hosts(spec)
+    return pair_health(hosts(spec), NAME)
+
+
+def pair_health(nodes: list[LabHost], stack: str) -> tuple[bool, str]:
+    """The first node writable, every other one read-only and replicating (IO and SQL threads)."""
     try:
         if sql(nodes[0], "SELECT @@read_only").strip() != "0":
-            return False, f"mariadb: {nodes[0].name} is read-only"
+            return False, f"{stack}: {nodes[0].name} is read-only"
         for host in nodes[1:]:
             status = sql(host, "SHOW SLAVE STATUS", vertical=True)
             ro = sql(host, "SELECT @@read_only").strip()
             if ro != "1" or "Slave_IO_Running: Yes" not in status or "Slave_SQL_Running: Yes" not in status:
-                return False, f"mariadb: {host.name} read_only={ro}, not replicating"
+                return False, f"{stack}: {host.name} read_only={ro}, not replicating"
     except LabError as exc:
-        return False, f"mariadb: {exc}"
+        return False, f"{stack}: {exc}"
     return True, "ok"
 
 
@@ -101,7 +120,7 @@ def roles(spec: LabSpec) -> list[dict[str, str]]:
 
 def clusters(spec: LabSpec) -> dict[str, Any]:
     my_members = [{
-        "host": h.name, "data_dir": str(h.dir / "mysql"),
+        "host": h.name, "data_dir": str(h.dir / "mysql"), "db_socket": str(Paths.mariadb_socket(h)),
         "processes": {"mariadb": {"pid_file": str(Paths.mariadb_pid(h)), "comm": "mariadbd",
                                   "start": str(Paths.launcher(h, "mariadb"))}},
         "logs": {"mariadb": str(h.dir / "error.log")},

@@ -1,0 +1,47 @@
+"""MHA 0.58's manager log, `masterha_check_status` and application config, recorded on the lab
+(tests/fixtures/ha/mha-0.58-*): a SIGKILLed primary 10.77.0.62 failed over to 10.77.0.61. The
+expected values are read off the fixture files by eye."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from chaoskit.ha import mha
+
+FIX = Path(__file__).parents[1] / "fixtures" / "ha"
+
+
+def test_the_failover_told_by_the_manager_log() -> None:
+    lines = (FIX / "mha-0.58-manager-failover.log").read_text().splitlines()
+    hits = [(i + 1, *hit) for i, line in enumerate(lines) if (hit := mha.log_event(line)) is not None]
+    # lines 1, 4, 6, 8: the failed ping, then three failed connects; 37 and 119: "Starting master
+    # failover." / "..", 157: read_only=0 on the new primary; 208 and 227: the completion (the
+    # second is the summary block's copy)
+    assert hits == [(1, "leader_lost", None), (4, "leader_lost", None), (6, "leader_lost", None),
+                    (8, "leader_lost", None), (37, "failover_started", None), (119, "failover_started", None),
+                    (157, "promoted", "10.77.0.61"), (208, "member_state", "10.77.0.61"),
+                    (227, "member_state", "10.77.0.61")]
+
+
+def test_the_position_the_replicas_were_given() -> None:
+    text = (FIX / "mha-0.58-manager-failover.log").read_text()
+    [m] = list(mha.CHANGE_MASTER.finditer(text))
+    assert (m.group("host"), m.group("port"), m.group("file"), m.group("pos")) == \
+        ("10.77.0.61", "3306", "mysql-bin.000001", "35548045")
+
+
+def test_check_status_running_and_stopped() -> None:
+    assert mha.parse_status((FIX / "mha-0.58-check-status.txt").read_text()) == \
+        {"running": True, "state": "PING_OK", "master": "10.77.0.61"}
+    stopped = mha.parse_status((FIX / "mha-0.58-check-status-stopped.txt").read_text())
+    assert stopped["running"] is False and "NOT_RUNNING" in (FIX / "mha-0.58-check-status-stopped.txt").read_text()
+    assert mha.parse_status("") == {"running": False, "state": "no answer"}
+
+
+def test_the_application_config() -> None:
+    conf = mha.parse_conf((FIX / "mha-0.58-app.cnf").read_text())
+    assert sorted(conf) == ["server default", "server1", "server2", "server3"]
+    assert conf["server default"]["ping_interval"] == "1" and conf["server default"]["repl_user"] == "repl"
+    assert conf["server default"]["manager_log"] == "/var/lib/chaoskit-lab/hosts/mham/mha/manager.log"
+    assert [conf[f"server{i}"]["hostname"] for i in (1, 2, 3)] == ["10.77.0.61", "10.77.0.62", "10.77.0.63"]
+    assert mha.parse_conf("# c\n[a]\nx = 1\n; y=2\nnot a pair\n") == {"a": {"x": "1"}}
