@@ -39,6 +39,8 @@ LOG_EVENTS = [
     (re.compile(r"Setting read_only=0 on (?P<node>[^\s(]+)"), "promoted"),
     (re.compile(r"Master failover to (?P<node>[^\s(]+)\(\S+\) completed successfully"), "member_state"),
 ]
+# the node MHA made the primary, in its log (a failover's last line)
+PROMOTED = re.compile(r"Master failover to (?P<node>[^\s(]+)\(\S+\) completed successfully")
 # the position MHA pointed the replicas at: the old primary resumes from the same place
 CHANGE_MASTER = re.compile(r"CHANGE MASTER TO MASTER_HOST='(?P<host>[^']+)', MASTER_PORT=(?P<port>\d+), "
                            r"MASTER_LOG_FILE='(?P<file>[^']+)', MASTER_LOG_POS=(?P<pos>\d+)")
@@ -139,6 +141,23 @@ class MhaManager(HAManager):
             mapped = LEADER if role == "primary" else REPLICA if role == "replica" else DOWN
             out.append(MemberView(member, mapped, state=role, error=error))
         return out
+
+    def leader(self) -> str | None:
+        """The writable member MHA stands behind. After a partition two can be writable (MHA fences
+        nothing): the one MHA monitors, else the one its log last promoted, is the primary; the
+        other is the isolated old one."""
+        writable = [m.member for m in self.members() if m.role == LEADER]
+        if len(writable) <= 1:
+            return writable[0] if writable else None
+        names = self._address_map()
+        st = self.status()
+        monitored = names.get(str(st.get("master", "")).split(":")[0]) if st.get("running") else None
+        if monitored in writable:
+            return monitored
+        log = self.log_path()
+        text = self._on_manager(f"tail -c 2000000 -- {shlex.quote(log)}").stdout if log else ""
+        promoted = [names.get(m.group("node")) for m in PROMOTED.finditer(text)]
+        return promoted[-1] if promoted and promoted[-1] in writable else writable[0]
 
     def health(self) -> tuple[bool, str]:
         ok, why = super().health()

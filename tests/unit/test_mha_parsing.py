@@ -45,3 +45,29 @@ def test_the_application_config() -> None:
     assert conf["server default"]["manager_log"] == "/var/lib/chaoskit-lab/hosts/mham/mha/manager.log"
     assert [conf[f"server{i}"]["hostname"] for i in (1, 2, 3)] == ["10.77.0.61", "10.77.0.62", "10.77.0.63"]
     assert mha.parse_conf("# c\n[a]\nx = 1\n; y=2\nnot a pair\n") == {"a": {"x": "1"}}
+
+
+def test_after_a_partition_the_leader_is_the_node_mha_promoted() -> None:
+    """Two writable members (the isolated old primary was never fenced): the leader is the one MHA
+    monitors, else the one its log last promoted (the fixture's failover went to 10.77.0.61)."""
+    from types import SimpleNamespace
+
+    from chaoskit.ha.base import LEADER, REPLICA, MemberView
+    from chaoskit.inventory.models import Inventory
+
+    inv = Inventory.model_validate({
+        "hosts": {h: {"name": h, "address": f"10.77.0.6{i}"} for i, h in ((1, "mha1"), (2, "mha2"), (3, "mha3"))},
+        "clusters": {"mha": {"name": "mha", "engine": "mysql", "user": "u", "members": [
+            {"host": "mha1"}, {"host": "mha2"}, {"host": "mha3"}], "ha": {"kind": "mha", "manager_host": "mha3"}}}})
+    m = mha.MhaManager(inv.clusters["mha"], inv)
+    roles = {"mha1": LEADER, "mha2": LEADER, "mha3": REPLICA}
+    m.members = lambda: [MemberView(h, r) for h, r in roles.items()]  # type: ignore[method-assign]
+    m.log_path = lambda: "/log"  # type: ignore[method-assign]
+    log = (FIX / "mha-0.58-manager-failover.log").read_text()
+    m._on_manager = lambda cmd, timeout=60: SimpleNamespace(stdout=log, exited=0)  # type: ignore[method-assign]
+    m.status = lambda: {"running": False, "state": "NOT_RUNNING"}  # type: ignore[method-assign]
+    assert m.leader() == "mha1"  # "Master failover to 10.77.0.61(...) completed successfully"
+    m.status = lambda: {"running": True, "state": "PING_OK", "master": "10.77.0.62"}  # type: ignore[method-assign]
+    assert m.leader() == "mha2"  # the manager runs again and monitors mha2
+    roles["mha1"] = REPLICA
+    assert m.leader() == "mha2"  # one writable member: that one

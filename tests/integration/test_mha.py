@@ -1,0 +1,141 @@
+"""MHA 0.58 over MariaDB 10.11 on the lab (stack `mha`, added beside the session's lab once): every
+shipped MHA playbook end to end with its clock shortened, each with two client routes in the same
+failover (the endpoint list and HAProxy's writer check). The lost-write counts are checked against
+the rows present on the new primary, counted here with PyMySQL and plain SQL. The partition drill
+runs last: it leaves the old primary diverged (MHA has no rewind), which only its own run sees."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+import yaml
+
+from chaoskit.inventory.models import Inventory
+from chaoskit.lab import manager
+
+INV = "inventories/lab.yaml"
+SECRETS = Path("/var/lib/chaoskit-lab/secrets")
+
+
+@pytest.fixture(scope="module")
+def mha(lab: Inventory) -> Inventory:
+    manager.up(stacks=("mha",))
+    manager.wait_healthy(120)
+    return lab
+
+
+def shortened(src: str, tmp: Path, at: list[str], duration: str) -> Path:
+    """The shipped playbook with its steps at `at` and a shorter warm-up and baseline."""
+    data = yaml.safe_load(Path(src).read_text())
+    data["name"] += "-short"
+    data["load"]["warmup"] = "2s"
+    data["baseline"] = "5s"
+    for step, when in zip(data["steps"], at, strict=True):
+        step["at"] = when
+    data["duration"] = duration
+    path = tmp / Path(src).name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def run(playbook: Path, tmp: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], Path]:
+    out = tmp / "runs"
+    res = subprocess.run(["chaoskit", "run", str(playbook), "-i", INV, "--out", str(out)], capture_output=True,
+                         text=True, timeout=400)
+    dirs = sorted(out.glob("*"))
+    assert dirs, res.stdout + res.stderr
+    return res, json.loads((dirs[-1] / "run.json").read_text()), dirs[-1]
+
+
+def rows_on(lab: Inventory, host: str, run_id: str) -> int:
+    member = next(m for m in lab.clusters["mha"].members if m.host == host)
+    conn = pymysql.connect(host=lab.member_address(member), port=3306, user="mha",
+                           password=(SECRETS / "mariadb_mha").read_text().strip(), database="chaoskit",
+                           connect_timeout=5)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT count(*) FROM chaoskit_ledger WHERE run_id = %s", (run_id,))
+            return int(cur.fetchone()[0])
+    finally:
+        conn.close()
+
+
+def check_rows(lab: Inventory, ev: dict[str, Any], host: str) -> None:
+    """The new primary holds acknowledged - lost + indeterminate found + phantoms rows of the run."""
+    rpo = ev["results"]["rpo"]
+    expected = rpo["acknowledged"] - rpo["lost_acknowledged"] + rpo["indeterminate_found"] + rpo["phantoms"]
+    assert rows_on(lab, host, ev["run_id"]) == expected
+
+
+def test_primary_killed_fails_over_on_both_routes_and_is_rejoined(mha: Inventory, tmp_path: Path) -> None:
+    res, ev, run_dir = run(shortened("playbooks/mha-kill-primary.yaml", tmp_path, ["8s", "30s"], "38s"), tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    (f,) = ev["results"]["faults"]
+    assert f["outcome"] == "failover" and f["new_primary"] != f["old_primary"] == f["target_host"]
+    # detection and promotion from MHA's own log on the manager host, never from our SQL polls
+    assert f["detect_signal"].startswith("mha-log: ") and "Got error on MySQL" in f["detect_signal"]
+    promoted = [e for e in map(json.loads, (run_dir / "events.jsonl").read_text().splitlines())
+                if e.get("event") == "promoted" and e.get("source") == "mha-log"]
+    assert promoted and promoted[0]["member"] == f["new_primary"]
+    groups = ev["results"]["groups"]
+    assert set(groups) == {"endpoints", "haproxy"} and all(0 < g["rto_s"] < 30 for g in groups.values())
+    assert ev["results"]["rpo"]["lost_acknowledged"] == 0 and ev["results"]["rpo"]["phantoms"] == 0
+    (rejoin,) = ev["actions"]
+    assert rejoin["ok"] and "monitoring again" in rejoin["answer"], rejoin
+    assert ev["results"]["checks"]["replica_convergence"]["valid"] is True
+    assert ev["ha"]["manager"] == "mha" and ev["ha"]["version"] == "0.58" and ev["ha"]["settings"]["ping_interval"] == 1
+    assert {(r["host"], r["label"]) for r in ev["logs"]} >= {("mham", "masterha_manager"),
+                                                              (f["new_primary"], "mariadb")}
+    check_rows(mha, ev, f["new_primary"])
+
+
+def test_switchover_loses_nothing(mha: Inventory, tmp_path: Path) -> None:
+    res, ev, _ = run(shortened("playbooks/mha-switchover.yaml", tmp_path, ["8s"], "25s"), tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    (action,) = ev["actions"]
+    assert action["ok"] and action["candidate"] != action["member"], action
+    assert ev["results"]["rpo"]["lost_acknowledged"] == 0
+    assert ev["results"]["checks"]["replica_convergence"]["valid"] is True
+    check_rows(mha, ev, action["candidate"])
+
+
+def test_node_crash_fails_over(mha: Inventory, tmp_path: Path) -> None:
+    res, ev, _ = run(shortened("playbooks/mha-crash-primary.yaml", tmp_path, ["8s", "30s"], "38s"), tmp_path)
+    (f,) = ev["results"]["faults"]
+    assert f["outcome"] == "failover" and f["detect_signal"].startswith("mha-log: "), res.stdout
+    assert ev["actions"][0]["ok"] and ev["results"]["checks"]["replica_convergence"]["valid"] is True, res.stdout
+    assert ev["results"]["rpo"]["phantoms"] == 0
+    check_rows(mha, ev, f["new_primary"])
+
+
+def test_a_lagging_replica_turns_into_rto_not_loss(mha: Inventory, tmp_path: Path) -> None:
+    res, ev, _ = run(shortened("playbooks/mha-replica-lag-failover.yaml", tmp_path, ["6s", "14s", "45s"], "52s"),
+                     tmp_path)
+    lag, kill = ev["results"]["faults"]
+    assert lag["kind"] == "replica_stop" and ev["faults_injected"][0]["revert_verified"] is True
+    assert kill["outcome"] == "failover", res.stdout
+    # MHA applies the relay log the stopped SQL thread left before it makes a replica writable
+    assert ev["results"]["rpo"]["lost_acknowledged"] == 0
+    assert ev["results"]["checks"]["replica_convergence"]["valid"] is True
+    check_rows(mha, ev, kill["new_primary"])
+
+
+def test_partition_is_split_brain_for_endpoint_clients_only(mha: Inventory, tmp_path: Path) -> None:
+    """MHA fences nothing: the isolated primary keeps taking the endpoint-list clients' writes, lost
+    when the partition heals; HAProxy (on the manager's host) stops sending it anything."""
+    res, ev, _ = run(shortened("playbooks/mha-partition-primary.yaml", tmp_path, ["8s", "31s"], "40s"), tmp_path)
+    (f,) = ev["results"]["faults"]
+    assert f["outcome"] == "split_brain" and ev["results"]["checks"]["split_brain"]["valid"] is False, res.stdout
+    endpoints, haproxy = ev["results"]["groups"]["endpoints"], ev["results"]["groups"]["haproxy"]
+    assert endpoints["rpo"]["lost_acknowledged"] > 0
+    assert set(endpoints["rpo"]["lost_by_node"]) == {f["target_host"]}  # acknowledged by the isolated primary
+    assert haproxy["rpo"]["lost_acknowledged"] == 0 and haproxy["rto_s"] < 30
+    # the rejoin picked the primary MHA promoted, not the isolated one that was still writable
+    (rejoin,) = ev["actions"]
+    assert rejoin["ok"] and rejoin["member"] == f["target_host"], rejoin
+    check_rows(mha, ev, f["new_primary"])
