@@ -9,7 +9,9 @@ the role probe every interval):
 - peak_lag_bytes / peak_replay_delay_s: the largest lag sampled between t_back and caught up;
 - rewound / rebuilt: from a rejoin action on that member when the drill had one, else from the
   manager's own states where it names a rebuild (Patroni: `creating replica`); null otherwise.
-Null with a note where the engine reports no replication (MySQL/MariaDB for now)."""
+MySQL/MariaDB replicas report their own state (SHOW SLAVE STATUS: both threads running is
+`streaming`, the lag is the binlog bytes received but not applied). Null with a note where the
+engine reports no replication."""
 
 from __future__ import annotations
 

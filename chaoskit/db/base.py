@@ -214,6 +214,17 @@ class Driver(ABC):
         connected standby; empty where the engine does not say (catch-up is then not reported)."""
         return []
 
+    def replica_state(self, conn: Any) -> tuple[str, int | None, float | None] | None:
+        """On a replica, its own view of its replication: (state, bytes received but not applied,
+        delay in seconds), for engines whose primary does not report its replicas (MySQL); None
+        where the primary's view is used (PostgreSQL) or the node replicates from nobody."""
+        return None
+
+    def position(self, conn: Any) -> str | None:
+        """Where this node's data is (MySQL/MariaDB: the GTID position it has applied), for the
+        timeline; None where the engine's position is not sampled."""
+        return None
+
     @staticmethod
     def close_quietly(conn: Any) -> None:
         if conn is None:

@@ -27,6 +27,23 @@ _SERIALIZATION = {1213, 1614, 3101}
 _CONSTRAINT = {1022, 1062, 1169, 1216, 1217, 1451, 1452, 1557, 1586, 3819, 4025}
 
 
+def slave_state(status: dict[str, Any]) -> tuple[str, int | None, float | None]:
+    """A SHOW SLAVE STATUS row as (state, bytes received but not applied, Seconds_Behind_Master):
+    `streaming` with both threads running (as PostgreSQL's word, so one catch-up analysis serves
+    both), else which thread is stopped or `connecting`. The bytes are known only while the SQL
+    thread applies the binlog file the IO thread reads."""
+    io, sql = status.get("Slave_IO_Running"), status.get("Slave_SQL_Running")
+    state = ("streaming" if io == "Yes" and sql == "Yes" else "connecting" if io == "Connecting"
+             else "sql_stopped" if io == "Yes" else "io_stopped" if sql == "Yes" else "stopped")
+    lag = None
+    if status.get("Master_Log_File") and status.get("Master_Log_File") == status.get("Relay_Master_Log_File"):
+        read, done = status.get("Read_Master_Log_Pos"), status.get("Exec_Master_Log_Pos")
+        if read is not None and done is not None:
+            lag = max(0, int(read) - int(done))
+    delay = status.get("Seconds_Behind_Master")
+    return state, lag, None if delay is None else float(delay)
+
+
 class MySQLDriver(Driver):
     family = "mysql"
     table_suffix = " ENGINE=InnoDB"
@@ -98,6 +115,27 @@ class MySQLDriver(Driver):
         with conn.cursor() as cur:
             cur.execute("SELECT @@global.read_only")
             return int(cur.fetchone()[0]) == 0
+
+    def replica_state(self, conn: Any) -> tuple[str, int | None, float | None] | None:
+        with conn.cursor() as cur:
+            cur.execute("SHOW SLAVE STATUS")
+            cols = [d[0] for d in cur.description or []]
+            row = cur.fetchone()
+        return slave_state(dict(zip(cols, row, strict=False))) if row else None
+
+    def position(self, conn: Any) -> str | None:
+        """MariaDB: gtid_current_pos (applied, own and replicated); MySQL: gtid_executed."""
+        for query in ("SELECT @@global.gtid_current_pos", "SELECT @@global.gtid_executed"):
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(query)
+                    row = cur.fetchone()
+                return None if row is None or row[0] is None else str(row[0]).replace("\n", "")
+            except pymysql.err.OperationalError as exc:
+                if exc.args and exc.args[0] == 1193:  # unknown system variable: the other flavour
+                    continue
+                raise
+        return None
 
     def server_version(self, conn: Any) -> str:
         with conn.cursor() as cur:

@@ -95,6 +95,15 @@ def _node_columns(ctx: Any, rec: Any) -> dict[str, list[Any]]:
         lags = [(t, lag.get(m)) for t, lag, _ in probe.lag]
         if lags:
             cols[f"lag_bytes_{m}"] = _step_values(lags, ends)
+        delays = [(t, s[m][2]) for t, s in probe.replication if m in s]  # None once it is the primary
+        if delays:  # replay delay (PostgreSQL) or Seconds_Behind_Master (MySQL)
+            cols[f"replica_delay_s_{m}"] = _step_values(delays, ends)
+        states = [(t, s[m][0]) for t, s in probe.replication if m in s]
+        if states and any(st not in ("streaming", "primary") for _, st in states):
+            cols[f"replica_state_{m}"] = _step_values(states, ends)
+        positions = [(t, p) for t, mm, p in probe.positions if mm == m]
+        if positions:
+            cols[f"position_{m}"] = _step_values(positions, ends)
     return cols
 
 

@@ -28,8 +28,10 @@ class ProbeLog:
     manager: list[tuple[float, str | None, dict[str, str]]] = field(default_factory=list)  # (t, leader, states)
     lag: list[tuple[float, dict[str, int | None], dict[str, int | None]]] = field(default_factory=list)  # lag, timeline
     manager_events: list[ManagerEvent] = field(default_factory=list)
-    # as the primary reports its standbys: (t, {member: (state, replay lag bytes, replay delay s)})
+    # as the primary reports its standbys (PostgreSQL), or each replica itself (MySQL):
+    # (t, {member: (state, replay lag bytes, replay delay s)})
     replication: list[tuple[float, dict[str, tuple[str, int | None, float | None]]]] = field(default_factory=list)
+    positions: list[tuple[float, str, str]] = field(default_factory=list)  # (t, member, e.g. GTID position)
     events: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     sink: Callable[[dict[str, Any]], None] | None = None  # e.g. the run directory: events as they happen
@@ -108,9 +110,13 @@ class RoleProbe:
         last = None
         next_t = time.time()
         by_address = {self.inventory.member_address(m): m.host for m in self.cluster.members}
+        # engines whose replicas report their own replication and position (MySQL)
+        own = getattr(type(self.driver), "replica_state", Driver.replica_state)
+        self_reporting = own is not Driver.replica_state
         while not self._stop.is_set():
             role = "down"
             standbys = None
+            position = None
             try:
                 if conn is None:
                     conn = self.driver.connect_member(member)
@@ -118,6 +124,13 @@ class RoleProbe:
                 if role == "primary":  # the standbys' catch-up, as their primary sees it
                     standbys = {by_address.get(a, a): (st, b, d)
                                 for a, st, b, d in self.driver.replication_status(conn)}
+                    if self_reporting:  # a promoted replica's own state ends here
+                        standbys[member.host] = ("primary", None, None)
+                elif self_reporting:  # or as the replica itself says (MySQL)
+                    own = self.driver.replica_state(conn)
+                    standbys = {member.host: own} if own is not None else None
+                if self_reporting:
+                    position = self.driver.position(conn)
             except Exception:
                 Driver.close_quietly(conn)
                 conn = None
@@ -125,6 +138,8 @@ class RoleProbe:
             with self.log.lock:
                 if standbys is not None:
                     self.log.replication.append((t, standbys))
+                if position is not None:
+                    self.log.positions.append((t, member.host, position))
                 self.log.samples.append((t, member.host, role))
                 if role != last:
                     self.log.emit({"kind": "role", "t": t, "member": member.host, "role": role,
@@ -156,7 +171,7 @@ class RoleProbe:
                     self.log.lag.append((t, lags, timelines))
                     if states != last_states:
                         self.log.emit({"kind": "manager_members", "t": t, "members": states})
-                if last_leader != "?" and leader != last_leader and self.ha.view_is_own:
+                if last_leader != "?" and leader != last_leader and getattr(self.ha, "view_is_own", True):
                     self.log.add_manager_event(ManagerEvent(
                         t, "leader_lost" if leader is None else "leader_changed", source, leader or last_leader,
                         f"leader {last_leader} -> {leader}", uncertainty_s=self.interval))

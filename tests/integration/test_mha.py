@@ -114,9 +114,20 @@ def test_node_crash_fails_over(mha: Inventory, tmp_path: Path) -> None:
 
 
 def test_a_lagging_replica_turns_into_rto_not_loss(mha: Inventory, tmp_path: Path) -> None:
-    res, ev, _ = run(shortened("playbooks/mha-replica-lag-failover.yaml", tmp_path, ["6s", "14s", "45s"], "52s"),
-                     tmp_path)
+    res, ev, run_dir = run(shortened("playbooks/mha-replica-lag-failover.yaml", tmp_path, ["6s", "14s", "45s"],
+                                     "52s"), tmp_path)
     lag, kill = ev["results"]["faults"]
+    # the replica's own account on the timeline: its SQL thread stopped, its GTID position left behind
+    import csv
+
+    rows = list(csv.DictReader((run_dir / "timeline.csv").open()))
+    stopped = [r for r in rows if r.get(f"replica_state_{lag['target_host']}") == "sql_stopped"]
+    assert stopped, list(rows[0])
+    primary_then = next(m for m in (r["member"] for r in ev["roles_before"]) if m != lag["target_host"]
+                        and any(x["member"] == m and x["sql_role"] == "primary" for x in ev["roles_before"]))
+    last = stopped[-1]
+    applied = int(last[f"position_{lag['target_host']}"].split("-")[-1])
+    assert applied < int(last[f"position_{primary_then}"].split("-")[-1])
     assert lag["kind"] == "replica_stop" and ev["faults_injected"][0]["revert_verified"] is True
     assert kill["outcome"] == "failover", res.stdout
     # MHA applies the relay log the stopped SQL thread left before it makes a replica writable

@@ -71,3 +71,22 @@ def test_after_a_partition_the_leader_is_the_node_mha_promoted() -> None:
     assert m.leader() == "mha2"  # the manager runs again and monitors mha2
     roles["mha1"] = REPLICA
     assert m.leader() == "mha2"  # one writable member: that one
+
+
+def test_a_replica_reports_its_own_replication() -> None:
+    """SHOW SLAVE STATUS rows recorded on MariaDB 10.11 (running, then the SQL thread stopped)."""
+    import json
+
+    from chaoskit.db.mysql import slave_state
+
+    rows = json.loads((FIX / "mariadb-10.11-slave-status.json").read_text())
+    assert slave_state(rows["running"]) == ("streaming", 0, 0.0)
+    assert slave_state(rows["sql_stopped"]) == ("sql_stopped", 0, None)  # Seconds_Behind_Master is NULL then
+    # 21,685,370 read, 21,000,000 applied in the same binlog file: 685,370 bytes behind, 12 s
+    behind = {**rows["running"], "Exec_Master_Log_Pos": 21_000_000, "Seconds_Behind_Master": 12}
+    assert slave_state(behind) == ("streaming", 685_370, 12.0)
+    # applying an older file than the one being read: the bytes in between are unknown here
+    older = {**behind, "Relay_Master_Log_File": "mysql-bin.000000"}
+    assert slave_state(older)[1] is None
+    assert slave_state({**rows["running"], "Slave_IO_Running": "Connecting"})[0] == "connecting"
+    assert slave_state({**rows["running"], "Slave_IO_Running": "No", "Slave_SQL_Running": "No"})[0] == "stopped"
