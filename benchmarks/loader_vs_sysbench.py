@@ -82,7 +82,8 @@ def main() -> None:
         tps = runner.recorder.window(runner.t_start, runner.t_start + args.seconds)["tps"]
         totals = runner.recorder.totals()
         ratios.append(tps / base)
-        print(f"round {i + 1}: sysbench {base:8.1f}  chaoskit {tps:8.1f} TPS (errors {totals['fail'] + totals['info']})")
+        errors = totals["fail"] + totals["info"]
+        print(f"round {i + 1}: sysbench {base:8.1f}  chaoskit {tps:8.1f} TPS (errors {errors})")
     print(f"ratio {statistics.median(ratios):.3f} (median of {len(ratios)}; min {min(ratios):.3f}, "
           f"max {max(ratios):.3f})")
 

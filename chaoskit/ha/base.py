@@ -30,6 +30,7 @@ Contract for a manager:
 from __future__ import annotations
 
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -188,6 +189,22 @@ class HAManager(ABC):
 
     def rejoin(self, member: str) -> ActionResult:
         raise NotImplementedError(f"{self.kind}: no rejoin of an old primary")
+
+    def switchover_pair(self, candidate: str | None) -> tuple[str | None, str | None]:
+        """(the leader now, the member to promote: the one asked for, else the first replica)."""
+        leader = self.leader()
+        if candidate is None:
+            candidate = next((m.member for m in self.members() if m.role == REPLICA), None)
+        return leader, candidate
+
+    def rejoin_target(self, member: str) -> tuple[str | None, ActionResult | None]:
+        """The leader an old primary rejoins, or the refusal when there is none other than it."""
+        t = time.time()
+        leader = self.leader()
+        if leader is None or leader == member:
+            return None, ActionResult("rejoin", False, t, time.time(), member=member,
+                                      answer=f"no other primary to rejoin (leader: {leader})")
+        return leader, None
 
     @property
     def can_switchover(self) -> bool:

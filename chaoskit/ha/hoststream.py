@@ -9,6 +9,7 @@ commands reach the host as quoted words of a fixed script.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -44,3 +45,13 @@ def follow_file(remote: Remote, path: str, stop: Callable[[], bool]) -> Iterator
     """New lines appended to a file on the host (read with the host's root rights: a manager's
     log is often readable by its own user only)."""
     return stamped(remote, f"exec tail -n 0 -F -- {shlex.quote(path)} 2>/dev/null", stop, sudo=True)
+
+
+def match_line(patterns: list[tuple[re.Pattern[str], str]], line: str) -> tuple[str, str | None] | None:
+    """The first (pattern, event kind) that matches a manager's log line: the kind and the node
+    the pattern's `node` group names, if any."""
+    for pattern, kind in patterns:
+        m = pattern.search(line)
+        if m:
+            return kind, m.groupdict().get("node")
+    return None

@@ -28,7 +28,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from chaoskit.ha.base import DOWN, LEADER, REPLICA, ActionResult, HaConfig, HAManager, ManagerEvent, MemberView, Watcher
+from chaoskit.ha.base import LEADER, ActionResult, HaConfig, HAManager, ManagerEvent, MemberView, Watcher
+from chaoskit.ha.hoststream import match_line
+from chaoskit.ha.none import sql_member_views
 from chaoskit.validation import Command, Name, SafePath
 
 # manager log lines (MHA 0.58 wording) -> event kind; `node` is MHA's "host(ip:port)" label
@@ -65,11 +67,7 @@ class MhaConfig(HaConfig):
 
 def log_event(line: str) -> tuple[str, str | None] | None:
     """A manager log line as (event kind, the node address it names) where it tells the failover."""
-    for pattern, kind in LOG_EVENTS:
-        m = pattern.search(line)
-        if m:
-            return kind, m.groupdict().get("node")
-    return None
+    return match_line(LOG_EVENTS, line)
 
 
 def parse_status(text: str) -> dict[str, Any]:
@@ -134,13 +132,7 @@ class MhaManager(HAManager):
 
     # -- roles -------------------------------------------------------------------------------
     def members(self) -> list[MemberView]:
-        from chaoskit.topology.roles import sql_roles
-
-        out = []
-        for member, (role, error) in sql_roles(self.cluster, self.inventory).items():
-            mapped = LEADER if role == "primary" else REPLICA if role == "replica" else DOWN
-            out.append(MemberView(member, mapped, state=role, error=error))
-        return out
+        return sql_member_views(self.cluster, self.inventory)
 
     def leader(self) -> str | None:
         """The writable member MHA stands behind. After a partition two can be writable (MHA fences
@@ -244,9 +236,7 @@ class MhaManager(HAManager):
         return f"masterha_manager started but not monitoring: {self.status().get('state')} {res.stderr[-120:]}"
 
     def switchover(self, candidate: str | None = None) -> ActionResult:
-        leader = self.leader()
-        if candidate is None:
-            candidate = next((m.member for m in self.members() if m.role == REPLICA), None)
+        leader, candidate = self.switchover_pair(candidate)
         t_sent = time.time()
         if candidate is None:
             return ActionResult("switchover", False, t_sent, time.time(), member=leader, answer="no replica to promote")
@@ -271,10 +261,9 @@ class MhaManager(HAManager):
         replicas (its log's `CHANGE MASTER TO` for the new primary); read-only first, so no client
         can write to it meanwhile. Then the monitor again."""
         t_sent = time.time()
-        leader = self.leader()
-        if leader is None or leader == member:
-            return ActionResult("rejoin", False, t_sent, time.time(), member=member,
-                                answer=f"no other primary to rejoin (leader: {leader})")
+        leader, refused = self.rejoin_target(member)
+        if refused is not None or leader is None:
+            return refused  # type: ignore[return-value]
         log = self.log_path()
         text = self._on_manager(f"cat {shlex.quote(log)}").stdout if log else ""
         leader_addr = self.inventory.member_address(next(m for m in self.cluster.members if m.host == leader))

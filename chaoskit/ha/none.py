@@ -3,7 +3,7 @@ is no detection signal (T_detect is null with that reason, never invented)."""
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from chaoskit.ha.base import DOWN, LEADER, REPLICA, HaConfig, HAManager, MemberView
 
@@ -18,10 +18,16 @@ class NoManager(HAManager):
     observable: ClassVar[bool] = False
 
     def members(self) -> list[MemberView]:
-        from chaoskit.topology.roles import sql_roles
+        return sql_member_views(self.cluster, self.inventory)
 
-        out = []
-        for member, (role, error) in sql_roles(self.cluster, self.inventory).items():
-            mapped = LEADER if role == "primary" else REPLICA if role == "replica" else DOWN
-            out.append(MemberView(member, mapped, state=role, error=error))
-        return out
+
+def sql_member_views(cluster: Any, inventory: Any) -> list[MemberView]:
+    """Each member's role as the server itself says (writable: leader), for managers that keep no
+    view of their own (none, MHA)."""
+    from chaoskit.topology.roles import sql_roles
+
+    out = []
+    for member, (role, error) in sql_roles(cluster, inventory).items():
+        mapped = LEADER if role == "primary" else REPLICA if role == "replica" else DOWN
+        out.append(MemberView(member, mapped, state=role, error=error))
+    return out

@@ -44,6 +44,7 @@ from chaoskit.ha.base import (
     MemberView,
     Watcher,
 )
+from chaoskit.ha.hoststream import match_line
 from chaoskit.ha.sqlclock import measure_sql_clock
 from chaoskit.validation import Name, PosixUser, SqlName
 
@@ -157,11 +158,7 @@ def event_kind(event: str, successful: bool) -> str | None:
 
 def log_event(line: str) -> tuple[str, str | None] | None:
     """A repmgrd log line as (event kind, the node it names) where it tells the failover."""
-    for pattern, kind in LOG_EVENTS:
-        m = pattern.search(line)
-        if m:
-            return kind, m.groupdict().get("node")
-    return None
+    return match_line(LOG_EVENTS, line)
 
 
 def role_of(node_type: str, active: bool) -> str:
@@ -263,9 +260,7 @@ class RepmgrManager(HAManager):
 
     # -- actions -----------------------------------------------------------------------------
     def switchover(self, candidate: str | None = None) -> ActionResult:
-        leader = self.leader()
-        if candidate is None:
-            candidate = next((m.member for m in self.members() if m.role == REPLICA), None)
+        leader, candidate = self.switchover_pair(candidate)
         t_sent = time.time()
         if candidate is None:
             return ActionResult("switchover", False, t_sent, time.time(), member=leader, answer="no standby to promote")
@@ -284,11 +279,10 @@ class RepmgrManager(HAManager):
         the second, pg_rewind finds both on one timeline: either way nothing is rewound and a node
         that can never follow is started. Where rejoin
         still fails (the WAL pg_rewind needs is gone) the node is cloned again: `rebuilt` says so."""
-        leader = self.leader()
         t_sent = time.time()
-        if leader is None or leader == member:
-            return ActionResult("rejoin", False, t_sent, time.time(), member=member,
-                                answer=f"no other primary to rejoin (leader: {leader})")
+        leader, refused = self.rejoin_target(member)
+        if refused is not None or leader is None:
+            return refused  # type: ignore[return-value]
         node = next(m for m in self.cluster.members if m.host == member)
         if node.data_dir is None:
             return ActionResult("rejoin", False, t_sent, time.time(), member=member,

@@ -118,13 +118,18 @@ def roles(spec: LabSpec) -> list[dict[str, str]]:
     return out
 
 
-def clusters(spec: LabSpec) -> dict[str, Any]:
-    my_members = [{
+def member(h: LabHost) -> dict[str, Any]:
+    """A lab MariaDB node as an inventory member (its data, socket, server process and log)."""
+    return {
         "host": h.name, "data_dir": str(h.dir / "mysql"), "db_socket": str(Paths.mariadb_socket(h)),
         "processes": {"mariadb": {"pid_file": str(Paths.mariadb_pid(h)), "comm": "mariadbd",
                                   "start": str(Paths.launcher(h, "mariadb"))}},
         "logs": {"mariadb": str(h.dir / "error.log")},
-    } for h in hosts(spec)]
+    }
+
+
+def clusters(spec: LabSpec) -> dict[str, Any]:
+    my_members = [member(h) for h in hosts(spec)]
     return {"mariadb": {
         "engine": "mysql", "members": my_members, "port": MARIADB_PORT, "database": MARIADB_DATABASE,
         "user": MARIADB_USER, "password": {"file": str(Paths.secret("mariadb_chaoskit"))},

@@ -299,12 +299,7 @@ def repair(spec: LabSpec) -> list[str]:
 
 def clusters(spec: LabSpec) -> dict[str, Any]:
     m = manager_host(spec)
-    members = [{
-        "host": h.name, "data_dir": str(h.dir / "mysql"), "db_socket": str(Paths.mariadb_socket(h)),
-        "processes": {"mariadb": {"pid_file": str(Paths.mariadb_pid(h)), "comm": "mariadbd",
-                                  "start": str(Paths.launcher(h, "mariadb"))}},
-        "logs": {"mariadb": str(h.dir / "error.log")},
-    } for h in hosts(spec)]
+    members = [my.member(h) for h in hosts(spec)]
     base = {"engine": "mysql", "members": members, "port": MARIADB_PORT, "database": MARIADB_DATABASE,
             "user": MARIADB_USER, "password": {"file": str(Paths.secret("mariadb_chaoskit"))},
             "ha": {"kind": "mha", "manager_host": m.name, "conf": str(conf(spec)), "log": str(manager_log(spec)),
