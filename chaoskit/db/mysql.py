@@ -44,6 +44,15 @@ def slave_state(status: dict[str, Any]) -> tuple[str, int | None, float | None]:
     return state, lag, None if delay is None else float(delay)
 
 
+def replica_state_of(conn: Any) -> tuple[str, int | None, float | None] | None:
+    """A connection's server as a replica (`slave_state`), None where it replicates from nobody."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW SLAVE STATUS")
+        cols = [d[0] for d in cur.description or []]
+        row = cur.fetchone()
+    return slave_state(dict(zip(cols, row, strict=False))) if row else None
+
+
 class MySQLDriver(Driver):
     family = "mysql"
     table_suffix = " ENGINE=InnoDB"
@@ -117,11 +126,7 @@ class MySQLDriver(Driver):
             return int(cur.fetchone()[0]) == 0
 
     def replica_state(self, conn: Any) -> tuple[str, int | None, float | None] | None:
-        with conn.cursor() as cur:
-            cur.execute("SHOW SLAVE STATUS")
-            cols = [d[0] for d in cur.description or []]
-            row = cur.fetchone()
-        return slave_state(dict(zip(cols, row, strict=False))) if row else None
+        return replica_state_of(conn)
 
     def position(self, conn: Any) -> str | None:
         """MariaDB: gtid_current_pos (applied, own and replicated); MySQL: gtid_executed."""

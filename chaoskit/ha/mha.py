@@ -272,12 +272,13 @@ class MhaManager(HAManager):
             return ActionResult("rejoin", False, t_sent, time.time(), member=member,
                                 answer=f"the manager's log has no CHANGE MASTER TO {leader_addr}: position unknown")
         pos = positions[-1]
-        repl_password = self._repl_password()
+        admin = self._conf().get("server default", {})  # read once for the whole action
+        repl_password = self._repl_password(admin)
         node = next(m for m in self.cluster.members if m.host == member)
         conn = None
         try:
             # as MHA's own admin user (the application's user must not be able to change replication)
-            conn = self._admin_connect(node)
+            conn = self._admin_connect(node, admin)
             for statement, params in (
                     ("SET GLOBAL read_only=1", ()), ("STOP SLAVE", ()), ("RESET SLAVE ALL", ()),
                     ("CHANGE MASTER TO MASTER_HOST=%s, MASTER_PORT=%s, MASTER_USER=%s, MASTER_PASSWORD=%s, "
@@ -293,45 +294,46 @@ class MhaManager(HAManager):
         finally:
             if conn is not None:
                 conn.close()
-        ok = self._replicates(member, 60)
+        ok = self._replicates(node, admin, 60)
         again = self._start_manager()
         return ActionResult("rejoin", ok, t_sent, time.time(), member=member, rewound=False, rebuilt=False,
                             answer=f"replica of {leader} from {pos.group('file')}:{pos.group('pos')}; {again}")
 
-    def _admin_connect(self, node: Any) -> Any:
-        """A connection as the MHA config's `user` (MHA's administrative account)."""
+    def _admin_connect(self, node: Any, admin: dict[str, str]) -> Any:
+        """A connection as the MHA config's `user` (MHA's administrative account; `admin` is the
+        config's [server default])."""
         import pymysql
 
-        default = self._conf().get("server default", {})
         return pymysql.connect(host=self.inventory.member_address(node), port=int(node.db_port or self.cluster.port),
-                               user=default.get("user", "root"), password=default.get("password", ""),
+                               user=admin.get("user", "root"), password=admin.get("password", ""),
                                connect_timeout=5, read_timeout=30, write_timeout=30, autocommit=True)
 
-    def _repl_password(self) -> str:
+    def _repl_password(self, admin: dict[str, str]) -> str:
         ref = self.cfg.repl_password
         if ref is not None and hasattr(ref, "resolve"):
             return str(ref.resolve())
-        return self._conf().get("server default", {}).get("repl_password", "")
+        return admin.get("repl_password", "")
 
-    def _replicates(self, member: str, timeout: float) -> bool:
-        node = next(m for m in self.cluster.members if m.host == member)
+    def _replicates(self, node: Any, admin: dict[str, str], timeout: float) -> bool:
+        """Whether both replication threads run on `node` within the bound (one connection, made
+        again only after an error)."""
+        from chaoskit.db.mysql import replica_state_of
+
         deadline = time.time() + timeout
-        while time.time() < deadline:
-            conn = None
-            try:
-                conn = self._admin_connect(node)
-                with conn.cursor() as cur:
-                    cur.execute("SHOW SLAVE STATUS")
-                    cols = [d[0] for d in cur.description or []]
-                    row = cur.fetchone()
-                if row:
-                    st = dict(zip(cols, row, strict=False))
-                    if st.get("Slave_IO_Running") == "Yes" and st.get("Slave_SQL_Running") == "Yes":
+        conn = None
+        try:
+            while time.time() < deadline:
+                try:
+                    conn = conn or self._admin_connect(node, admin)
+                    state = replica_state_of(conn)
+                    if state is not None and state[0] == "streaming":
                         return True
-            except Exception:
-                pass
-            finally:
-                if conn is not None:
-                    conn.close()
-            time.sleep(1.0)
-        return False
+                except Exception:  # the node restarting or busy: ask again on a new connection
+                    if conn is not None:
+                        conn.close()
+                    conn = None
+                time.sleep(1.0)
+            return False
+        finally:
+            if conn is not None:
+                conn.close()
