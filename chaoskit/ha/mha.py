@@ -146,9 +146,7 @@ class MhaManager(HAManager):
         monitored = names.get(str(st.get("master", "")).split(":")[0]) if st.get("running") else None
         if monitored in writable:
             return monitored
-        log = self.log_path()
-        text = self._on_manager(f"tail -c 2000000 -- {shlex.quote(log)}").stdout if log else ""
-        promoted = [names.get(m.group("node")) for m in PROMOTED.finditer(text)]
+        promoted = [names.get(m.group("node")) for m in PROMOTED.finditer(self._recent_log())]
         return promoted[-1] if promoted and promoted[-1] in writable else writable[0]
 
     def health(self) -> tuple[bool, str]:
@@ -196,6 +194,11 @@ class MhaManager(HAManager):
         from chaoskit.validation import is_safe_path
 
         return path if path and is_safe_path(path) else None
+
+    def _recent_log(self) -> str:
+        """The manager log's last 2 MB (it grows with every failover; the last one is what is read)."""
+        log = self.log_path()
+        return self._on_manager(f"tail -c 2000000 -- {shlex.quote(log)}").stdout if log else ""
 
     def log_sources(self) -> dict[str, dict[str, str]]:
         path = self.log_path()
@@ -264,8 +267,7 @@ class MhaManager(HAManager):
         leader, refused = self.rejoin_target(member)
         if refused is not None or leader is None:
             return refused  # type: ignore[return-value]
-        log = self.log_path()
-        text = self._on_manager(f"cat {shlex.quote(log)}").stdout if log else ""
+        text = self._recent_log()
         leader_addr = self.inventory.member_address(next(m for m in self.cluster.members if m.host == leader))
         positions = [m for m in CHANGE_MASTER.finditer(text) if m.group("host") == leader_addr]
         if not positions:
