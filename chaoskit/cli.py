@@ -85,6 +85,8 @@ def lab_up(
                   f"{', '.join(res.stacks)}")
     else:
         note = " (cleaned leftovers of an earlier run first)" if res.cleaned_leftovers else ""
+        if res.revive_failed:
+            out.print(f"could not revive the lab in place, rebuilt it: {res.revive_failed}")
         out.print(f"lab up in {res.seconds:.1f}s{note}: added {', '.join(res.added) or 'the base'}; running "
                   f"{', '.join(res.stacks)}; inventory: inventories/lab.yaml")
     _print_lab_status(manager.status())
@@ -549,7 +551,7 @@ def campaign(
     from chaoskit.playbook.loader import load_playbook
     from chaoskit.report.campaign import run_figures, summarise, wait_healthy, write_campaign
     from chaoskit.report.rundir import run_dir_name
-    from chaoskit.topology.roles import sql_roles
+    from chaoskit.topology.roles import writer_roles
     from chaoskit.units import parse_duration
 
     _controller(evidence=True)
@@ -570,7 +572,7 @@ def campaign(
     runs: list[dict[str, Any]] = []
     aborted = False
     for i in range(repeat):
-        if i and not wait_healthy(lambda: {m: r for m, (r, _) in sql_roles(cluster, inv).items()}, settle_s):
+        if i and not wait_healthy(lambda: writer_roles(cluster, inv), settle_s):
             err.print(f"the cluster was not healthy within {settle} after run {i}: campaign stopped", highlight=False)
             break
         evidence, run_dir, aborted = _drill_once(loaded, inv, playbook, inventory, root, allow_production, sign_key)
@@ -609,7 +611,7 @@ def experiment_run(
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     from chaoskit.guard import cluster_hosts, refuse_production, refuse_unreachable_lab
-    from chaoskit.playbook.experiment import Experiment, run_experiment
+    from chaoskit.playbook.experiment import Experiment, check_required, run_experiment
     from chaoskit.report.experiment import write_experiment
     from chaoskit.report.rundir import RunDirectory
     from chaoskit.yamlsrc import load_yaml, raise_validation
@@ -638,6 +640,7 @@ def experiment_run(
         hosts = [h for c in (exp.cluster, *exp.targets) for h in cluster_hosts(inv, c)]
         refuse_production(inv, hosts, [exp.cluster, *exp.targets], allow=allow_production)
         refuse_unreachable_lab(inv)
+        check_required(exp, inv)  # refused with the setting named, before a run directory exists
         rd = RunDirectory.create(out_root, exp.name, _t.time())
     except ChaoskitError as exc:
         _fail(exc)
@@ -661,8 +664,9 @@ def experiment_run(
         table.add_row(*[("—" if c[k] is None else f"{c[k]:.2f}" if isinstance(c[k], float) else str(c[k]))
                         for k in cols])
     out.print(table)
-    if result.get("knee"):
-        out.print(f"knee: {result['knee']['shape']}; recommended workers {result['knee']['recommended_workers']}")
+    for wl, knee in (result.get("knees") or ({"": result["knee"]} if result.get("knee") else {})).items():
+        out.print(f"knee{' (' + wl + ')' if wl else ''}: {knee['shape']}; recommended workers "
+                  f"{knee['recommended_workers']}", highlight=False)
     for line in result.get("headlines") or []:
         out.print(f"- {line}", highlight=False)
     out.print(f"report: {run_dir / 'report.html'}")

@@ -7,12 +7,17 @@ from typing import Any
 
 from chaoskit.db.base import Driver
 from chaoskit.inventory.models import Cluster, Inventory
-from chaoskit.topology.probe import ProbeLog
+from chaoskit.topology.probe import ProbeLog, same_component
 
 
-def split_brain(probe: ProbeLog, interval: float) -> dict[str, Any]:
+def split_brain(probe: ProbeLog, interval: float, *, multi_writer: bool = False) -> dict[str, Any]:
     """A member counts as writable from a `primary` sample until its next sample; two members
-    writable at once (within one probe interval of each other) is split-brain."""
+    writable at once (within one probe interval of each other) is split-brain.
+
+    In a multi-writer cluster (Galera; `probe` is then the writer view, see
+    `topology.probe.writer_view`) only writers in different components count, and only for
+    longer than two probe intervals: the members of one component see a view change up to one
+    interval apart, a real split lasts until the partition heals."""
     spans: dict[str, list[tuple[float, float]]] = {}
     by_member: dict[str, list[tuple[float, str]]] = {}
     for t, m, r in probe.samples:
@@ -30,6 +35,9 @@ def split_brain(probe: ProbeLog, interval: float) -> dict[str, Any]:
                     lo, hi = max(s1, s2), min(e1, e2)
                     if hi > lo:
                         pieces.append((a, b, lo, hi))
+    if multi_writer:
+        pieces = [p for p in pieces if not same_component(_component_at(probe, p[0], p[2]),
+                                                           _component_at(probe, p[1], p[2]))]
     # one entry per stretch of time a pair was writable together (samples one interval apart join)
     overlaps: list[dict[str, Any]] = []
     for a, b, lo, hi in sorted(pieces, key=lambda p: (p[0], p[1], p[2])):
@@ -40,9 +48,25 @@ def split_brain(probe: ProbeLog, interval: float) -> dict[str, Any]:
             overlaps.append({"members": [a, b], "from": lo, "to": hi})
     for o in overlaps:
         o["seconds"] = round(o["to"] - o["from"], 3)
+    ignored = 0
+    if multi_writer:
+        ignored = sum(1 for o in overlaps if o["seconds"] <= 2 * interval)
+        overlaps = [o for o in overlaps if o["seconds"] > 2 * interval]
     overlaps.sort(key=lambda o: o["from"])
-    return {"valid": not overlaps, "overlaps": overlaps[:20], "overlap_count": len(overlaps),
+    extra = {"multi_writer": True, "short_overlaps_ignored": ignored} if multi_writer else {}
+    return {**extra, "valid": not overlaps, "overlaps": overlaps[:20], "overlap_count": len(overlaps),
             "overlap_s": round(sum(o["seconds"] for o in overlaps), 3), "samples": len(probe.samples)}
+
+
+def _component_at(probe: ProbeLog, member: str, t: float) -> str | None:
+    """The component `member` last reported at or before `t` (multi-writer clusters)."""
+    found = None
+    for ts, m, c in probe.components:
+        if ts > t:
+            break
+        if m == member:
+            found = c
+    return found
 
 
 def gather_convergence(driver: Driver, cluster: Cluster, inventory: Inventory, run_id: str,
@@ -59,7 +83,7 @@ def gather_convergence(driver: Driver, cluster: Cluster, inventory: Inventory, r
                 conn = driver.connect_member(member)
                 count, total = driver.query(conn, sql, (run_id,))[0]
                 digests[member.host] = {"rows": int(count), "seq_sum": int(total),
-                                        "role": "primary" if driver.is_writable(conn) else "replica"}
+                                        "role": driver.role(conn)}
             except Exception as exc:  # a member down is reported, not fatal
                 digests[member.host] = {"error": str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}
             finally:

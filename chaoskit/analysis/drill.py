@@ -13,7 +13,9 @@ from chaoskit.analysis.durability import lost_update_check, rpo_check
 from chaoskit.analysis.failover import analyse_fault, baseline_tps, client_figures, fault_gaps, role_at
 from chaoskit.analysis.verdict import checked, merge
 from chaoskit.db.base import Driver, driver_for
+from chaoskit.ha.registry import is_multi_writer
 from chaoskit.recorder import OK, Recorder
+from chaoskit.topology.probe import writer_view
 
 MARKS = ("t_fault", "t_detect", "t_promoted", "t_first_ok", "t_recovered")
 
@@ -26,6 +28,7 @@ def gather_truth(ctx: Any, runner: Any) -> dict[str, Any]:
     writer = None
     try:
         writer = driver.connect_writer()
+        driver.causal_reads(writer)
         if "rpo" in pb.checks and pb.load.workload == "ledger":
             truth["ledger_present"] = checked(lambda: {"rows": runner.workload.present(writer)})
         if "rpo" in pb.checks and pb.load.workload == "update":
@@ -47,6 +50,10 @@ def analyse(ctx: Any, truth: dict[str, Any]) -> tuple[dict[str, Any], list[dict[
     pb, rec, probe = ctx.playbook, ctx.recorder, ctx.probe
     base = baseline_tps(rec, ctx.t0 + pb.load.warmup, ctx.t0 + pb.baseline)
     observable = bool(ctx.preflight.get("ha", {}).get("manager") not in (None, "none"))
+    cluster = getattr(ctx, "cluster", None)  # (absent from analysis-only contexts: single writer)
+    multi_writer = cluster is not None and is_multi_writer(cluster)
+    # the roles as the clients meet them: in a multi-writer cluster the one writer they use
+    roles = writer_view(probe.log, [m.host for m in cluster.members]) if multi_writer else probe.log
     # Faults and actions alike: a planned switchover is analysed from the instant it was issued.
     disturbances = [f.to_dict() for f in ctx.faults] + [
         {"id": f"action{i}", "kind": a["kind"], "host": a.get("member"), "t_effect": a["t_sent"],
@@ -56,11 +63,12 @@ def analyse(ctx: Any, truth: dict[str, Any]) -> tuple[dict[str, Any], list[dict[
     faults = []
     for i, f in enumerate(first_at):
         window_end = first_at[i + 1]["t_effect"] if i + 1 < len(first_at) else ctx.ended
-        faults.append(checked(analyse_fault, f, rec, probe.log, baseline=base, window_end=window_end,
+        faults.append(checked(analyse_fault, f, rec, roles, baseline=base, window_end=window_end,
                               tps_fraction=pb.recovery.tps_fraction, hold=pb.recovery.hold,
-                              manager_observable=observable))
+                              manager_observable=observable, promotes=not multi_writer))
     for f, fa in zip(first_at, faults, strict=True):
-        if fa.get("valid") != "unknown" and role_at(probe.log, f["t_effect"]).get(f["host"]) == "replica":
+        if fa.get("valid") != "unknown" and not multi_writer and \
+                role_at(probe.log, f["t_effect"]).get(f["host"]) == "replica":
             fa["catchup"] = checked(standby_catchup, probe.log, f["host"], f["t_effect"], f.get("t_reverted"),
                                     fa.get("window_end") or ctx.ended,
                                     baseline=(ctx.t0 + pb.load.warmup, ctx.t0 + pb.baseline), actions=ctx.actions)
@@ -83,7 +91,7 @@ def analyse(ctx: Any, truth: dict[str, Any]) -> tuple[dict[str, Any], list[dict[
         bank = truth.get("bank") or {"valid": "unknown", "error": error}
         checks["bank"] = bank if "total" not in bank else {"valid": bank["total"] == bank["expected"],
                                                            "drift": bank["total"] - bank["expected"], **bank}
-    brain = checked(split_brain, probe.log, pb.probes.interval)
+    brain = checked(split_brain, roles, pb.probes.interval, multi_writer=multi_writer)
     if "split_brain" in pb.checks:
         checks["split_brain"] = brain
     for fa in faults:

@@ -81,16 +81,22 @@ def client_figures(gaps: list[Any], t_fault: float) -> dict[str, Any]:
     per_client = {str(w): (g.first_ok_after - t_fault if g.first_ok_after else None)
                   for w, g in sorted(first_gap.items())}
     rtos = sorted(v for v in per_client.values() if v is not None)
-    return {"first_err_after_fault_s": round(t_first_err - t_fault, 6), "outage": True, "t_last_ok": t_last_ok,
+    gap = _diff(t_first_ok, t_last_ok)
+    # outages that never overlapped (the clients of an isolated primary went on writing while the
+    # others failed over) leave no instant without a write: no common gap, never a negative one
+    overlap = gap is None or gap >= 0
+    return {"outages_overlap": overlap, "first_err_after_fault_s": round(t_first_err - t_fault, 6), "outage": True,
+            "t_last_ok": t_last_ok,
             "t_first_err": t_first_err, "t_first_ok": t_first_ok, "rto_s": _diff(t_first_ok, t_fault),
-            "write_gap_s": _diff(t_first_ok, t_last_ok), "per_client_rto_s": per_client,
+            "write_gap_s": gap if overlap else 0.0, "per_client_rto_s": per_client,
             "per_client_rto_percentiles_s": {f"p{p}": nearest_rank(rtos, p) for p in (50, 90, 99, 100)} if rtos else {},
             "workers_in_outage": len(first_gap),
             "workers_not_recovered": sum(1 for v in per_client.values() if v is None)}
 
 
 def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, baseline: float | None,
-                  window_end: float, tps_fraction: float, hold: float, manager_observable: bool) -> dict[str, Any]:
+                  window_end: float, tps_fraction: float, hold: float, manager_observable: bool,
+                  promotes: bool = True) -> dict[str, Any]:
     t_fault = fault["t_effect"]
     gaps = fault_gaps(rec, fault, window_end)
     out: dict[str, Any] = {"id": fault["id"], "kind": fault["kind"], "target_host": fault["host"],
@@ -108,6 +114,9 @@ def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, base
         return out
     clients = client_figures(gaps, t_fault)
     t_last_ok, t_first_ok = clients["t_last_ok"], clients["t_first_ok"]
+    if not clients["outages_overlap"]:
+        out["notes"].append(f"the clients' outages did not overlap (one wrote again at +{t_first_ok - t_fault:.3f}s, "
+                            f"another last wrote at +{t_last_ok - t_fault:.3f}s): write gap 0")
 
     outcome = fault_outcome(probe, t_fault, window_end, outage=True)
     old_primary, new_primary = outcome["primary_at_fault"], outcome.get("new_primary")
@@ -121,8 +130,19 @@ def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, base
     candidates = [(t, "probe") for t in [t_probe_writable] if t is not None] + \
                  [(t, "client") for t in [t_first_ok] if t is not None]
     t_promoted, evidence = min(candidates) if candidates else (None, None)
-    if t_promoted is None:
+    if not promotes:
+        # a multi-writer cluster promotes nothing: its other nodes were writable all along, and
+        # writes resume when the cluster lets commits through again (the clients' first write)
+        t_promoted, evidence = None, None
+        out["notes"].append("multi-writer cluster: no promotion (t_promoted null); the phase after detection is "
+                            "the clients' reconnect to a node that commits again")
+    elif t_promoted is None:
         out["notes"].append("no writable node observed after the fault within the window")
+    if not promotes:
+        out["non_primary"] = non_primary_spans(probe, t_fault, window_end)
+        for span in out["non_primary"]:
+            out["notes"].append(f"{span['member']} was outside the Primary Component, refusing writes, from "
+                                f"+{span['from_s']:.3f}s to +{span['to_s']:.3f}s (as polled)")
 
     t_detect, detect_how, detect_unc = _detect(probe, t_fault, window_end, fault.get("offset_uncertainty_s") or 0.0) \
         if manager_observable else (None, None, None)
@@ -130,22 +150,26 @@ def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, base
         out["notes"].append("no HA manager in this cluster (ha: none): no detection signal exists, t_detect is null")
     elif t_detect is None:
         out["notes"].append("the HA manager showed no reaction (leader change or leader state change)")
-    if outcome["outcome"] == "no_reaction" and t_detect is not None:
+    if outcome["outcome"] == "no_reaction" and t_detect is not None and promotes:
         out["notes"].append(f"the manager's first event after the fault ({detect_how}, at "
                             f"+{t_detect - t_fault:.3f}s) moved no leader: no failover, so no detection is reported")
         t_detect, detect_how, detect_unc = None, None, None
+    if not promotes and t_detect is not None and t_first_ok is not None and t_detect > t_first_ok:
+        out["notes"].append(f"view change seen {t_detect - t_first_ok:.3f}s after the first write went through "
+                            "(poll granularity); t_detect clamped to it (the cluster had moved on before)")
+        t_detect = t_first_ok
     if t_detect is not None and t_promoted is not None and t_detect > t_promoted:
         out["notes"].append(f"manager signal seen {t_detect - t_promoted:.3f}s after the node was writable "
                             "(poll granularity); t_detect clamped to t_promoted (the manager acted before)")
         t_detect = t_promoted
 
-    t_recovered = _recovered(rec, t_first_ok, baseline, tps_fraction, hold, window_end) if t_first_ok else None
+    t_recovered = recovered_at(rec, t_first_ok, baseline, tps_fraction, hold) if t_first_ok else None
     if baseline is None:
         out["notes"].append("no baseline throughput: t_recovered is null")
     phases = {
         "detection_s": _diff(t_detect, t_fault),
         "promotion_s": _diff(t_promoted, t_detect),
-        "reconnect_s": _diff(t_first_ok, t_promoted),
+        "reconnect_s": _diff(t_first_ok, t_promoted if promotes else t_detect),
         "stabilisation_s": _diff(t_recovered, t_first_ok),
     }
     if t_last_ok is not None and t_last_ok - t_fault > 1.0:
@@ -191,6 +215,27 @@ def fault_outcome(probe: ProbeLog, t_fault: float, window_end: float, *, outage:
     return {"outcome": kind, "outcome_text": text, "primary_at_fault": old, "window_end": window_end, **times}
 
 
+def non_primary_spans(probe: ProbeLog, t_fault: float, window_end: float) -> list[dict[str, Any]]:
+    """Members the manager's poll saw in a non-Primary component (a multi-writer cluster's
+    minority: up, answering, refusing every write) between the fault and the window's end: first
+    and last sample of each stretch, relative to the fault."""
+    spans: list[dict[str, Any]] = []
+    open_: dict[str, dict[str, Any]] = {}
+    for t, _, states in probe.manager:
+        if not t_fault <= t < window_end:
+            continue
+        for member, state in states.items():
+            refusing = state.split("/")[1:2] == ["non-Primary"]
+            if refusing and member not in open_:
+                open_[member] = {"member": member, "from_s": round(t - t_fault, 3), "to_s": round(t - t_fault, 3)}
+                spans.append(open_[member])
+            elif refusing:
+                open_[member]["to_s"] = round(t - t_fault, 3)
+            else:
+                open_.pop(member, None)
+    return spans
+
+
 def _diff(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else round(a - b, 6)
 
@@ -212,12 +257,14 @@ def _detect(probe: ProbeLog, t_fault: float, window_end: float,
     return first.t, f"{first.source}: {first.detail}", first.uncertainty_s
 
 
-def _recovered(rec: Recorder, t_first_ok: float, baseline: float | None, fraction: float, hold: float,
-               window_end: float) -> float | None:
+def recovered_at(rec: Recorder, since: float, baseline: float | None, fraction: float, hold: float) -> float | None:
+    """The start of the first stretch after `since` where the 1 s rolling throughput stays at or
+    above fraction x baseline for `hold` seconds (t_recovered); None when there is none. The drill
+    asks it live to keep its load running until recovery is seen, the analysis afterwards."""
     if not baseline:
         return None
     threshold = fraction * baseline
-    series = [(t, v) for t, v in rolling_tps(rec) if t >= t_first_ok]
+    series = [(t, v) for t, v in rolling_tps(rec) if t >= since]
     start = None
     for t, v in series:
         if v >= threshold:

@@ -130,6 +130,11 @@ class Driver(ABC):
     @abstractmethod
     def connect_member(self, member: Member) -> Any: ...
 
+    def failure(self, exc: BaseException) -> str:
+        """Why a server could not answer, in one line: the error class and the first line said."""
+        said = str(exc).strip()
+        return f"{self.classify(exc)}: {said.splitlines()[0] if said else repr(exc)}"
+
     def classify(self, exc: BaseException) -> ErrorClass:
         """One ErrorClass for any exception; never raises (a crash here would kill a worker)."""
         if isinstance(exc, TimeoutError):
@@ -142,8 +147,33 @@ class Driver(ABC):
     @abstractmethod
     def _classify(self, exc: BaseException) -> ErrorClass: ...
 
+    def causal_reads(self, conn: Any) -> None:
+        """Make this session's reads see every write the cluster committed before them (Galera:
+        wsrep_sync_wait; a node that rejoined may still be applying). The ground-truth read of a
+        drill uses it; elsewhere a no-op."""
+        return None
+
+    def loop_capable(self) -> bool:
+        """The load's event loop can drive this cluster's connections (see chaoskit.workload.loop)."""
+        return True
+
+    def client_gave_up(self, exc: BaseException) -> bool:
+        """The error is the client's own read deadline expiring (not the server cancelling the
+        statement): a commit sent before it may still happen, so its outcome is unknown."""
+        return False
+
     @abstractmethod
     def is_writable(self, conn: Any) -> bool: ...
+
+    def role(self, conn: Any) -> str:
+        """`primary` when the server takes writes (`is_writable`), else `replica`: the SQL view of
+        a member, the same words wherever a member is asked."""
+        return "primary" if self.is_writable(conn) else "replica"
+
+    def role_and_position(self, conn: Any) -> tuple[str, str | None]:
+        """`role` and `position` together: what the role probe asks of every member ten times a
+        second. An engine that can answer both in one statement overrides this."""
+        return self.role(conn), self.position(conn)
 
     @abstractmethod
     def server_version(self, conn: Any) -> str: ...
@@ -221,8 +251,15 @@ class Driver(ABC):
         return None
 
     def position(self, conn: Any) -> str | None:
-        """Where this node's data is (MySQL/MariaDB: the GTID position it has applied), for the
-        timeline; None where the engine's position is not sampled."""
+        """Where this node's data is (MySQL/MariaDB: the GTID position it has applied; PostgreSQL:
+        the WAL position, an LSN), for the timeline and a standby's catch-up; None where the
+        engine's position is not sampled."""
+        return None
+
+    def component(self, conn: Any) -> str | None:
+        """Which part of a multi-writer cluster this node is in (Galera: its view of the Primary
+        Component); writers in one component are one database, in two they are split-brain.
+        None for single-writer engines."""
         return None
 
     @staticmethod

@@ -56,6 +56,7 @@ def replica_state_of(conn: Any) -> tuple[str, int | None, float | None] | None:
 class MySQLDriver(Driver):
     family = "mysql"
     table_suffix = " ENGINE=InnoDB"
+    _no_wsrep = False  # set once a server said it has no @@wsrep_on (MySQL)
 
     def create_index(self, conn: Any, name: str, table: str, columns: str) -> None:
         try:
@@ -121,9 +122,53 @@ class MySQLDriver(Driver):
         raise last
 
     def is_writable(self, conn: Any) -> bool:
+        """Not read-only, and on a Galera node also in the Primary Component and ready (a node cut
+        off into a minority is not read-only, yet refuses every write with error 1047). One round
+        trip off Galera (the role probe asks this of every node ten times a second), two on it."""
+        read_only, wsrep_on = self._read_only_and_wsrep(conn)
+        if read_only:
+            return False
+        return not wsrep_on or self.status_values(conn, ("wsrep_ready",)).get("wsrep_ready") == "ON"
+
+    def component(self, conn: Any) -> str | None:
+        """A Galera node's component: its status (Primary or not) and the members it sees
+        (`wsrep_incoming_addresses`, sorted). Nodes of one component agree on it; the two sides of
+        a split differ even where both installed the same configuration id. None off Galera."""
+        wsrep = self._wsrep_status(conn, ("wsrep_cluster_status", "wsrep_incoming_addresses"))
+        if wsrep is None:
+            return None
+        members = ",".join(sorted(a for a in wsrep.get("wsrep_incoming_addresses", "").split(",") if a))
+        return f"{wsrep.get('wsrep_cluster_status', '?')}:{members}"
+
+    def status_values(self, conn: Any, names: tuple[str, ...]) -> dict[str, str]:
+        """Global status variables by name (lower case); a name the server lacks is absent. SHOW
+        STATUS is answered even by a Galera node outside the Primary Component."""
+        with conn.cursor() as cur:
+            cur.execute("SHOW GLOBAL STATUS WHERE Variable_name IN (" + ",".join(["%s"] * len(names)) + ")", names)
+            return {str(k).lower(): str(v) for k, v in cur.fetchall()}
+
+    def _read_only_and_wsrep(self, conn: Any) -> tuple[bool, bool]:
+        """(@@read_only, @@wsrep_on) in one query; MySQL builds without wsrep (error 1193 on the
+        variable) are remembered, and asked @@read_only alone from then on."""
+        if not self._no_wsrep:
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("SELECT @@global.read_only, @@global.wsrep_on")
+                    read_only, wsrep_on = cur.fetchone()
+                return int(read_only) != 0, int(wsrep_on) == 1
+            except pymysql.err.OperationalError as exc:
+                if exc.args[0] != 1193:  # unknown system variable: not a wsrep build
+                    raise
+                self._no_wsrep = True
         with conn.cursor() as cur:
             cur.execute("SELECT @@global.read_only")
-            return int(cur.fetchone()[0]) == 0
+            return int(cur.fetchone()[0]) != 0, False
+
+    def _wsrep_status(self, conn: Any, names: tuple[str, ...]) -> dict[str, str] | None:
+        """The node's wsrep status values, or None where wsrep is off or unknown."""
+        if not self._read_only_and_wsrep(conn)[1]:
+            return None
+        return self.status_values(conn, names)
 
     def replica_state(self, conn: Any) -> tuple[str, int | None, float | None] | None:
         return replica_state_of(conn)
@@ -153,6 +198,22 @@ class MySQLDriver(Driver):
             return sock.fileno() if sock is not None else None
         except OSError:
             return None
+
+    def causal_reads(self, conn: Any) -> None:
+        if self._wsrep_status(conn, ("wsrep_ready",)) is not None:
+            with conn.cursor() as cur:
+                cur.execute("SET SESSION wsrep_sync_wait = 1")  # reads wait until the node applied all before them
+
+    def loop_capable(self) -> bool:
+        """Not over TLS: the loop reads the raw socket, PyMySQL's TLS socket stays with threads."""
+        return not any(k.startswith("ssl") for k in self.cluster.options)
+
+    def client_gave_up(self, exc: BaseException) -> bool:
+        """PyMySQL's read_timeout: "Lost connection ... during query (timed out)" (2013). The
+        server never saw a cancel; a Galera commit waiting for a view change, for one, completes
+        after it (seen on the lab: rows present for writes the client had timed out on)."""
+        code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+        return code == 2013 and "timed out" in str(exc).lower()
 
     def _classify(self, exc: BaseException) -> ErrorClass:
         code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None

@@ -33,6 +33,11 @@ _READ_ONLY_MARKERS = ("read-only", "read only", "hot standby", "server is in hot
                       "session is read-only", "cannot execute")
 _TIMEOUT_MARKERS = ("timeout expired", "timed out", "canceling statement due to statement timeout")
 
+# A member takes writes (what libpq's target_session_attrs=read-write accepts); where its data is
+# (the primary's insert position, a standby's last replayed one). Asked alone or together.
+WRITABLE = "NOT pg_is_in_recovery() AND current_setting('transaction_read_only') = 'off'"
+POSITION = "(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)::text"
+
 
 _PREPARED: weakref.WeakKeyDictionary[Any, dict[str, bytes]] = weakref.WeakKeyDictionary()  # per PGconn
 
@@ -167,9 +172,7 @@ class PostgresDriver(Driver):
         """What libpq's target_session_attrs=read-write accepts: not in recovery, and not
         read-only (pg_auto_failover promotes a node but keeps default_transaction_read_only on
         until the old primary is known to be demoted)."""
-        row = conn.execute("SELECT NOT pg_is_in_recovery() AND current_setting('transaction_read_only') = 'off'"
-                           ).fetchone()
-        return bool(row[0])
+        return bool(conn.execute(f"SELECT {WRITABLE}").fetchone()[0])
 
     def replication_status(self, conn: Any) -> list[tuple[str, str, int | None, float | None]]:
         rows = conn.execute(
@@ -177,6 +180,17 @@ class PostgresDriver(Driver):
             "extract(epoch FROM replay_lag)::float8 FROM pg_stat_replication WHERE client_addr IS NOT NULL"
         ).fetchall()
         return [(str(a), str(s), None if b is None else int(b), d) for a, s, b, d in rows]
+
+    def position(self, conn: Any) -> str | None:
+        """The WAL position of this node's data: the primary's current insert position, a
+        standby's last replayed one (an LSN such as `0/3000148`)."""
+        row = conn.execute(f"SELECT {POSITION}").fetchone()
+        return None if row is None or row[0] is None else str(row[0])
+
+    def role_and_position(self, conn: Any) -> tuple[str, str | None]:
+        """`is_writable` and `position` in one statement: one round trip per probe sample."""
+        row = conn.execute(f"SELECT {WRITABLE}, {POSITION}").fetchone()
+        return ("primary" if row[0] else "replica"), (None if row[1] is None else str(row[1]))
 
     def server_version(self, conn: Any) -> str:
         return str(conn.execute("SHOW server_version").fetchone()[0])

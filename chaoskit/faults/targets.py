@@ -11,7 +11,9 @@ from collections.abc import Callable
 
 from chaoskit.errors import InputError
 from chaoskit.faults.spec import ALL_HOSTS, CLIENT, FaultBase
+from chaoskit.ha.registry import is_multi_writer
 from chaoskit.inventory.models import Cluster, Inventory, Member
+from chaoskit.topology.probe import first_writer
 
 RoleView = dict[str, str]  # member host -> primary | replica | down (and sync_standby flags below)
 
@@ -60,6 +62,8 @@ def resolve_hosts(target: str, cluster: Cluster | None, roles: Callable[[], tupl
     assert cluster is not None
     view, sync = roles()
     order = [m.host for m in cluster.members]
+    if is_multi_writer(cluster):  # role:primary is the one writer clients use, never every node
+        view = first_writer(view, order)
     chosen = sorted(members_with_role(base[5:], view, sync), key=lambda h: order.index(h) if h in order else 99)
     if not chosen:
         seen = ", ".join(f"{m}={r}" for m, r in view.items())

@@ -22,6 +22,7 @@ Contract for a manager:
   timings, synchronous replication) read from the cluster; changes return the previous values so
   the caller journals them and restores them (errors raise: a 401 or a TLS failure must never
   leave a "sync" drill running async).
+- `multi_writer`: every member of the quorum takes writes (Galera); see the attribute.
 - `health()`: preflight; `detection_bound_s()`: how long a failed leader can go unnoticed with
   these settings (a failover drill whose fault is shorter would measure nothing);
   `log_sources()`: where its and the database's logs are on each member.
@@ -39,6 +40,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from chaoskit.models import Frozen
 
 if TYPE_CHECKING:
+    from chaoskit.db.base import Driver
+    from chaoskit.ha.sessions import MemberSessions
     from chaoskit.inventory.fanout import RemotePool
     from chaoskit.inventory.models import Cluster, Inventory
 
@@ -157,6 +160,11 @@ class HAManager(ABC):
     # members() is the manager's own view (a leader change seen by polling it is the manager
     # reacting); False where members() asks the servers (MHA): only watch() events then count
     view_is_own: ClassVar[bool] = True
+    # every member of the quorum takes writes (Galera): the writer the clients use is the first
+    # writable member in inventory order (what HAProxy's one-writer-plus-backups and an endpoint
+    # list both pick), several writable members in one component are no split-brain, and
+    # nothing is promoted (t_promoted is null; the clients' first write ends the outage)
+    multi_writer: ClassVar[bool] = False
     changeable_settings: ClassVar[frozenset[str]] = frozenset()
     engines: ClassVar[frozenset[str]] = frozenset({"postgres", "mysql", "dameng"})
 
@@ -165,6 +173,31 @@ class HAManager(ABC):
         self.inventory = inventory
         self.pool = pool
         self.config = cluster.ha
+        self._sessions: MemberSessions | None = None
+        self._sessions_lock = threading.Lock()
+
+    def sessions(self) -> MemberSessions:
+        """One kept connection per member, for managers whose view is asked of the servers
+        themselves (MHA, Galera): see `chaoskit.ha.sessions`. Closed by `close()`."""
+        from chaoskit.ha.sessions import MemberSessions
+
+        with self._sessions_lock:
+            if self._sessions is None:
+                self._sessions = MemberSessions(self.session_driver(), list(self.cluster.members))
+            return self._sessions
+
+    def session_driver(self) -> Driver:
+        """The driver (and its timeouts) the member sessions connect with."""
+        from chaoskit.db.base import driver_for
+
+        return driver_for(self.cluster, self.inventory).tuned(connect_timeout=2.0, op_timeout=3.0)
+
+    def close(self) -> None:
+        """Release what the manager keeps open between calls (its member sessions)."""
+        with self._sessions_lock:
+            sessions, self._sessions = self._sessions, None
+        if sessions is not None:
+            sessions.close()
 
     # -- roles -------------------------------------------------------------------------------
     @abstractmethod

@@ -30,7 +30,7 @@ from pydantic import Field
 
 from chaoskit.ha.base import LEADER, ActionResult, HaConfig, HAManager, ManagerEvent, MemberView, Watcher
 from chaoskit.ha.hoststream import match_line
-from chaoskit.ha.none import sql_member_views
+from chaoskit.ha.none import sql_member_view
 from chaoskit.validation import Command, Name, SafePath
 
 # manager log lines (MHA 0.58 wording) -> event kind; `node` is MHA's "host(ip:port)" label
@@ -132,7 +132,11 @@ class MhaManager(HAManager):
 
     # -- roles -------------------------------------------------------------------------------
     def members(self) -> list[MemberView]:
-        return sql_member_views(self.cluster, self.inventory)
+        sessions = self.sessions()
+        driver = sessions.driver
+        answers = sessions.ask_all(driver.role)
+        return [sql_member_view(m.host, role or "down", err) for m, (role, err) in zip(self.cluster.members, answers,
+                                                                                        strict=True)]
 
     def leader(self) -> str | None:
         """The writable member MHA stands behind. After a partition two can be writable (MHA fences

@@ -22,12 +22,14 @@ class NoManager(HAManager):
 
 
 def sql_member_views(cluster: Any, inventory: Any) -> list[MemberView]:
-    """Each member's role as the server itself says (writable: leader), for managers that keep no
-    view of their own (none, MHA)."""
+    """Each member's role as the server itself says (writable: leader), for a cluster without a
+    manager (MHA asks the same of each server on its kept sessions, `HAManager.sessions`)."""
     from chaoskit.topology.roles import sql_roles
 
-    out = []
-    for member, (role, error) in sql_roles(cluster, inventory).items():
-        mapped = LEADER if role == "primary" else REPLICA if role == "replica" else DOWN
-        out.append(MemberView(member, mapped, state=role, error=error))
-    return out
+    return [sql_member_view(member, role, error) for member, (role, error) in sql_roles(cluster, inventory).items()]
+
+
+def sql_member_view(member: str, role: str, error: str | None) -> MemberView:
+    """A member's view from the server's own answer (primary | replica | down)."""
+    mapped = LEADER if role == "primary" else REPLICA if role == "replica" else DOWN
+    return MemberView(member, mapped, state=role, error=error)

@@ -61,5 +61,10 @@ def validate_config(value: Any) -> HaConfig:
         raise ValueError(f"{where}: {msg}" if where else msg) from None
 
 
+def is_multi_writer(cluster: Cluster) -> bool:
+    """Every member of this cluster's quorum takes writes (its manager's `multi_writer`)."""
+    return bool(getattr(managers().get(cluster.ha.kind), "multi_writer", False))
+
+
 def manager_for(cluster: Cluster, inventory: Inventory, pool: RemotePool | None = None) -> HAManager:
     return managers()[cluster.ha.kind](cluster, inventory, pool)

@@ -201,10 +201,15 @@ def patroni_setup(host: LabHost, dcs: LabHost, flavour: str, superuser_pw: str, 
 # -- MariaDB --------------------------------------------------------------------------------
 def mariadb_setup(host: LabHost, server_id: int, template: Path | None = None) -> Path:
     """my.cnf and a data directory; `template` is a bootstrapped datadir to copy instead of
-    running mariadb-install-db again (two concurrent bootstraps have been seen to fail)."""
+    running mariadb-install-db again. Each host has its own tmpdir: lab hosts share one /tmp, and
+    bootstraps of different stacks run at once there collide on their temporary tables
+    ("Unknown table 'mysql.tmp_user_sys'": 1 of 4 concurrent bootstraps failed on the lab, 0 of
+    18 with a tmpdir each)."""
     data = host.dir / "mysql"
-    host.dir.mkdir(parents=True, exist_ok=True)
-    shutil.chown(host.dir, "mysql", "mysql")
+    tmp = host.dir / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    for d in (host.dir, tmp):
+        shutil.chown(d, "mysql", "mysql")
     cnf = Paths.mariadb_cnf(host)
     cnf.write_text("\n".join([
         "[mysqld]",
@@ -212,6 +217,7 @@ def mariadb_setup(host: LabHost, server_id: int, template: Path | None = None) -
         f"socket={Paths.mariadb_socket(host)}",
         f"pid-file={Paths.mariadb_pid(host)}",
         f"log-error={host.dir / 'error.log'}",
+        f"tmpdir={tmp}",
         f"bind-address={host.address}",
         f"port={MARIADB_PORT}",
         f"server-id={server_id}",

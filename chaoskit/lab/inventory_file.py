@@ -21,7 +21,8 @@ HEADER = """\
 # /var/lib/chaoskit-lab and referenced here, never inlined. Cluster pg-single is a standalone
 # PostgreSQL on dcs1 (no replication), the single-node side of comparisons. Every stack's cluster is
 # listed; `lab up --stack ...` says which are running (pg: patroni, mariadb: mariadb, pgaf:
-# pg_auto_failover, repmgr: repmgr). `lab:` marks this file
+# pg_auto_failover, repmgr: repmgr, mha: mha and mha-haproxy, galera: galera, galera-haproxy and
+# galera-node3). `lab:` marks this file
 # as the lab's: chaoskit refuses to use it while the lab is down (its addresses would leave through
 # the default route).
 """

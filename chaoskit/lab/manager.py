@@ -39,7 +39,7 @@ from chaoskit.lab.recipes import Build, postgres_key, recipe, recipes, wait_tcp
 from chaoskit.lab.spec import BRIDGE, DEFAULT_STACKS, SPEC, SSH_USER, STACKS, STATE_DIR, SUBNET_PREFIX, LabSpec, Paths
 
 USER_COMMENT = "chaoskit lab"
-SECRETS = ("pg_superuser", "pg_replication", "mariadb_chaoskit", "mariadb_repl", "mariadb_mha")
+SECRETS = ("pg_superuser", "pg_replication", "mariadb_chaoskit", "mariadb_repl", "mariadb_mha", "mariadb_check")
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,7 @@ class UpResult:
     stacks: tuple[str, ...] = ()
     added: tuple[str, ...] = ()
     revived: bool = False  # dead daemons started again / a stack repaired, nothing rebuilt
+    revive_failed: str = ""  # why a revive was given up for a rebuild (the last health answer)
 
 
 def require_root() -> None:
@@ -110,12 +111,17 @@ def _daemons_alive(state: dict[str, Any], stacks: set[str]) -> bool:
     return bool(procs) and all(_pid_alive(e) for e in procs.values())
 
 
-def _revive(state: dict[str, Any], stacks: set[str], spec: LabSpec, timeout: float) -> bool:
+def _revive(state: dict[str, Any], stacks: set[str], spec: LabSpec, timeout: float) -> str:
     """A lab whose daemons a drill or a crash left dead, or whose cluster lost a member, is brought
     back as it is (launchers are no-ops for what still runs; then each stack's repair) rather than
-    rebuilt: seconds instead of a rebuild, and the other stacks keep running."""
+    rebuilt: seconds instead of a rebuild, and the other stacks keep running. Returns "" when the
+    lab is whole again, else why not (kept in `UpResult` so a rebuild says what forced it)."""
     hosts = {h.name for h in spec.of_stacks(stacks)}
     entries = [e for k, e in state.get("daemons", {}).items() if k.split("/")[0] in hosts and e.get("script")]
+    for name in sorted(stacks):  # stacks that cannot come back daemon by daemon (a Galera cold start)
+        module = recipe(name)
+        if hasattr(module, "revive"):
+            module.revive(spec)
     deadline = time.monotonic() + min(timeout, 20.0)
     # started again until they stay up: a postmaster refuses to start while the backends of the
     # one that was killed still hold its shared memory, for a few seconds
@@ -129,9 +135,9 @@ def _revive(state: dict[str, Any], stacks: set[str], spec: LabSpec, timeout: flo
         time.sleep(1.0)
     try:
         wait_healthy(min(timeout, 45.0), spec, stacks=tuple(sorted(stacks)), repair_after=3.0)
-    except LabError:
-        return False
-    return _daemons_alive(state, stacks)
+    except LabError as exc:
+        return str(exc)
+    return "" if _daemons_alive(state, stacks) else "a daemon died again after the lab was healthy"
 
 
 def up_stacks() -> tuple[str, ...]:
@@ -155,9 +161,10 @@ def up(flavour: str = "debian", stacks: tuple[str, ...] | list[str] = DEFAULT_ST
         have = set(state.get("stacks", ())) if state else set()
         same = bool(state) and state.get("patroni") == flavour and network.link_exists(BRIDGE)
         reusable = same and _daemons_alive(state, have) and all(recipe(s).health(spec)[0] for s in ("base", *have))
-        revived = False
+        revived, revive_failed = False, ""
         if same and not reusable and have:
-            reusable = revived = _revive(state, have, spec, timeout)
+            revive_failed = _revive(state, have, spec, timeout)
+            reusable = revived = not revive_failed
         if reusable and set(wanted) <= have:
             return UpResult(time.monotonic() - t0, not revived, False, tuple(sorted(have)), revived=revived)
         cleaned = False
@@ -184,7 +191,8 @@ def up(flavour: str = "debian", stacks: tuple[str, ...] | list[str] = DEFAULT_ST
         all_up = sorted(have | set(adding))
         _write_state({"patroni": flavour, "created": (state or {}).get("created", time.time()), "stacks": all_up,
                       "daemons": {**(state or {}).get("daemons", {}), **started}})
-        return UpResult(time.monotonic() - t0, False, cleaned, tuple(all_up), tuple(adding), revived=revived)
+        return UpResult(time.monotonic() - t0, False, cleaned, tuple(all_up), tuple(adding), revived=revived,
+                        revive_failed=revive_failed)
 
 
 def _build(spec: LabSpec, flavour: str, timeout: float, *, base: bool, stacks: list[str],

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from chaoskit.analysis.knee import find_knee
+from chaoskit.errors import PreflightError
 from chaoskit.faults.client_link import ClientLink
 from chaoskit.faults.manager import FaultManager
 from chaoskit.faults.spec import LatencySpec
@@ -31,6 +32,48 @@ from chaoskit.workload import spec as load_defaults
 from chaoskit.workload.runner import LoadRunner
 from chaoskit.workload.spec import LoadSpec
 from chaoskit.workload.workloads import WorkloadParams
+
+# a server variable / parameter name: it is put into `SELECT @@global.<name>` or `SHOW <name>`
+SettingName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}(\.[A-Za-z_][A-Za-z0-9_]{0,63})?$")]
+
+
+def setting_matches(actual: Any, wanted: bool | int | float | str) -> bool:
+    """A server's answer against a required value: booleans as the servers spell them (ON/OFF,
+    on/off, 1/0, true/false), numbers by value, words case-insensitively."""
+    text = "" if actual is None else str(actual).strip()
+    if isinstance(wanted, bool):
+        truth = {"on": True, "1": True, "true": True, "yes": True,
+                 "off": False, "0": False, "false": False, "no": False}
+        return truth.get(text.lower()) is wanted
+    if isinstance(wanted, int | float):
+        try:
+            return float(text) == float(wanted)
+        except ValueError:
+            return False
+    return text.lower() == str(wanted).strip().lower()
+
+
+def check_required(exp: Experiment, inv: Inventory,
+                   read: Any = None) -> dict[str, dict[str, Any]]:
+    """Every target's values of the required settings; raises PreflightError naming the first
+    setting that differs (nothing has run then). `read(cluster name, names)` is for tests."""
+    if not exp.require:
+        return {}
+    read = read or (lambda name, names: read_settings(inv.clusters[name], inv, names=names))
+    found = {}
+    for target in exp.targets or (exp.cluster,):
+        values = read(target, tuple(exp.require))
+        found[target] = values
+        for name, wanted in exp.require.items():
+            if not setting_matches(values.get(name), wanted):
+                have = "is not set on this server" if values.get(name) is None else f"is {values.get(name)}"
+                raise PreflightError(f"experiment {exp.name} requires {name} = {_plain(wanted)}; on {target} it "
+                                     f"{have}: refused, nothing was run")
+    return found
+
+
+def _plain(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 class Link(Frozen):
@@ -73,6 +116,9 @@ class Experiment(Frozen):
     op_timeout: Seconds = 5.0
     # HA manager settings fixed for the whole experiment (journaled, restored), e.g. {synchronous_mode: true}
     settings: dict[Name, bool | int | float | str] = Field(default_factory=dict)
+    # server settings every target must already have, or nothing runs (e.g. durability:
+    # {sync_binlog: 1, innodb_flush_log_at_trx_commit: 1}); read, never changed
+    require: dict[SettingName, bool | int | float | str] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
@@ -186,6 +232,7 @@ def run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progres
     ttl = 3600.0 * 24
     interrupted = None
     targets = exp.targets or (exp.cluster,)
+    required = check_required(exp, inv)  # before anything is touched
     try:
         with FaultManager(inv) as fm:
             try:
@@ -242,9 +289,18 @@ def run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progres
     result: dict[str, Any] = {"experiment": exp.model_dump(mode="json"), "started": started, "ended": time.time(),
                               "settings": settings, "rows": rows, "cells": cells, "aborted": interrupted,
                               "settings_restore_errors": restore_errors}
+    if required:
+        result["required"] = {"settings": dict(exp.require), "found": required}
     if exp.kind == "ramp":
-        steps = sorted((c for c in cells if c["delay_ms"] == exp.grid.delay_ms[0]), key=lambda c: c["workers"])
-        result["knee"] = find_knee(steps)
+        # one ladder per workload: their knees are at different concurrencies
+        knees = {}
+        for wl in exp.grid.workload:
+            steps = sorted((c for c in cells if c["delay_ms"] == exp.grid.delay_ms[0] and c["workload"] == wl),
+                           key=lambda c: c["workers"])
+            knees[wl] = find_knee(steps)
+        result["knee"] = knees[exp.grid.workload[0]]
+        if len(knees) > 1:
+            result["knees"] = knees
     if exp.kind == "compare" and len(targets) >= 2:
         result["comparison"] = _compare(rows, targets)
     return result

@@ -30,7 +30,11 @@ from chaoskit.topology.roles import discover_roles
 PG_SETTINGS = ("server_version", "synchronous_commit", "fsync", "synchronous_standby_names", "max_connections",
                "wal_level", "full_page_writes")
 MY_SETTINGS = ("version", "sync_binlog", "innodb_flush_log_at_trx_commit", "max_connections", "gtid_strict_mode",
-               "binlog_format", "read_only")
+               "binlog_format", "read_only",
+               # semi-synchronous replication, MariaDB's and MySQL's (< 8.0.26) names, then MySQL's
+               # newer ones; a server without the plugin has none of them (null in the evidence)
+               "rpl_semi_sync_master_enabled", "rpl_semi_sync_slave_enabled", "rpl_semi_sync_source_enabled",
+               "rpl_semi_sync_replica_enabled", "rpl_semi_sync_master_wait_point", "rpl_semi_sync_master_timeout")
 
 
 def touched_hosts(pb: Playbook, inv: Inventory) -> list[str]:
@@ -77,6 +81,8 @@ def run_preflight(pb: Playbook, inv: Inventory, pool: RemotePool, ha: HAManager,
         raise PreflightError(f"cluster {cluster.name}: the HA manager ({ha.kind}) reports it unhealthy: {why}")
     roles = discover_roles(cluster, inv, ha, driver)
     primaries = [r.member for r in roles if r.sql_role == "primary"]
+    if ha.multi_writer:  # every member takes writes; the writer the clients use is the manager's leader
+        primaries = [r.member for r in roles if r.sql_role == "primary" and r.manager_role == "leader"]
     down = [f"{r.member} ({r.error})" for r in roles if r.sql_role == "down"]
     if len(primaries) != 1 or down:
         raise PreflightError(f"cluster {cluster.name} is not healthy: primaries={primaries or 'none'}, "
@@ -115,14 +121,27 @@ def describe_ha(ha: HAManager) -> dict[str, Any]:
         return {"manager": ha.kind, "error": str(exc)}
 
 
-def read_settings(cluster: Cluster, inv: Inventory, driver: Driver | None = None) -> dict[str, Any]:
+def read_settings(cluster: Cluster, inv: Inventory, driver: Driver | None = None,
+                  names: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """The writer's settings that matter for the evidence (or `names`, identifiers validated by the
+    caller); a setting the server does not have is None."""
     driver = driver or driver_for(cluster, inv)
     conn = driver.connect_writer()
     try:
         if driver.family == "postgres":
-            return {name: driver.query(conn, f"SHOW {name}")[0][0] for name in PG_SETTINGS}
+            return {name: _setting(driver, conn, f"SHOW {name}") for name in names or PG_SETTINGS}
         if driver.family == "mysql":
-            return {name: driver.query(conn, f"SELECT @@global.{name}")[0][0] for name in MY_SETTINGS}
+            return {name: _setting(driver, conn, f"SELECT @@global.{name}") for name in names or MY_SETTINGS}
         return {"version": driver.server_version(conn)}
     finally:
         Driver.close_quietly(conn)
+
+
+def _setting(driver: Driver, conn: Any, sql: str) -> Any:
+    try:
+        return driver.query(conn, sql)[0][0]
+    except Exception as exc:  # unknown variable / parameter: the server has no such setting
+        text = str(exc).lower()
+        if "unknown system variable" in text or "unrecognized configuration parameter" in text:
+            return None  # (connections are autocommit: the failed statement leaves the session usable)
+        raise

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chaoskit.analysis.drill import analyse, gather_truth
+from chaoskit.analysis.failover import baseline_tps, recovered_at
 from chaoskit.db.base import Driver, driver_for
 from chaoskit.errors import ChaoskitError
 from chaoskit.faults import journal
@@ -23,7 +24,7 @@ from chaoskit.faults.spec import CLIENT, FaultBase
 from chaoskit.faults.targets import RoleView, split_target
 from chaoskit.faults.ttl import DRILL_HEAL_MARGIN_S
 from chaoskit.ha.base import HAManager
-from chaoskit.ha.registry import manager_for
+from chaoskit.ha.registry import is_multi_writer, manager_for
 from chaoskit.ha.settings import SettingsChange, change_settings
 from chaoskit.hostlogs import LogWindow, window_for
 from chaoskit.inventory.fanout import RemotePool
@@ -34,7 +35,7 @@ from chaoskit.playbook.preflight import run_preflight
 from chaoskit.recorder import Recorder
 from chaoskit.report.rundir import RunDirectory
 from chaoskit.timesource import SYSTEM_CLOCK, Clock
-from chaoskit.topology.probe import RoleProbe
+from chaoskit.topology.probe import RoleProbe, first_writer
 from chaoskit.workload.runner import LoadRunner
 from chaoskit.workload.spec import load_spec_from_playbook
 
@@ -374,21 +375,51 @@ def _restart(fm: FaultManager, ctx: RunContext, host: str) -> dict[str, Any]:
 
 
 def _wait_recovery(ctx: RunContext, progress: Any) -> None:
-    """One writer and every member answering, held for a second, within the bound (skipped
-    when the drill aborted: the operator wants out)."""
+    """After the heal, the load keeps running until the cluster has recovered as the playbook
+    defines it, at most `recovery.within`: one writer and every member answering, held for a
+    second; then throughput back to `tps_fraction` of the baseline for `hold` (the analysis's
+    t_recovered). Without the second wait a drill whose `duration` ends soon after the heal
+    reports t_recovered null for a recovery it stopped watching. Skipped when the drill aborted:
+    the operator wants out."""
     if ctx.probe is None or ctx.aborted:
         return
     cluster = ctx.cluster
+    multi_writer = is_multi_writer(cluster)
     deadline = ctx.clock.now() + ctx.playbook.recovery.within
     stable_since: float | None = None
     while ctx.clock.now() < deadline:
         roles = ctx.probe.log.current_roles()
+        if multi_writer:
+            roles = first_writer(roles, [m.host for m in cluster.members])
         ok = len(roles) == len(cluster.members) and sorted(roles.values()).count("primary") == 1 and \
             "down" not in roles.values()
         now = ctx.clock.now()
         stable_since = (now if stable_since is None else stable_since) if ok else None
         if stable_since is not None and now - stable_since >= 1.0:
             ctx.event("cluster_steady", stable_since, roles=roles)
+            _wait_throughput(ctx, deadline)
             return
         ctx.clock.sleep(0.2)
     ctx.event("cluster_not_steady", ctx.clock.now(), roles=ctx.probe.log.current_roles())
+
+
+def _wait_throughput(ctx: RunContext, deadline: float) -> None:
+    """Until a `hold` stretch at `tps_fraction` of the baseline has been seen after the last
+    disturbance took effect (the stretch the analysis finds as t_recovered), or the bound. A drill
+    whose throughput came back before the heal does not wait at all."""
+    pb, rec = ctx.playbook, ctx.recorder
+    base = baseline_tps(rec, ctx.t0 + pb.load.warmup, ctx.t0 + pb.baseline)
+    disturbed = [f.t_effect for f in ctx.faults] + [a["t_sent"] for a in ctx.actions if a.get("t_sent")]
+    if not base or not disturbed:
+        return
+    since = max(disturbed)
+    while True:
+        t = recovered_at(rec, since, base, pb.recovery.tps_fraction, pb.recovery.hold)
+        if t is not None:
+            ctx.event("throughput_recovered", t, baseline_tps=round(base, 1))
+            return
+        if ctx.clock.now() >= deadline:
+            ctx.event("throughput_not_recovered", ctx.clock.now(), baseline_tps=round(base, 1),
+                      tps_fraction=pb.recovery.tps_fraction, hold_s=pb.recovery.hold)
+            return
+        ctx.clock.sleep(min(0.5, deadline - ctx.clock.now()))  # the last look is at the bound itself

@@ -32,7 +32,8 @@ def write_experiment(result: dict[str, Any], run_dir: Path) -> None:
     kind = result["experiment"]["kind"]
     name = result["experiment"].get("name", "experiment")
     if kind in ("sweep", "ramp"):
-        _lines(cells, run_dir / "plots" / "tps_vs_workers.png", "tps", "TPS (median of repeats)", result.get("knee"),
+        knee = None if result.get("knees") else result.get("knee")  # one knee line only for one ladder
+        _lines(cells, run_dir / "plots" / "tps_vs_workers.png", "tps", "TPS (median of repeats)", knee,
                f"{name}: throughput by concurrency")
         _lines(cells, run_dir / "plots" / "p99_vs_workers.png", "p99_ms", "p99 latency (ms)", None,
                f"{name}: p99 latency by concurrency")

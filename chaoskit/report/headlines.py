@@ -97,15 +97,25 @@ def _sync_vs_async(cells: list[dict[str, Any]]) -> Iterable[str]:
 
 
 def _ramp(result: dict[str, Any]) -> Iterable[str]:
-    knee = result.get("knee") or {}
-    steps = sorted((c for c in result["cells"] if c.get("tps") is not None), key=lambda c: c["workers"])
+    """Per workload when the ladder ran several (each has its own knee), prefixed with its name."""
+    knees = result.get("knees") or {None: result.get("knee")}
+    for workload, knee in knees.items():
+        cells = [c for c in result["cells"] if workload is None or c.get("workload") == workload]
+        for line in _ramp_one(knee or {}, cells):
+            yield f"{workload}: {line}" if workload else line
+
+
+def _ramp_one(knee: dict[str, Any], cells: list[dict[str, Any]]) -> Iterable[str]:
+    steps = sorted((c for c in cells if c.get("tps") is not None), key=lambda c: c["workers"])
     if not knee or len(steps) < 2:
         return
     peak = knee.get("peak") or max(steps, key=lambda c: c["tps"])
     first = steps[0]
     growth = peak["tps"] / first["tps"] if first["tps"] else None
     text = f"peak {peak['tps']:,.0f} TPS at {peak['workers']} workers"
-    if growth:
+    if peak["workers"] == first["workers"]:
+        text += " (the first step: more workers only lowered it)"
+    elif growth:
         plural = "s" if first["workers"] != 1 else ""
         text += f" ({growth:.1f}x the {first['tps']:,.0f} TPS of {first['workers']} worker{plural})"
     if knee.get("recommended_workers") is not None:

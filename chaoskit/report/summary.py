@@ -54,7 +54,10 @@ def catchup_line(c: dict[str, Any]) -> str:
     peak = c.get("peak_lag_bytes")
     delay = c.get("peak_replay_delay_s")
     how = "rebuilt" if c.get("rebuilt") else "rewound" if c.get("rewound") else None
-    return (f"  standby {c['member']} back: streaming after {seconds(c['streaming_s'])}, caught up after "
+    missed = c.get("missed_bytes")
+    return (f"  standby {c['member']} back"
+            + ("" if missed is None else f" {missed:,} bytes of WAL behind")
+            + f": streaming after {seconds(c['streaming_s'])}, caught up after "
             f"{seconds(c.get('caught_up_s'))} (peak lag {'—' if peak is None else f'{peak:,} bytes'}"
             f"{'' if delay is None else f', replay delay {delay:.2f} s'})" + (f"; {how}" if how else ""))
 

@@ -31,7 +31,9 @@ class ProbeLog:
     # as the primary reports its standbys (PostgreSQL), or each replica itself (MySQL):
     # (t, {member: (state, replay lag bytes, replay delay s)})
     replication: list[tuple[float, dict[str, tuple[str, int | None, float | None]]]] = field(default_factory=list)
-    positions: list[tuple[float, str, str]] = field(default_factory=list)  # (t, member, e.g. GTID position)
+    positions: list[tuple[float, str, str]] = field(default_factory=list)  # (t, member, GTID set or LSN)
+    # multi-writer clusters (Galera): (t, member, the component it is in), see writer_view
+    components: list[tuple[float, str, str]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     sink: Callable[[dict[str, Any]], None] | None = None  # e.g. the run directory: events as they happen
@@ -97,6 +99,7 @@ class RoleProbe:
                     self.log.emit({"kind": "manager_watch_error", "t": time.time(), "error": err})
         for t in self._threads:
             t.join(timeout=5)
+        self.ha.close()  # the member sessions its polls kept open (MHA, Galera)
 
     def _tick(self, next_t: float) -> float:
         next_t += self.interval
@@ -113,14 +116,16 @@ class RoleProbe:
         # engines whose replicas report their own replication and position (MySQL)
         own = getattr(type(self.driver), "replica_state", Driver.replica_state)
         self_reporting = own is not Driver.replica_state
+        multi_writer = getattr(self.ha, "multi_writer", False)
         while not self._stop.is_set():
             role = "down"
             standbys = None
             position = None
+            component = None
             try:
                 if conn is None:
                     conn = self.driver.connect_member(member)
-                role = "primary" if self.driver.is_writable(conn) else "replica"
+                role, position = self.driver.role_and_position(conn)
                 if role == "primary":  # the standbys' catch-up, as their primary sees it
                     standbys = {by_address.get(a, a): (st, b, d)
                                 for a, st, b, d in self.driver.replication_status(conn)}
@@ -129,8 +134,8 @@ class RoleProbe:
                 elif self_reporting:  # or as the replica itself says (MySQL)
                     own = self.driver.replica_state(conn)
                     standbys = {member.host: own} if own is not None else None
-                if self_reporting:
-                    position = self.driver.position(conn)
+                if multi_writer:
+                    component = self.driver.component(conn)
             except Exception:
                 Driver.close_quietly(conn)
                 conn = None
@@ -140,6 +145,8 @@ class RoleProbe:
                     self.log.replication.append((t, standbys))
                 if position is not None:
                     self.log.positions.append((t, member.host, position))
+                if component is not None:
+                    self.log.components.append((t, member.host, component))
                 self.log.samples.append((t, member.host, role))
                 if role != last:
                     self.log.emit({"kind": "role", "t": t, "member": member.host, "role": role,
@@ -185,3 +192,52 @@ class RoleProbe:
                 last_leader, last_states = leader, states
             next_t = self._tick(next_t)
 
+
+
+def same_component(a: str | None, b: str | None) -> bool:
+    """Two members' components (`Driver.component`: "<status>:<member,member,...>") are one
+    database when both see members in common: a node is in one component at a time, so two
+    Primary Components never share one, while members of one component that see a view change
+    an instant apart (one still lists the departed node) do. Unknown components (single-writer
+    engines) count as one."""
+    if a is None or b is None:
+        return a == b
+    seen_a, seen_b = (set(c.partition(":")[2].split(",")) - {""} for c in (a, b))
+    return a == b or bool(seen_a & seen_b)
+
+
+def first_writer(roles: dict[str, str], order: list[str]) -> dict[str, str]:
+    """Member roles now (member -> primary | replica | down) with only the first writable member
+    in `order` left `primary`: the writer of a multi-writer cluster as its clients use it."""
+    first = next((m for m in order if roles.get(m) == "primary"), None)
+    return {m: ("replica" if r == "primary" and m != first else r) for m, r in roles.items()}
+
+
+def writer_view(log: ProbeLog, order: list[str]) -> ProbeLog:
+    """The probe's samples as a multi-writer cluster's clients see them: of the writable members
+    of one component only the first in `order` (the inventory's) is `primary`, the writer
+    HAProxy's one-writer-plus-backups and an endpoint list searched in order both use; the
+    others are `replica` (writable, not written to). Two components each with a writer stay two
+    primaries: split-brain. Everything but the samples is shared with `log`."""
+    rank = {m: i for i, m in enumerate(order)}
+    changes = sorted([(t, 0, m, r) for t, m, r in log.samples] + [(t, -1, m, c) for t, m, c in log.components],
+                     key=lambda x: (x[0], x[1]))
+    component: dict[str, str] = {}
+    writable: dict[str, bool] = {}
+    samples = []
+    for t, is_component, member, value in changes:
+        if is_component:
+            component[member] = value
+            continue
+        writable[member] = value == "primary"
+        role = value
+        if value == "primary":
+            mine = component.get(member)
+            if any(writable.get(o) and same_component(component.get(o), mine)
+                   for o in order if rank[o] < rank.get(member, 1 << 30)):
+                role = "replica"
+        samples.append((t, member, role))
+    out = ProbeLog(samples=samples, manager=log.manager, lag=log.lag, manager_events=log.manager_events,
+                   replication=log.replication, positions=log.positions, events=log.events,
+                   components=sorted(log.components))
+    return out

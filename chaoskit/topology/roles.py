@@ -30,9 +30,9 @@ def sql_role(driver: Driver, member: Member) -> tuple[str, str | None]:
     conn = None
     try:
         conn = driver.connect_member(member)
-        return ("primary" if driver.is_writable(conn) else "replica"), None
+        return driver.role(conn), None
     except Exception as exc:  # a member that cannot answer is reported down, with why
-        return "down", f"{driver.classify(exc)}: {str(exc).strip().splitlines()[0] if str(exc) else exc!r}"
+        return "down", driver.failure(exc)
     finally:
         Driver.close_quietly(conn)
 
@@ -45,6 +45,16 @@ def sql_roles(cluster: Cluster, inventory: Inventory,
     with ThreadPoolExecutor(max_workers=max(1, len(cluster.members))) as ex:
         found = list(ex.map(lambda m: sql_role(driver, m), cluster.members))
     return {m.host: r for m, r in zip(cluster.members, found, strict=True)}
+
+
+def writer_roles(cluster: Cluster, inventory: Inventory) -> dict[str, str]:
+    """Every member's role asked of the server, with only the one writer clients use left
+    `primary` in a multi-writer cluster (Galera: every node of the quorum is writable)."""
+    from chaoskit.ha.registry import is_multi_writer
+    from chaoskit.topology.probe import first_writer
+
+    roles = {m: r for m, (r, _) in sql_roles(cluster, inventory).items()}
+    return first_writer(roles, [m.host for m in cluster.members]) if is_multi_writer(cluster) else roles
 
 
 def discover_roles(cluster: Cluster, inventory: Inventory, manager: Any = None,

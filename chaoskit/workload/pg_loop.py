@@ -1,422 +1,102 @@
-"""Many PostgreSQL workers driven from one thread with non-blocking libpq.
-
-Why: the load must not be the bottleneck, and on a staging box it often shares cores with the
-database. One thread per connection costs a GIL hand-off and a thread wake-up on every reply on
-top of the driver's own CPU: on the lab's 2 shared cores that design reached only 0.58-0.68x of
-pgbench on the same connections. One thread multiplexing its connections through a selector
-(pgbench's own design) costs one `select` per batch of replies and reaches pgbench's rate
-(`benchmarks/loader_vs_pgbench.py`). Statements go through libpq directly: server-side prepared
-statements, text parameters.
-
-Connects stay blocking calls into libpq (multi-host connect with per-host connect_timeout and
-target_session_attrs=read-write, exactly as the threaded path), but run on a small thread pool,
-so a connect hanging on a dead host never stalls the other connections of this loop.
-
-The outcome rules are the threaded runner's (`outcome_for`): an op still waiting after the client
-deadline is interrupted by closing its connection (a frozen server still ACKs TCP, so only the
-client can end the wait) and counts as a timeout; an error after the commit was sent is `info`.
+"""PostgreSQL's wire for the load's event loop (`chaoskit.workload.loop`): libpq's non-blocking
+API through psycopg's `pq` layer. Statements with parameters are prepared once per connection
+(server-side, text parameters) and executed by name, like pgbench -M prepared.
 """
 
 from __future__ import annotations
 
-import contextlib
-import heapq
-import itertools
-import select
-import socket
-import time
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from psycopg import pq
 
-from chaoskit.db.base import Driver, ErrorClass
 from chaoskit.db.postgres import PostgresDriver
-from chaoskit.recorder import FAIL, OK, Recorder
-from chaoskit.workload.outcomes import DROP_CONNECTION, client_deadline, connect_error_class, first_line, outcome_for
-from chaoskit.workload.workloads import BEGIN, COMMIT, OpContext, Stmt, Workload
+from chaoskit.recorder import Recorder
+from chaoskit.workload.loop import ClientDeadline, ConnLoop, Slot, Wire
+from chaoskit.workload.workloads import BEGIN, COMMIT, Stmt, Workload
 
-IDLE, CONNECTING, PREPARING, BUSY, CLEANUP = range(5)
-_ROLLBACK = Stmt("ROLLBACK")
+__all__ = ["ClientDeadline", "PgLoop", "PgWire"]
+
 _IDLE_TX = pq.TransactionStatus.IDLE
 _OK_STATUSES = frozenset({pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK, pq.ExecStatus.EMPTY_QUERY})
 
 
-class ClientDeadline(TimeoutError):
-    """The op outlived the client-side deadline and its connection was closed."""
+class _PgState:
+    __slots__ = ("pg", "prep_name", "prepared", "preparing", "res")
 
-
-class _Slot:
-    """One worker: its connection and the op in flight."""
-
-    __slots__ = (
-        "backoff",
-        "conn",
-        "ctx",
-        "error",
-        "fd",
-        "future",
-        "gen",
-        "kind",
-        "node",
-        "pg",
-        "prep_name",
-        "prepared",
-        "result",
-        "state",
-        "stmt",
-        "t_invoke",
-        "t_op",
-        "wid",
-        "writing",
-    )
-
-    def __init__(self, wid: int, ctx: OpContext, backoff: float) -> None:
-        self.wid = wid
-        self.ctx = ctx
-        self.conn: Any = None
-        self.node: str | None = None  # the member this connection reached
-        self.pg: Any = None
-        self.fd = -1
+    def __init__(self, pg: Any) -> None:
+        self.pg = pg
         self.prepared: dict[str, bytes] = {}
-        self.state = IDLE
-        self.gen: Any = None
-        self.stmt: Stmt | None = None
         self.prep_name = b""
-        self.t_invoke = 0.0
-        self.t_op = 0.0
-        self.kind = "write"
-        self.error: BaseException | None = None
-        self.result: Any = None
-        self.future: Future | None = None
-        self.backoff = backoff
-        self.writing = False
+        self.preparing = False
+        self.res: Any = None
 
 
-class PgLoop:
-    """Run `workers` on PostgreSQL from the calling thread until `should_stop()` says so."""
+class PgWire(Wire):
+    driver: PostgresDriver
+
+    def attach(self, slot: Slot) -> int:
+        pg = slot.conn.pgconn
+        pg.nonblocking = 1
+        slot.wire = _PgState(pg)
+        return int(pg.socket)
+
+    def send(self, slot: Slot, stmt: Stmt) -> None:
+        st: _PgState = slot.wire
+        pg = st.pg
+        st.res = None
+        if not stmt.params:
+            st.preparing = False
+            pg.send_query(stmt.sql.encode())
+            return
+        name = st.prepared.get(stmt.sql)
+        if name is None:
+            st.prep_name = f"ck{len(st.prepared)}".encode()
+            st.preparing = True
+            pg.send_prepare(st.prep_name, self.driver.numbered(stmt.sql), None)
+        else:
+            st.preparing = False
+            pg.send_query_prepared(name, self.driver.encode_params(stmt.params))
+
+    def flush(self, slot: Slot) -> bool:
+        return bool(slot.wire.pg.flush() == 1)
+
+    def read(self, slot: Slot) -> bool:
+        st: _PgState = slot.wire
+        pg = st.pg
+        pg.consume_input()
+        while not pg.is_busy():
+            res = pg.get_result()
+            if res is None:
+                break
+            if res.status in _OK_STATUSES:
+                st.res = res
+            elif slot.error is None:
+                try:
+                    self.driver.check(pg, res)
+                except Exception as exc:
+                    slot.error = exc
+        else:
+            return False  # the rest of the reply is still on its way
+        stmt = slot.stmt
+        if st.preparing and slot.error is None and stmt is not None:
+            st.prepared[stmt.sql] = st.prep_name  # prepared: now run it
+            self.send(slot, stmt)
+            return False
+        res, st.res = st.res, None
+        if slot.error is None and stmt is not None and stmt is not BEGIN and stmt is not COMMIT:
+            slot.result = self.driver.rows(res) if stmt.rows else self.driver.rowcount(res)
+        return True
+
+    def usable(self, slot: Slot) -> bool:
+        return bool(slot.wire.pg.status == pq.ConnStatus.OK)
+
+    def in_transaction(self, slot: Slot) -> bool:
+        return bool(slot.wire.pg.transaction_status != _IDLE_TX)
+
+
+class PgLoop(ConnLoop):
+    """Many PostgreSQL workers from one thread, like pgbench."""
 
     def __init__(self, driver: PostgresDriver, workload: Workload, spec: Any, recorder: Recorder,
                  worker_ids: list[int], t_start: float, rate: float | None) -> None:
-        import random
-
-        self.driver = driver
-        self.workload = workload
-        self.spec = spec
-        self.recorder = recorder
-        self.t_start = t_start
-        self.rate = rate
-        self.default_kind = "write" if workload.writes else "read"
-        self.deadline = client_deadline(spec.op_timeout)
-        self.slots = []
-        for wid in worker_ids:
-            rng = random.Random(hash((spec.run_id, wid)))
-            ctx = OpContext(worker=wid, rng=rng, run_id=spec.run_id, workers=spec.workers)
-            self.slots.append(_Slot(wid, ctx, spec.backoff_min))
-        self.poller = select.epoll()  # Linux, like the lab and every staging host we drive
-        self.by_fd: dict[int, _Slot | None] = {}
-        self.pool = ThreadPoolExecutor(max_workers=max(1, len(self.slots)), thread_name_prefix="pg-connect")
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
-        self.poller.register(self._wake_r.fileno(), select.EPOLLIN)
-        self.by_fd[self._wake_r.fileno()] = None
-        self.timers: list[tuple[float, int, _Slot]] = []  # closed loop: delayed starts (think, backoff)
-        self._tie = itertools.count()
-        self.idle: list[_Slot] = []  # open loop: slots free to take the next arrival
-        self.k = 0  # open loop: next arrival index
-        self.stopping = False
-
-    # -- the loop -----------------------------------------------------------------------------
-    def run(self, should_stop: Callable[[], bool], on_tick: Callable[[float], None], tick: float = 0.05) -> None:
-        now = time.time()
-        for slot in self.slots:
-            if self.rate:
-                self.idle.append(slot)
-            else:
-                self._begin(slot, now)
-        next_tick = now + tick
-        stop_by = float("inf")
-        while True:
-            now = time.time()
-            if self.rate and not self.stopping:
-                self._start_arrivals(now)
-            while self.timers and self.timers[0][0] <= now and not self.stopping:
-                _, _, slot = heapq.heappop(self.timers)
-                self._begin(slot, now)
-            if now >= next_tick:
-                next_tick = now + tick
-                self._enforce_deadlines(now)
-                on_tick(now)
-                if not self.stopping and should_stop():
-                    self.stopping = True
-                    stop_by = now + self.deadline + 1
-                if self.stopping:
-                    busy = [s for s in self.slots if s.state in (PREPARING, BUSY, CLEANUP)]
-                    if not busy or now > stop_by:
-                        break
-            timeout = next_tick - now
-            if self.timers and not self.stopping:
-                timeout = min(timeout, self.timers[0][0] - now)
-            if self.rate and not self.stopping and self.idle:
-                timeout = min(timeout, self.t_start + self.k / self.rate - now)
-            for fd, mask in self.poller.poll(max(0.0, timeout)):
-                slot = self.by_fd.get(fd)
-                if slot is None:
-                    self._reap_connects()
-                else:
-                    self._on_ready(slot, mask)
-        self.close()
-
-    def close(self) -> None:
-        for slot in self.slots:
-            self._drop(slot)
-            if slot.future is not None:
-                slot.future.add_done_callback(_close_result)
-        self.pool.shutdown(wait=False, cancel_futures=True)
-        self.poller.close()
-        self._wake_r.close()
-        self._wake_w.close()
-
-    # -- starting ops ---------------------------------------------------------------------------
-    def _start_arrivals(self, now: float) -> None:
-        """Open loop: hand each due arrival to a free slot; arrivals too late to matter are missed."""
-        while self.idle:
-            t_sched = self.t_start + self.k / self.rate  # type: ignore[operator]
-            if t_sched > now:
-                return
-            self.k += 1
-            if now - t_sched > self.spec.max_lateness:
-                self.recorder.missed(now)
-                continue
-            self._begin(self.idle.pop(), t_sched)
-
-    def _begin(self, slot: _Slot, t_invoke: float, now: float | None = None) -> None:
-        slot.t_invoke = t_invoke
-        slot.t_op = now or time.time()
-        if slot.conn is None:
-            slot.state = CONNECTING
-            fut = self.pool.submit(self.driver.connect_writer)
-            slot.future = fut
-            fut.add_done_callback(self._wake)
-            return
-        ctx = slot.ctx
-        ctx.phase, ctx.ledger_seq, ctx.row = "pre", None, None
-        slot.kind = self.default_kind
-        slot.error = None
-        slot.gen = self.workload.steps(ctx)
-        self._advance(slot, None)
-
-    def _wake(self, _fut: Future) -> None:
-        with contextlib.suppress(OSError):  # full (a wake-up is pending anyway) or closed at shutdown
-            self._wake_w.send(b"x")
-
-    def _reap_connects(self) -> None:
-        try:
-            while self._wake_r.recv(4096):
-                pass
-        except OSError:
-            pass
-        for slot in self.slots:
-            fut = slot.future
-            if slot.state != CONNECTING or fut is None or not fut.done():
-                continue
-            slot.future = None
-            now = time.time()
-            try:
-                conn = fut.result()
-            except Exception as exc:
-                slot.state = IDLE
-                cls = connect_error_class(self.driver, exc)
-                self.recorder.record(slot.wid, self.default_kind, slot.t_invoke, now, FAIL, cls.value,
-                                     first_line(exc))
-                self._after_op(slot, now, failed_connect=True)
-                continue
-            if self.stopping:
-                Driver.close_quietly(conn)
-                slot.state = IDLE
-                continue
-            slot.conn, slot.pg = conn, conn.pgconn
-            slot.node = self.driver.node_of(conn)
-            slot.pg.nonblocking = 1
-            slot.fd = slot.pg.socket
-            slot.prepared = {}
-            slot.writing = False
-            self.poller.register(slot.fd, select.EPOLLIN)
-            self.by_fd[slot.fd] = slot
-            self._begin(slot, slot.t_invoke)  # the op the connect was for; its latency includes the connect
-
-    # -- statements -----------------------------------------------------------------------------
-    def _advance(self, slot: _Slot, result: Any) -> None:
-        try:
-            stmt = slot.gen.send(result)
-        except StopIteration as done:
-            self._finish_ok(slot, str(done.value))
-            return
-        except Exception as exc:  # a workload bug must not kill the loop
-            self._finish_error(slot, exc)
-            return
-        self._send(slot, stmt)
-
-    def _send(self, slot: _Slot, stmt: Stmt) -> None:
-        pg = slot.pg
-        slot.stmt = stmt
-        try:
-            if not stmt.params:
-                pg.send_query(stmt.sql.encode())
-                slot.state = BUSY
-            else:
-                name = slot.prepared.get(stmt.sql)
-                if name is None:
-                    slot.prep_name = f"ck{len(slot.prepared)}".encode()
-                    pg.send_prepare(slot.prep_name, self.driver.numbered(stmt.sql), None)
-                    slot.state = PREPARING
-                else:
-                    pg.send_query_prepared(name, self.driver.encode_params(stmt.params))
-                    slot.state = BUSY
-            self._flush(slot)
-        except Exception as exc:
-            self._finish_error(slot, exc)
-
-    def _flush(self, slot: _Slot) -> None:
-        pending = slot.pg.flush() == 1
-        if pending != slot.writing:
-            slot.writing = pending
-            self.poller.modify(slot.fd, select.EPOLLIN | (select.EPOLLOUT if pending else 0))
-
-    def _on_ready(self, slot: _Slot, mask: int) -> None:
-        pg = slot.pg
-        try:
-            if mask & select.EPOLLOUT:
-                self._flush(slot)
-            pg.consume_input()
-            while not pg.is_busy():
-                res = pg.get_result()
-                if res is None:
-                    break
-                if res.status in _OK_STATUSES:
-                    slot.result = res
-                elif slot.error is None:
-                    try:
-                        self.driver.check(pg, res)
-                    except Exception as exc:
-                        slot.error = exc
-            else:
-                return  # the rest of the reply is still on its way
-        except Exception as exc:
-            if slot.state == CLEANUP:
-                self._drop(slot)
-                slot.state = IDLE
-                self._after_op(slot, time.time())
-            elif slot.state in (PREPARING, BUSY):
-                self._finish_error(slot, exc)
-            else:  # input on an idle connection: the server said goodbye (e.g. terminated)
-                self._drop(slot)
-            return
-        self._statement_done(slot)
-
-    def _statement_done(self, slot: _Slot) -> None:
-        state, stmt, error, res = slot.state, slot.stmt, slot.error, slot.result
-        slot.result = None
-        if state == CLEANUP:
-            slot.state = IDLE
-            self._after_op(slot, time.time())
-            return
-        if state not in (PREPARING, BUSY) or stmt is None:
-            return
-        if error is not None:
-            self._finish_error(slot, error)
-            return
-        if state == PREPARING:
-            slot.prepared[stmt.sql] = slot.prep_name
-            self._send(slot, stmt)
-            return
-        if stmt is BEGIN or stmt is COMMIT:
-            value: Any = None
-        elif stmt.rows:
-            value = self.driver.rows(res)
-        else:
-            value = self.driver.rowcount(res)
-        self._advance(slot, value)
-
-    # -- outcomes -------------------------------------------------------------------------------
-    def _finish_ok(self, slot: _Slot, kind: str) -> None:
-        now = time.time()
-        slot.state = IDLE
-        slot.gen = None
-        self.recorder.record(slot.wid, kind, slot.t_invoke, now, OK, ledger_seq=slot.ctx.ledger_seq, node=slot.node,
-                             row=slot.ctx.row)
-        slot.backoff = self.spec.backoff_min
-        self._after_op(slot, now)
-
-    def _finish_error(self, slot: _Slot, exc: BaseException, interrupted: bool = False) -> None:
-        now = time.time()
-        ctx = slot.ctx
-        cls = ErrorClass.timeout if interrupted else self.driver.classify(exc)
-        outcome = outcome_for(cls, ctx.phase, interrupted) if self.workload.writes else FAIL
-        self.recorder.record(slot.wid, slot.kind, slot.t_invoke, now, outcome, cls.value, first_line(exc),
-                             ledger_seq=ctx.ledger_seq, node=slot.node, row=ctx.row)
-        if slot.gen is not None:
-            slot.gen.close()
-            slot.gen = None
-        pg = slot.pg
-        if (interrupted or cls in DROP_CONNECTION or pg is None or pg.status != pq.ConnStatus.OK):
-            self._drop(slot)
-        elif pg.transaction_status != _IDLE_TX:
-            slot.stmt = _ROLLBACK
-            slot.error = None
-            try:
-                pg.send_query(b"ROLLBACK")
-                slot.state = CLEANUP
-                self._flush(slot)
-                return
-            except Exception:
-                self._drop(slot)
-        slot.state = IDLE
-        self._after_op(slot, now)
-
-    def _after_op(self, slot: _Slot, now: float, failed_connect: bool = False) -> None:
-        """Schedule the slot's next op (closed loop) or free it for the next arrival (open loop)."""
-        if self.stopping:
-            return
-        if self.rate:
-            self.idle.append(slot)
-            self._start_arrivals(now)
-            return
-        if failed_connect:
-            delay = slot.backoff * (0.5 + slot.ctx.rng.random())
-            slot.backoff = min(self.spec.backoff_max, slot.backoff * 2)
-        else:
-            delay = self.spec.think_time
-        if delay > 0:
-            heapq.heappush(self.timers, (now + delay, next(self._tie), slot))
-        else:
-            self._begin(slot, now, now)
-
-    def _enforce_deadlines(self, now: float) -> None:
-        for slot in self.slots:
-            if slot.state in (PREPARING, BUSY, CLEANUP) and now - slot.t_op > self.deadline:
-                if slot.state == CLEANUP:
-                    self._drop(slot)
-                    slot.state = IDLE
-                    self._after_op(slot, now)
-                else:
-                    self._finish_error(slot, ClientDeadline(f"no reply within {self.deadline:g}s (client deadline)"),
-                                       interrupted=True)
-
-    def _drop(self, slot: _Slot) -> None:
-        if slot.conn is None:
-            return
-        with contextlib.suppress(OSError, ValueError):
-            self.poller.unregister(slot.fd)
-        self.by_fd.pop(slot.fd, None)
-        Driver.close_quietly(slot.conn)
-        slot.conn = slot.pg = None
-        slot.fd = -1
-
-
-def _close_result(fut: Future) -> None:
-    """A connect that finished after the loop ended: close what it opened."""
-    if not fut.cancelled() and fut.exception() is None:
-        Driver.close_quietly(fut.result())
+        super().__init__(PgWire(driver), workload, spec, recorder, worker_ids, t_start, rate)

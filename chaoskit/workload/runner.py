@@ -6,10 +6,13 @@ core, at most one per worker), each recording into its own Recorder, drained to 
 spends the GIL on driver and bookkeeping work.
 
 Inside a process, two executors (`LoadSpec.engine`):
-- `loop` (PostgreSQL, the default there): one thread drives all its connections with non-blocking
-  libpq (`chaoskit.workload.pg_loop`), like pgbench; a thread per connection paid a GIL hand-off
-  and a wake-up per reply and reached only 0.58-0.68x of pgbench on the lab's 2 shared cores;
-- `threads` (MySQL/MariaDB, DM, whose drivers block): one thread per worker, with a watchdog.
+- `loop` (PostgreSQL and MySQL/MariaDB, the default there, for the `deadline` profile): one
+  thread drives all its connections without blocking (`chaoskit.workload.loop`; libpq's
+  non-blocking API, the MySQL protocol on PyMySQL's socket), like pgbench and sysbench; a thread
+  per connection paid a GIL hand-off and a wake-up per reply and reached only 0.58-0.68x of
+  pgbench and 0.49-0.75x of sysbench on the lab's 2 shared cores;
+- `threads` (DM, whose driver blocks; the other client profiles, whose connection handling is
+  the point; TLS MySQL connections): one thread per worker, with a watchdog.
 
 Never hiding an outage (both executors):
 - every error is recorded with its class and the worker reconnects with capped backoff
@@ -156,7 +159,10 @@ class _Worker:
             t_done = time.time()
             self.inflight_since = None
             cls = ErrorClass.timeout if self.interrupted else self.driver.classify(exc)
-            outcome = outcome_for(cls, ctx.phase, self.interrupted) if self.workload.writes else FAIL
+            # the client's own socket deadline is a give-up like the watchdog's interrupt: the
+            # server may still commit what it was sent
+            gave_up = self.interrupted or self.driver.client_gave_up(exc)
+            outcome = outcome_for(cls, ctx.phase, gave_up) if self.workload.writes else FAIL
             self._record(self.wid, kind, t_invoke, t_done, outcome, cls.value, first_line(exc),
                          ledger_seq=ctx.ledger_seq, node=self.node, row=ctx.row)
             if cls in DROP_CONNECTION or self.interrupted:
@@ -189,7 +195,7 @@ def _child_main(cluster_json: str, inventory_json: str, spec: LoadSpec, group: C
     out.put(("ready", os.getpid()))
     go.wait()
     t_start = start_at.value
-    if group.client_deadline and spec.uses_loop(driver.family):
+    if group.client_deadline and spec.uses_loop(driver.family) and driver.loop_capable():
         _run_loop(driver, workload, spec, recorder, worker_ids, t_start, rate_share, out, stop_evt)
         return
     lock = threading.Lock()
@@ -229,12 +235,14 @@ def _child_main(cluster_json: str, inventory_json: str, spec: LoadSpec, group: C
 
 def _run_loop(driver: Any, workload: Any, spec: LoadSpec, recorder: Recorder, worker_ids: list[int],
               t_start: float, rate_share: float | None, out: Any, stop_evt: Any) -> None:
+    from chaoskit.workload.my_loop import MyLoop
     from chaoskit.workload.pg_loop import PgLoop
 
     delay = t_start - time.time()
     if delay > 0:
         time.sleep(delay)
-    loop = PgLoop(driver, workload, spec, recorder, worker_ids, t_start, rate_share)
+    loop = (PgLoop if driver.family == "postgres" else MyLoop)(driver, workload, spec, recorder, worker_ids, t_start,
+                                                               rate_share)
     last_drain = [time.time()]
 
     def drain(now: float) -> None:

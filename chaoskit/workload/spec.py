@@ -14,7 +14,8 @@ from chaoskit.workload.workloads import WorkloadParams
 if TYPE_CHECKING:
     from chaoskit.playbook.models import LoadConfig, Playbook
 
-LOOP_WORKERS = 16
+LOOP_WORKERS = 64
+LOOP_FAMILIES = ("postgres", "mysql")  # engines with a non-blocking wire (chaoskit.workload.loop)
 DEFAULT_WORKLOAD = "ledger"
 DEFAULT_WORKERS = 4
 DEFAULT_OP_TIMEOUT_S = 2.0  # the client deadline is this + 0.25 s: long enough for a healthy commit
@@ -85,15 +86,17 @@ class LoadSpec:
     def uses_loop(self, family: str) -> bool:
         if self.engine not in ("auto", "loop", "threads"):
             raise ValueError(f"unknown load engine {self.engine!r}; choose auto, loop or threads")
-        if self.engine == "loop" and family != "postgres":
-            raise ValueError("the loop engine drives PostgreSQL only")
-        return family == "postgres" and self.engine != "threads"
+        if self.engine == "loop" and family not in LOOP_FAMILIES:
+            raise ValueError(f"the loop engine drives {' and '.join(LOOP_FAMILIES)} only")
+        return family in LOOP_FAMILIES and self.engine != "threads"
 
     def process_count(self, family: str = "postgres") -> int:
         """Threads: one process per core. Loop: one process per LOOP_WORKERS workers (at most one
         per core): a loop keeps up with ~5,000 ops/s using a fraction of a core, and every extra
-        process on cores shared with the database costs context switches (measured: 2 loop
-        processes reached 0.72x of pgbench where one reached 0.86x, 8 connections)."""
+        process on cores shared with the database costs context switches (measured on the lab's 2
+        cores: 2 loop processes reached 0.72x of pgbench where one reached 0.86x, 8 connections;
+        at 64 connections one process reached 0.79x of sysbench where two reached 0.70x, and
+        0.67x of pgbench where two reached 0.66x)."""
         if self.processes:
             n = self.processes
         elif self.uses_loop(family):

@@ -79,7 +79,8 @@ def test_compare_single_vs_replicated_reports_difference_with_spread(lab: Invent
     assert targets == {"pg", "pg-single"}
 
 
-@pytest.mark.parametrize("name", ["latency-sweep.yaml", "ramp.yaml", "compare-single-vs-replicated.yaml"])
+@pytest.mark.parametrize("name", ["latency-sweep.yaml", "ramp.yaml", "compare-single-vs-replicated.yaml",
+                                  "mysql-thread-ladder.yaml"])
 def test_shipped_experiments_validate(name: str) -> None:
     import yaml
 
@@ -132,3 +133,39 @@ measure: 3s
     while sync_mode() != before and time.time() < deadline:
         time.sleep(0.5)
     assert sync_mode() == before  # restored
+
+
+def ladder(tmp_path: Path, require: str) -> str:
+    """The shipped MySQL thread ladder, two steps of two workloads, measured briefly."""
+    text = Path("playbooks/mysql-thread-ladder.yaml").read_text()
+    for old, new in (("workers: [8, 16, 32, 64, 128, 256], workload: [oltp, oltp-ro, oltp-wo]",
+                      "workers: [8, 32], workload: [oltp-ro, oltp-wo]"), ("warmup: 5s", "warmup: 1s"),
+                     ("measure: 10s", "measure: 2s"), ("repeats: 3", "repeats: 1"),
+                     ("table_rows: 100000", "table_rows: 2000"),
+                     ("require: {sync_binlog: 1, innodb_flush_log_at_trx_commit: 1}", require)):
+        assert old in text, old
+        text = text.replace(old, new)
+    return text
+
+
+def test_mysql_thread_ladder_knee_per_workload_with_durability_recorded(lab: Inventory, tmp_path: Path) -> None:
+    result = experiment(ladder(tmp_path, "require: {sync_binlog: 1, innodb_flush_log_at_trx_commit: 1}"), tmp_path)
+    assert set(result["knees"]) == {"oltp-ro", "oltp-wo"} and result["knee"] == result["knees"]["oltp-ro"]
+    cells = {(c["workload"], c["workers"]) for c in result["cells"]}
+    assert cells == {("oltp-ro", 8), ("oltp-ro", 32), ("oltp-wo", 8), ("oltp-wo", 32)}
+    assert all(c["tps"] > 0 and c["p99_ms"] and c["p999_ms"] >= c["p99_ms"] and c["error_rate"] == 0
+               for c in result["cells"])
+    assert result["required"]["found"] == {"mariadb": {"sync_binlog": 1, "innodb_flush_log_at_trx_commit": 1}}
+    server = result["settings"]["mariadb"]["server"]
+    assert server["rpl_semi_sync_master_enabled"] == 0 and server["rpl_semi_sync_source_enabled"] is None
+    assert {h.split(":")[0] for h in result["headlines"]} == {"oltp-ro", "oltp-wo"}  # each workload its own
+
+
+def test_mysql_thread_ladder_refuses_other_durability_naming_the_setting(lab: Inventory, tmp_path: Path) -> None:
+    path = tmp_path / "exp.yaml"
+    path.write_text(ladder(tmp_path, "require: {sync_binlog: 1, innodb_flush_log_at_trx_commit: 2}"))
+    res = subprocess.run(["chaoskit", "experiment", "run", str(path), "-i", INV, "--out", str(tmp_path / "runs")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1
+    assert "requires innodb_flush_log_at_trx_commit = 2; on mariadb it is 1: refused" in res.stderr, res.stderr
+    assert not (tmp_path / "runs").exists()

@@ -142,4 +142,7 @@ def test_standby_kill_reports_its_catch_up(stacks: Inventory, tmp_path: Path) ->
     assert c["member"] == f["target_host"]
     assert c["t_back"] == pytest.approx(ev["faults_injected"][0]["t_reverted"])
     assert 0 < c["streaming_s"] <= c["caught_up_s"] < 30
-    assert c["peak_lag_bytes"] > c["baseline_lag_bytes"]  # it came back behind, and caught up
+    # it came back behind by what was written while it was away (the lag the primary samples
+    # after its return can be small: a few MB of WAL are fetched within one probe interval)
+    assert c["missed_bytes"] > c["baseline_lag_bytes"]
+    assert c["peak_lag_bytes"] is not None

@@ -256,7 +256,7 @@ def test_up_revives_killed_daemons_in_place(lab: Inventory) -> None:
         pid = Path(entry["pid_file"]).read_text().split("\n", 1)[0].strip()
         subprocess.run(["kill", "-9", pid], check=False)
     res = manager.up()
-    assert res.revived and not res.already_up and not res.cleaned_leftovers and res.added == ()
+    assert res.revived and not res.already_up and not res.cleaned_leftovers and res.added == (), res.revive_failed
     assert json.loads(Paths.state.read_text())["created"] == created  # the same lab, not a new one
     manager.wait_healthy(90)
     roles = discover_roles(lab.clusters["pg"], lab)

@@ -7,19 +7,14 @@ runs last: it leaves the old primary diverged (MHA has no rewind), which only it
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
-import pymysql
 import pytest
-import yaml
+from drillrun import expected_rows, rows_on, run, shortened
 
 from chaoskit.inventory.models import Inventory
 from chaoskit.lab import manager
-
-INV = "inventories/lab.yaml"
-SECRETS = Path("/var/lib/chaoskit-lab/secrets")
 
 
 @pytest.fixture(scope="module")
@@ -29,47 +24,9 @@ def mha(lab: Inventory) -> Inventory:
     return lab
 
 
-def shortened(src: str, tmp: Path, at: list[str], duration: str) -> Path:
-    """The shipped playbook with its steps at `at` and a shorter warm-up and baseline."""
-    data = yaml.safe_load(Path(src).read_text())
-    data["name"] += "-short"
-    data["load"]["warmup"] = "2s"
-    data["baseline"] = "5s"
-    for step, when in zip(data["steps"], at, strict=True):
-        step["at"] = when
-    data["duration"] = duration
-    path = tmp / Path(src).name
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
-def run(playbook: Path, tmp: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], Path]:
-    out = tmp / "runs"
-    res = subprocess.run(["chaoskit", "run", str(playbook), "-i", INV, "--out", str(out)], capture_output=True,
-                         text=True, timeout=400)
-    dirs = sorted(out.glob("*"))
-    assert dirs, res.stdout + res.stderr
-    return res, json.loads((dirs[-1] / "run.json").read_text()), dirs[-1]
-
-
-def rows_on(lab: Inventory, host: str, run_id: str) -> int:
-    member = next(m for m in lab.clusters["mha"].members if m.host == host)
-    conn = pymysql.connect(host=lab.member_address(member), port=3306, user="mha",
-                           password=(SECRETS / "mariadb_mha").read_text().strip(), database="chaoskit",
-                           connect_timeout=5)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT count(*) FROM chaoskit_ledger WHERE run_id = %s", (run_id,))
-            return int(cur.fetchone()[0])
-    finally:
-        conn.close()
-
-
 def check_rows(lab: Inventory, ev: dict[str, Any], host: str) -> None:
     """The new primary holds acknowledged - lost + indeterminate found + phantoms rows of the run."""
-    rpo = ev["results"]["rpo"]
-    expected = rpo["acknowledged"] - rpo["lost_acknowledged"] + rpo["indeterminate_found"] + rpo["phantoms"]
-    assert rows_on(lab, host, ev["run_id"]) == expected
+    assert rows_on(lab, "mha", host, ev["run_id"], "mha", "mariadb_mha") == expected_rows(ev)
 
 
 def test_primary_killed_fails_over_on_both_routes_and_is_rejoined(mha: Inventory, tmp_path: Path) -> None:

@@ -155,3 +155,19 @@ def test_a_tuned_driver_shares_everything_but_its_timeouts() -> None:
     assert pool.profile.name == "pool" and pool.connect_timeout == 2.0 and type(pool) is type(base)
     with pytest.raises(TypeError, match="cluster"):
         base.tuned(cluster=None)
+
+
+@pytest.mark.parametrize(("exc", "gave_up", "outcome"), [
+    # PyMySQL's own read_timeout: the client stopped waiting; the server may still commit
+    (pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query (timed out)"), True, INFO),
+    (pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query"), False, INFO),
+    # the server cancelled the statement itself (MariaDB max_statement_time): it did not happen
+    (pymysql.err.OperationalError(1969, "Query execution was interrupted (max_statement_time exceeded)"), False,
+     FAIL),
+    (pymysql.err.OperationalError(2003, "Can't connect to MySQL server on 'x' (timed out)"), False, FAIL),
+])
+def test_mysql_client_timeout_leaves_the_commit_unknown(exc: BaseException, gave_up: bool, outcome: str) -> None:
+    """What the load records for an error that came while committing."""
+    driver = MySQLDriver(*_inv("mysql"))
+    assert driver.client_gave_up(exc) is gave_up
+    assert outcome_for(driver.classify(exc), "commit", driver.client_gave_up(exc)) == outcome

@@ -218,8 +218,8 @@ class FakeDriver:
     def query(self, conn: Any, sql: str, params: tuple) -> list[tuple[int, int]]:
         return [conn[:2]]
 
-    def is_writable(self, conn: Any) -> bool:
-        return conn[2]
+    def role(self, conn: Any) -> str:
+        return "primary" if conn[2] else "replica"
 
 
 def cluster() -> Cluster:
@@ -265,6 +265,10 @@ class TruthDriver(FakeDriver):
         self.writer_error = writer_error
         self.closed: list[Any] = []
         self.tunings: list[dict[str, Any]] = []
+        self.causal: list[Any] = []
+
+    def causal_reads(self, conn: Any) -> None:
+        self.causal.append(conn)
 
     def tuned(self, **changes: Any) -> TruthDriver:
         self.tunings.append(changes)
@@ -401,11 +405,18 @@ def test_a_fault_on_a_standby_reports_its_catch_up() -> None:
     """A kill of pg2 (a replica until 1013.5) at 1004.0, reverted at 1006.0. The primary saw pg2 at
     120 bytes of lag during the baseline (1002-1004; 900 bytes at 1001.5 is warm-up), not listed at
     1006.0, catching up at 1006.5 (9,000 bytes), streaming at 1007.0 (400) and 1007.5 (100: back
-    at its level). The kill's window ends at the next fault (the primary's kill at 1010)."""
+    at its level). The kill's window ends at the next fault (the primary's kill at 1010).
+    It came back 10,535,424 bytes behind: pg2 last replayed 0/50001F8 (1003.9) before the kill, and
+    the primary's WAL was at 0/5A0C3F8 in the sample that lists pg2 again (1006.5); 0x5A0C3F8 -
+    0x50001F8 = 0xA0C200 = 10 MiB + 49,664. The primary's positions at 1006.0 (pg2 not listed yet)
+    and 1007.0 are not the one."""
     log = probe()
     log.replication += [(1001.5, {"pg2": ("streaming", 900, 0.1)}), (1003.0, {"pg2": ("streaming", 120, 0.0)}),
                         (1006.0, {}), (1006.5, {"pg2": ("catchup", 9000, None)}),
                         (1007.0, {"pg2": ("streaming", 400, 0.2)}), (1007.5, {"pg2": ("streaming", 100, 0.0)})]
+    log.positions += [(1003.0, "pg2", "0/5000100"), (1003.0, "pg1", "0/5000200"), (1003.9, "pg2", "0/50001F8"),
+                      (1006.0, "pg1", "0/5900000"), (1006.5, "pg1", "0/5A0C3F8"), (1007.0, "pg1", "0/5B00000"),
+                      (1007.0, "pg2", "0/5A00000")]
     standby = InjectedFault(id="s", kind="kill", host="pg2", target="pg2", spec={}, t_scheduled=1004.0,
                             t_staged=1002.5, t_sent=1004.0, t_effect=1004.0, t_effect_host=1004.0,
                             t_apply_start=1004.0, t_applied=1004.0, offset_s=0.0, offset_uncertainty_s=0.0,
@@ -419,7 +430,30 @@ def test_a_fault_on_a_standby_reports_its_catch_up() -> None:
     cu = results["faults"][0]["catchup"]
     assert cu == {"member": "pg2", "t_back": 1006.0, "streaming_s": 1.0, "caught_up_s": 1.5, "peak_lag_bytes": 9000,
                   "peak_replay_delay_s": 0.2, "rewound": True, "rebuilt": False, "baseline_lag_bytes": 120,
-                  "notes": [], "t_streaming": 1007.0, "t_caught_up": 1007.5}
+                  "missed_bytes": 10_535_424, "notes": [], "t_streaming": 1007.0, "t_caught_up": 1007.5}
+
+
+def test_wal_positions_read_as_byte_offsets() -> None:
+    """An LSN is two 32-bit halves in hex: 16/B374D848 = 22 * 2**32 + 3,010,779,208; across the
+    4 GiB boundary 0/FFFFF000 -> 1/00001000 is 0x1000 + 0x1000 = 8,192 bytes. A GTID set or a
+    MariaDB GTID is not an LSN."""
+    from chaoskit.analysis.catchup import lsn_bytes
+
+    assert lsn_bytes("16/B374D848") == 97_500_059_720
+    assert lsn_bytes("1/00001000") - lsn_bytes("0/FFFFF000") == 8_192
+    assert lsn_bytes("0-1-1234") is None and lsn_bytes("3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5") is None
+
+
+def test_mysql_catch_up_has_no_byte_figure_for_missed_data() -> None:
+    """MySQL replicas report their own state and GTID positions: a catch-up, but no missed_bytes."""
+    from chaoskit.analysis.catchup import standby_catchup
+    from chaoskit.topology.probe import ProbeLog
+
+    log = ProbeLog(replication=[(1003.0, {"db2": ("streaming", 0, 0.0)}), (1006.5, {"db2": ("streaming", 0, 0.0)})],
+                   positions=[(1003.0, "db2", "0-1-100"), (1006.5, "db1", "0-1-180"), (1006.5, "db2", "0-1-180")])
+    cu = standby_catchup(log, "db2", 1004.0, 1006.0, 1010.0, baseline=(1002.0, 1004.0), actions=[])
+    assert cu["caught_up_s"] == 0.5 and cu["missed_bytes"] is None
+    assert "positions are not byte offsets (GTID sets): no missed_bytes" in cu["notes"]
 
 
 def test_the_baseline_leaves_the_warm_up_out() -> None:
@@ -477,9 +511,12 @@ def test_gather_truth_reads_through_the_writer_it_closes(monkeypatch: pytest.Mon
             assert params == ("run",)  # this run's rows only
             return super().query(conn, sql, params)
 
+    made: list[D] = []
+
     def driver_for(cluster: Any, inventory: Any, **kw: Any) -> D:
         seen.append((cluster.name, inventory))
-        return D({"pg1": [(1, 1, True)], "pg2": [(1, 1, False)], "pg3": [(1, 1, False)]})
+        made.append(D({"pg1": [(1, 1, True)], "pg2": [(1, 1, False)], "pg3": [(1, 1, False)]}))
+        return made[-1]
 
     class Versions:
         def snapshot(self, conn: Any) -> dict[int, int]:
@@ -496,6 +533,7 @@ def test_gather_truth_reads_through_the_writer_it_closes(monkeypatch: pytest.Mon
     Writer.closed = 0
     truth = drill_mod.gather_truth(ctx, type("R", (), {"workload": Versions(), "before": {1: 3}})())
     assert seen == [("pg", "the-inventory")] and Writer.closed == 1
+    assert made[0].causal == [writer]  # the truth is read causally (a rejoined Galera node may still apply)
     assert truth["ledger_present"] == {"rows": set()} and truth["convergence"]["members"]["pg1"]["rows"] == 1
     # the update workload without the rpo check reads no versions
     truth = drill_mod.gather_truth(truth_ctx([], workload="update"), type("R", (), {"workload": Versions(),

@@ -83,7 +83,7 @@ def test_restart_in_place_whole_record() -> None:
         "phases": {"detection_s": None, "promotion_s": None, "reconnect_s": 1.25, "stabilisation_s": 0.75},
         "rto_s": 5.25, "write_gap_s": 4.5, "per_client_rto_s": {"1": 5.25},
         "per_client_rto_percentiles_s": {"p50": 5.25, "p90": 5.25, "p99": 5.25, "p100": 5.25},
-        "workers_in_outage": 1, "workers_not_recovered": 0,
+        "workers_in_outage": 1, "workers_not_recovered": 0, "outages_overlap": True,
         "outcome": "restarted_in_place", "outcome_text": "pg1 came back as the primary in place (no failover)",
         "primary_at_fault": "pg1", "window_end": 130.0, "t_new_primary": None,
         "t_back": 114.0, "t_left": 110.5,
@@ -271,7 +271,7 @@ def test_standby_catchup_whole_record() -> None:
     r = standby_catchup(log, "pg3", 110.0, 120.0, 130.0, baseline=(100.0, 108.0), actions=[])
     assert r == {"member": "pg3", "t_back": 120.0, "streaming_s": 1.0, "caught_up_s": 2.0, "peak_lag_bytes": 9000,
                  "peak_replay_delay_s": 0.8, "rewound": None, "rebuilt": True, "baseline_lag_bytes": 300,
-                 "notes": [], "t_streaming": 121.0, "t_caught_up": 122.0,
+                 "missed_bytes": None, "notes": [], "t_streaming": 121.0, "t_caught_up": 122.0,
                  "manager_states": ["creating replica", "streaming"]}
     # a rejoin action on the member says whether it was rewound or rebuilt
     r = standby_catchup(log, "pg3", 110.0, 120.0, 130.0, baseline=(100.0, 108.0),
@@ -353,6 +353,25 @@ def test_more_edges_of_one_fault() -> None:
     # writes that kept succeeding exactly 1.0 s after the fault: not yet worth a note (more than 1 s is)
     r = analyse(history(set(range(22, 30)) - {21}), restart_roles(), fault(109.75))
     assert not any("kept succeeding" in n for n in r["notes"])  # last ok 110.75 = 109.75 + 1.0
+
+
+def test_outages_that_never_overlap_leave_no_write_gap() -> None:
+    """Split-brain shape: worker 1 (failed over early) last wrote at 110.5 and wrote again at
+    114.0; worker 2 (on the isolated primary) went on writing until 116.0 and wrote again at
+    121.0. T_last_ok = max(110.5, 116.0) = 116.0, T_first_ok = min(114.0, 121.0) = 114.0: at every
+    instant one of them was writing, so the write gap is 0, never 114.0 - 116.0 = -2.0. RTO (from
+    the fault at 110.0) is still 4.0, per client 4.0 and 11.0. Overlapping outages (worker 2
+    wrote again at 113.0 after its last write at 112.0) keep T_first_ok - T_last_ok = 1.0."""
+    from chaoskit.analysis.failover import client_figures
+    from chaoskit.recorder import Gap
+
+    apart = client_figures([Gap(1, 110.5, 110.6, "connection_lost", 114.0),
+                            Gap(2, 116.0, 116.1, "read_only", 121.0)], 110.0)
+    assert (apart["write_gap_s"], apart["outages_overlap"], apart["rto_s"]) == (0.0, False, 4.0)
+    assert apart["per_client_rto_s"] == {"1": 4.0, "2": 11.0}
+    overlapping = client_figures([Gap(1, 110.5, 110.6, "connection_lost", 114.0),
+                                  Gap(2, 112.0, 112.1, "read_only", 113.0)], 110.0)
+    assert (overlapping["write_gap_s"], overlapping["outages_overlap"]) == (1.0, True)
 
 
 def test_a_value_exactly_at_the_recovery_threshold_counts() -> None:

@@ -61,6 +61,29 @@ def test_ramp_peak_growth_and_overload() -> None:
         "beyond the peak, 128 workers: TPS -7 % against the peak, p99 20.00 ms -> 45.50 ms"]
 
 
+def test_a_ladder_of_several_workloads_speaks_of_each_on_its_own() -> None:
+    ro = [cell(8, 2000, p99=4.0, workload="oltp-ro"), cell(64, 5000, p99=30.0, workload="oltp-ro")]
+    wo = [cell(8, 1000, p99=9.0, workload="oltp-wo"), cell(64, 1100, p99=80.0, workload="oltp-wo"),
+          cell(256, 900, p99=300.0, workload="oltp-wo")]
+    result = {"experiment": {"kind": "ramp"}, "cells": ro + wo, "knee": {"peak": ro[1], "recommended_workers": 64},
+              "knees": {"oltp-ro": {"peak": ro[1], "recommended_workers": 64},
+                        "oltp-wo": {"peak": wo[1], "recommended_workers": 8}}}
+    # oltp-ro: 5000 / 2000 = 2.5x; oltp-wo: 1100 / 1000 = 1.1x, 900 / 1100 - 1 = -0.182
+    assert headlines(result) == [
+        "oltp-ro: peak 5,000 TPS at 64 workers (2.5x the 2,000 TPS of 8 workers); recommended concurrency 64",
+        "oltp-wo: peak 1,100 TPS at 64 workers (1.1x the 1,000 TPS of 8 workers); recommended concurrency 8",
+        "oltp-wo: beyond the peak, 256 workers: TPS -18 % against the peak, p99 80.00 ms -> 300.00 ms"]
+
+
+def test_a_ladder_that_peaks_at_its_first_step() -> None:
+    cells = [cell(8, 1182, p99=16.32), cell(64, 931, p99=806.91)]
+    result = {"experiment": {"kind": "ramp"}, "cells": cells, "knee": {"peak": cells[0], "recommended_workers": 8}}
+    # 931 / 1182 - 1 = -0.212
+    assert headlines(result) == [
+        "peak 1,182 TPS at 8 workers (the first step: more workers only lowered it); recommended concurrency 8",
+        "beyond the peak, 64 workers: TPS -21 % against the peak, p99 16.32 ms -> 806.91 ms"]
+
+
 def test_compare_states_median_and_spread() -> None:
     result = {"experiment": {"kind": "compare"}, "cells": [cell(8, 1000)],
               "comparison": {"pg2_vs_pg": {"relative_tps_change_median": -0.1234, "min": -0.151, "max": -0.089,

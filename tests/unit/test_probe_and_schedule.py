@@ -38,10 +38,11 @@ class FakeDriver:
             raise ConnectionRefusedError("pg1 down")
         return member.host
 
-    def is_writable(self, conn: str) -> bool:
+    def role_and_position(self, conn: str) -> tuple[str, str | None]:
         if conn == "pg1" and self.world.failed.is_set():
             raise ConnectionResetError("pg1 gone")
-        return conn == "pg1" or (conn == "pg2" and self.world.promoted.is_set())
+        writable = conn == "pg1" or (conn == "pg2" and self.world.promoted.is_set())
+        return ("primary" if writable else "replica"), None
 
     def replication_status(self, conn: str) -> list[tuple[str, str, int, float]]:
         return [("127.0.0.3", "streaming", 0, 0.0)]
@@ -55,6 +56,10 @@ class FakeManager:
     def __init__(self, world: World) -> None:
         self.world = world
         self.watched = False
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
 
     def members(self) -> list[MemberView]:
         w = self.world
@@ -111,7 +116,7 @@ def test_the_probe_sees_the_failover_as_it_happens(tmp_path: Path) -> None:
         seen("pg2", "primary"), manager_saw("down/stopped")
     finally:
         probe.stop()
-    assert ha.watched
+    assert ha.watched and ha.closed  # the probe released what the manager kept open
     log = probe.log
     assert log.current_roles() == {"pg1": "down", "pg2": "primary"}
     roles = [(e["member"], e["previous"], e["role"]) for e in log.events if e["kind"] == "role"]

@@ -25,7 +25,8 @@ from chaoskit.inventory.fanout import RemotePool
 from chaoskit.inventory.models import Inventory
 from chaoskit.playbook.models import Playbook
 from chaoskit.playbook.runner import DrillParts, RunContext, run_drill
-from chaoskit.recorder import FAIL, OK
+from chaoskit.recorder import FAIL, OK, Recorder
+from chaoskit.testing.clock import FakeClock
 from chaoskit.testing.remote import Reply, ScriptedRemote, is_revert, is_stage, is_trigger
 from chaoskit.topology.probe import ProbeLog
 
@@ -309,12 +310,71 @@ class _Roles:
         return {"pg1": "down", "pg2": "replica"}
 
 
-def _recovery_ctx(clock: Any, healthy_from: float | None, within: float = 3.0) -> Any:
+def _recovery_ctx(clock: Any, healthy_from: float | None, within: float = 3.0, recorder: Any = None,
+                  faults: tuple[float, ...] = ()) -> Any:
     events: list[tuple[str, float]] = []
     return SimpleNamespace(probe=SimpleNamespace(log=_Roles(clock, healthy_from)), aborted=None, clock=clock,
-                           cluster=SimpleNamespace(members=["pg1", "pg2"]),
-                           playbook=SimpleNamespace(recovery=SimpleNamespace(within=within)),
+                           cluster=SimpleNamespace(members=["pg1", "pg2"], ha=SimpleNamespace(kind="none")),
+                           playbook=SimpleNamespace(recovery=SimpleNamespace(within=within, tps_fraction=0.9, hold=3.0),
+                                                    load=SimpleNamespace(warmup=0.0), baseline=10.0),
+                           recorder=recorder or Recorder(0.0), t0=0.0, actions=[],
+                           faults=[SimpleNamespace(t_effect=t) for t in faults],
                            events=events, event=lambda kind, t, **data: events.append((kind, round(t, 6))))
+
+
+class LoadClock(FakeClock):
+    """A fake clock that books the load's writes as it moves: `rate(t)` writes/s, in 0.1 s
+    intervals (each interval's writes at its middle), closed up to now, as the live recorder is."""
+
+    def __init__(self, start: float, rate: Any) -> None:
+        super().__init__(start)
+        self.rec, self.rate = Recorder(0.0), rate
+        self._book(0.0, start)
+
+    def _book(self, t_from: float, t_to: float) -> None:
+        for idx in range(round(t_from * 10), round(t_to * 10)):
+            mid = idx / 10 + 0.05
+            for _ in range(round(self.rate(mid) / 10)):
+                self.rec.record(1, "write", mid - 0.001, mid, OK)
+        self.rec.close_before(round(t_to * 10))
+
+    def sleep(self, seconds: float) -> None:
+        before = self.now()
+        super().sleep(seconds)
+        self._book(before, self.now())
+
+
+def test_the_recovery_wait_keeps_the_load_until_throughput_is_back() -> None:
+    """Baseline 100 writes/s (threshold 90/s for 3 s), a fault at 12 s, the heal at 20 s.
+    Worked by hand on the 1 s rolling window, ten 0.1 s intervals: """
+    from chaoskit.playbook.runner import _wait_recovery
+
+    # 0/s from the fault, 40/s from 15 s, 100/s from 20 s. The window ending 20.9 s holds one
+    # interval at 40/s: 4 + 9 x 10 = 94 >= 90; ending 20.8 s: 8 + 80 = 88 < 90. So the stretch
+    # starts at 20.9 and is held once the window ending 23.9 s is closed: the wait ends at the
+    # first of its 0.5 s checks at or after 23.9 s.
+    def rate(t: float) -> float:
+        return 100 if t < 12 else 0 if t < 15 else 40 if t < 20 else 100
+
+    clock = LoadClock(20.0, rate)
+    ctx = _recovery_ctx(clock, healthy_from=20.0, within=30.0, recorder=clock.rec, faults=(12.0,))
+    _wait_recovery(ctx, None)
+    assert ctx.events == [("cluster_steady", 20.0), ("throughput_recovered", 20.9)]
+    assert 23.9 <= clock.now() < 24.4 and clock.sleeps[-1] == 0.5
+
+    # still 40/s after the heal: the load runs to the bound (20 + 6 s), then says so
+    clock = LoadClock(20.0, lambda t: 100 if t < 12 else 40)
+    ctx = _recovery_ctx(clock, healthy_from=20.0, within=6.0, recorder=clock.rec, faults=(12.0,))
+    _wait_recovery(ctx, None)
+    assert ctx.events == [("cluster_steady", 20.0), ("throughput_not_recovered", 26.0)]
+
+    # back before the heal (30/s from the fault, 100/s from 15 s: the window ending 15.9 s holds
+    # 3 + 90 = 93, ending 15.8 s 6 + 80 = 86): nothing more to wait for
+    clock = LoadClock(20.0, lambda t: 100 if t < 12 else 30 if t < 15 else 100)
+    ctx = _recovery_ctx(clock, healthy_from=20.0, within=30.0, recorder=clock.rec, faults=(12.0,))
+    _wait_recovery(ctx, None)
+    assert ctx.events == [("cluster_steady", 20.0), ("throughput_recovered", 15.9)]
+    assert 0.5 not in clock.sleeps  # the roles' 0.2 s polls only
 
 
 def test_the_recovery_wait_on_a_fake_clock() -> None:

@@ -163,6 +163,44 @@ def psql(host_dir_or_socket: str, port: int, sql: str, *, database: str = "postg
     return res.stdout
 
 
+def haproxy_writer(proxy: LabHost, port: int, backends: list[LabHost], backend_port: int, check_body: str, *,
+                   backups: bool) -> Path:
+    """HAProxy on `proxy` with one TCP listener for writes and its launcher. Each backend is
+    checked every 500 ms by an external script (`check_body`, a shell script body: HAProxy passes
+    <proxy address> <proxy port> <server address> <server port>, exit 0 = up), two failures to go
+    down, two successes to come back, a down server's sessions shut. With `backups`, the first
+    backend takes every connection while it is up and the next one that is up takes over (the
+    usual Galera deployment); without, every backend that passes its check takes connections."""
+    from chaoskit.lab import daemons
+
+    cfg = proxy.dir / "haproxy.cfg"
+    check = proxy.dir / "writer-check"
+    servers = "\n".join(
+        f"  server {h.name} {h.address}:{backend_port} check inter 500 fall 2 rise 2 on-marked-down shutdown-sessions"
+        + (" backup" if backups and i else "")
+        for i, h in enumerate(backends))
+    cfg.write_text(f"""global
+  maxconn 2000
+  external-check
+  insecure-fork-wanted
+defaults
+  mode tcp
+  timeout connect 2s
+  timeout client 1h
+  timeout server 1h
+listen writer
+  bind {proxy.address}:{port}
+  option external-check
+  external-check path "/usr/bin:/bin"
+  external-check command {check}
+{servers}
+""")
+    check.write_text("#!/bin/sh\n" + check_body)
+    check.chmod(0o755)
+    return daemons.write_launcher(proxy, "haproxy", f"/usr/sbin/haproxy -db -f {cfg}", proxy.dir / "haproxy.pid",
+                                  log=proxy.dir / "haproxy.out")
+
+
 def postgres_key() -> Path:
     """The lab's SSH key of the postgres user (repmgr and MHA-style tools SSH between nodes)."""
     key = Paths.ssh / "postgres_ed25519"

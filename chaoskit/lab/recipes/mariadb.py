@@ -55,14 +55,7 @@ def configure(nodes: list[LabHost], pw: dict[str, str], deadline: float, *, gtid
              (MARIADB_USER, pw["mariadb_chaoskit"], "REPLICATION CLIENT, SLAVE MONITOR ON *.*"),
              ("repl", pw["mariadb_repl"], "REPLICATION SLAVE ON *.*"), *extra_users)
     for host in nodes:
-        while True:
-            try:
-                sql(host, "SELECT 1")
-                break
-            except LabError:
-                if time.monotonic() > deadline:
-                    raise LabError(f"MariaDB on {host.name} did not start (see {host.dir}/error.log)") from None
-                time.sleep(0.1)
+        wait_sql(host, deadline)
         created: set[str] = set()
         statements = []
         for name, secret, grant in users:
@@ -83,6 +76,18 @@ def configure(nodes: list[LabHost], pw: dict[str, str], deadline: float, *, gtid
             f" MASTER_USER='repl', MASTER_PASSWORD='{pw['mariadb_repl']}', {where},"
             " MASTER_CONNECT_RETRY=1, MASTER_HEARTBEAT_PERIOD=1;"
             "SET GLOBAL read_only=1; START SLAVE;"))
+
+
+def wait_sql(host: LabHost, deadline: float) -> None:
+    """Until the server answers on its socket (a fresh datadir takes a moment), or raise."""
+    while True:
+        try:
+            sql(host, "SELECT 1")
+            return
+        except LabError:
+            if time.monotonic() > deadline:
+                raise LabError(f"MariaDB on {host.name} did not start (see {host.dir}/error.log)") from None
+            time.sleep(0.1)
 
 
 def health(spec: LabSpec) -> tuple[bool, str]:

@@ -23,7 +23,7 @@ from typing import Any
 from chaoskit.errors import LabError
 from chaoskit.lab import daemons
 from chaoskit.lab.procs import alive, read_pid_file
-from chaoskit.lab.recipes import Build
+from chaoskit.lab.recipes import Build, haproxy_writer
 from chaoskit.lab.recipes import mariadb as my
 from chaoskit.lab.spec import MARIADB_DATABASE, MARIADB_PORT, MARIADB_USER, LabHost, LabSpec, Paths
 
@@ -113,41 +113,15 @@ def manager_launcher(spec: LabSpec) -> Path:
                                   env={"HOME": str(m.dir), "PATH": "/usr/bin:/bin:/usr/sbin:/sbin"})
 
 
-def haproxy_launcher(spec: LabSpec, pw: dict[str, str]) -> Path:
+def haproxy_launcher(spec: LabSpec) -> Path:
     """HAProxy on the manager host: one listener, the nodes as servers, each checked by logging in
     and asking `@@read_only` (a check user that can only do that), so exactly the writable node
     is up (`check` with `mysql-check` only proves the server answers, not that it takes writes)."""
-    m = manager_host(spec)
-    cfg = m.dir / "haproxy.cfg"
-    servers = "\n".join(
-        f"  server {h.name} {h.address}:{MARIADB_PORT} check inter 500 fall 2 rise 2 on-marked-down shutdown-sessions"
-        for h in hosts(spec))
-    cfg.write_text(f"""global
-  maxconn 2000
-  external-check
-  insecure-fork-wanted
-defaults
-  mode tcp
-  timeout connect 2s
-  timeout client 1h
-  timeout server 1h
-listen writer
-  bind {m.address}:{HAPROXY_PORT}
-  option external-check
-  external-check path "/usr/bin:/bin"
-  external-check command {m.dir / 'writer-check'}
-{servers}
-""")
-    check = m.dir / "writer-check"
-    # HAProxy passes: <proxy address> <proxy port> <server address> <server port>; exit 0 = up
     secret = shlex.quote(str(Paths.secret("mariadb_mha")))
-    check.write_text("#!/bin/sh\n"
-                     f"ro=$(MYSQL_PWD=$(cat {secret}) mariadb -h \"$3\" -P \"$4\" -u{MHA_USER} --connect-timeout=1 "
-                     "-N -B -e 'SELECT @@read_only' 2>/dev/null)\n"
-                     '[ "$ro" = "0" ]\n')
-    check.chmod(0o755)
-    return daemons.write_launcher(m, "haproxy", f"/usr/sbin/haproxy -db -f {cfg}", m.dir / "haproxy.pid",
-                                  log=m.dir / "haproxy.out")
+    body = (f"ro=$(MYSQL_PWD=$(cat {secret}) mariadb -h \"$3\" -P \"$4\" -u{MHA_USER} --connect-timeout=1 "
+            "-N -B -e 'SELECT @@read_only' 2>/dev/null)\n"
+            '[ "$ro" = "0" ]\n')
+    return haproxy_writer(manager_host(spec), HAPROXY_PORT, hosts(spec), MARIADB_PORT, body, backups=False)
 
 
 MHA_TOOLS = ("masterha_manager", "masterha_check_status", "masterha_check_repl", "masterha_check_ssh",
@@ -220,7 +194,7 @@ def build(b: Build) -> None:
     b.wait(lambda: replication_health(b.spec), "the MHA replication")
     write_conf(b.spec, b.secrets)
     m = manager_host(b.spec)
-    b.launch(f"{m.name}/haproxy", haproxy_launcher(b.spec, b.secrets), m.dir / "haproxy.pid")
+    b.launch(f"{m.name}/haproxy", haproxy_launcher(b.spec), m.dir / "haproxy.pid")
     b.launch(f"{m.name}/masterha_manager", manager_launcher(b.spec), m.dir / "masterha_manager.pid")
     b.wait(lambda: health(b.spec), "MHA")
 
@@ -274,11 +248,36 @@ def health(spec: LabSpec) -> tuple[bool, str]:
     return True, "ok"
 
 
+def restarted_primary(spec: LabSpec) -> LabHost | None:
+    """The primary after a crash of every node: all come back read-only (my.cnf says so, MHA makes
+    the primary writable at runtime), so it is the node that replicates from no one and that every
+    other node replicates from. None when the nodes do not say so unambiguously."""
+    nodes = hosts(spec)
+    sources: dict[str, str] = {}
+    for h in nodes:
+        try:
+            status = my.sql(h, "SHOW SLAVE STATUS", vertical=True)
+        except LabError:
+            return None
+        found = re.search(r"^\s*Master_Host: (\S+)", status, re.M)
+        sources[h.name] = found.group(1) if found else ""
+    roots = [h for h in nodes if not sources[h.name]]
+    if len(roots) != 1 or any(sources[h.name] != roots[0].address for h in nodes if h is not roots[0]):
+        return None
+    return roots[0]
+
+
 def repair(spec: LabSpec) -> list[str]:
     """A node left behind by a drill (the old primary after a failover, not yet a replica) is
-    turned into a replica of the current primary; the manager is started again."""
+    turned into a replica of the current primary; a primary that restarted read-only (every node
+    crashed) is made writable again, as MHA made it at its promotion; the manager is started
+    again."""
     done = []
     primary, problems = topology(spec)
+    if primary is None and (root := restarted_primary(spec)) is not None:
+        my.sql(root, "SET GLOBAL read_only=0")
+        done.append(f"{root.name} (restarted read-only, every other node follows it) made writable")
+        primary, problems = topology(spec)
     if primary is not None and problems:
         file, pos = my.sql(primary, "SHOW MASTER STATUS").split()[:2]
         for h in hosts(spec):

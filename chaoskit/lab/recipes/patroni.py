@@ -80,12 +80,46 @@ def health(spec: LabSpec) -> tuple[bool, str]:
         return False, f"postgres: {exc}"
     if n.strip() != str(len(hosts(spec)) - 1):
         return False, f"postgres: {n.strip()} streaming replicas"
+    stale = abandoned_timelines(spec, ms)
+    if stale:
+        return False, "patroni: " + "; ".join(f"{name} holds the history of abandoned timeline(s) {tlis}"
+                                              for name, tlis in stale.items())
     return True, "ok"
 
 
+def abandoned_timelines(spec: LabSpec, ms: list[dict[str, Any]]) -> dict[str, list[int]]:
+    """Replicas holding the history file of a timeline newer than the leader's: a timeline that a
+    promotion created and the cluster then abandoned (Patroni gave the leader key back to the old
+    leader after a pause; the promoted node was rewound). The lab has no WAL archive, so the next
+    promotion reuses that timeline ID, and such a replica follows its own stale history: it asks
+    for WAL on that timeline from before the new fork and is refused for good ("requested WAL
+    segment ... has already been removed"; seen on the lab after pg-pause-patroni, then
+    pg-kill-postmaster). Such a replica is reinitialised (`repair`)."""
+    leader = next((m for m in ms if m["role"] == "leader"), None)
+    if leader is None or not isinstance(leader.get("timeline"), int):
+        return {}
+    out = {}
+    for m in ms:
+        if m is leader or not m["name"]:
+            continue
+        wal = Paths.pg_data(spec.host(m["name"])) / "pg_wal"
+        tlis = sorted(t for f in wal.glob("*.history") if (t := _history_tli(f.name)) and t > leader["timeline"])
+        if tlis:
+            out[m["name"]] = tlis
+    return out
+
+
+def _history_tli(name: str) -> int | None:
+    try:
+        return int(name.removesuffix(".history"), 16) if len(name) == 16 else None
+    except ValueError:
+        return None
+
+
 def repair(spec: LabSpec) -> list[str]:
-    """Replicas that do not stream (e.g. a diverged old primary that was not rewound) are rebuilt
-    from the leader through Patroni's REST API (POST /reinitialize)."""
+    """Replicas that do not stream (e.g. a diverged old primary that was not rewound), or that hold
+    an abandoned timeline's history (`abandoned_timelines`), are rebuilt from the leader through
+    Patroni's REST API (POST /reinitialize)."""
     ms = members(spec)
     leader = next((m for m in ms if m["role"] == "leader"), None)
     if leader is None:
@@ -97,8 +131,10 @@ def repair(spec: LabSpec) -> list[str]:
     except Exception:
         return []
     done = []
+    stale = abandoned_timelines(spec, ms)
     for m in ms:
-        if m["role"] == "replica" and m["name"] not in streaming and m["state"] in ("running", "streaming"):
+        if m["role"] == "replica" and (m["name"] not in streaming or m["name"] in stale) \
+                and m["state"] in ("running", "streaming"):
             status, _ = rest(f"http://{spec.host(m['name']).address}:{PATRONI_PORT}/reinitialize", "POST",
                              {"force": True}, timeout=10)
             if status == 200:

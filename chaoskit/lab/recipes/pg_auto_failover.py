@@ -143,16 +143,26 @@ def orphans(spec: LabSpec) -> list[int]:
     return out
 
 
-def repair(spec: LabSpec) -> list[str]:
-    """Orphaned keeper services ended (by pid, in the lab's namespaces); the keeper itself is
-    started again where it is not running; pg_auto_failover then heals the cluster by itself."""
+def revive(spec: LabSpec) -> list[str]:
+    """Called when every lab daemon was killed at once, before the lab restarts them: a killed
+    pg_autoctl supervisor leaves its services running, and a keeper restarted beside them fights
+    them over the pid file (seen on the lab: a secondary left unhealthy past the revive's 45 s).
+    They are ended first (by pid, in the lab's namespaces)."""
     stray = orphans(spec)
     terminate(stray, grace=3.0)
+    return [f"orphaned pg_autoctl service {p} ended" for p in stray]
+
+
+def repair(spec: LabSpec) -> list[str]:
+    """Orphaned keeper services ended (`revive`); the keeper itself is started again where it is
+    not running; pg_auto_failover then heals the cluster by itself."""
+    done = revive(spec)
     for host in [monitor(spec), *keepers(spec)]:
         pid = read_pid_file(host.dir / "pg_autoctl.pid")
         if not pid or not alive(pid):
             subprocess.run(["sh", str(Paths.launcher(host, "pg_autoctl"))], check=False, timeout=30)
-    return [str(p) for p in stray]
+            done.append(f"pg_autoctl of {host.name} started")
+    return done
 
 
 def health(spec: LabSpec) -> tuple[bool, str]:

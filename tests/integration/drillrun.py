@@ -1,0 +1,62 @@
+"""Running a shipped playbook shortened on the lab, and counting a run's rows on a MySQL node
+independently of the recorder (shared by the MySQL HA modules)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import yaml
+
+from chaoskit.inventory.models import Inventory
+
+INV = "inventories/lab.yaml"
+SECRETS = Path("/var/lib/chaoskit-lab/secrets")
+
+
+def shortened(src: str, tmp: Path, at: list[str], duration: str, fault_durations: list[str] | None = None) -> Path:
+    """The shipped playbook with its steps at `at` (and its faults lasting `fault_durations`),
+    a shorter warm-up and baseline."""
+    data = yaml.safe_load(Path(src).read_text())
+    data["name"] += "-short"
+    data["load"]["warmup"] = "2s"
+    data["baseline"] = "5s"
+    for step, when in zip(data["steps"], at, strict=True):
+        step["at"] = when
+    for step, lasts in zip([s for s in data["steps"] if "fault" in s], fault_durations or [], strict=False):
+        step["fault"]["duration"] = lasts
+    data["duration"] = duration
+    path = tmp / Path(src).name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def run(playbook: Path, tmp: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], Path]:
+    out = tmp / "runs"
+    res = subprocess.run(["chaoskit", "run", str(playbook), "-i", INV, "--out", str(out)], capture_output=True,
+                         text=True, timeout=400)
+    dirs = sorted(out.glob("*"))
+    assert dirs, res.stdout + res.stderr
+    return res, json.loads((dirs[-1] / "run.json").read_text()), dirs[-1]
+
+
+def rows_on(lab: Inventory, cluster: str, host: str, run_id: str, user: str, secret: str) -> int:
+    """This run's ledger rows on one node, asked with PyMySQL and plain SQL."""
+    member = next(m for m in lab.clusters[cluster].members if m.host == host)
+    conn = pymysql.connect(host=lab.member_address(member), port=3306, user=user,
+                           password=(SECRETS / secret).read_text().strip(), database="chaoskit", connect_timeout=5)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT count(*) FROM chaoskit_ledger WHERE run_id = %s", (run_id,))
+            return int(cur.fetchone()[0])
+    finally:
+        conn.close()
+
+
+def expected_rows(ev: dict[str, Any]) -> int:
+    """What the writer must hold: acknowledged - lost + indeterminate found + phantoms."""
+    rpo = ev["results"]["rpo"]
+    return rpo["acknowledged"] - rpo["lost_acknowledged"] + rpo["indeterminate_found"] + rpo["phantoms"]
