@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import signal
 import statistics
 import time
 from typing import Annotated, Any, Literal
@@ -22,6 +21,7 @@ from chaoskit.faults.manager import FaultManager
 from chaoskit.faults.spec import LatencySpec
 from chaoskit.ha.registry import manager_for
 from chaoskit.ha.settings import SettingsChange, change_settings
+from chaoskit.interrupts import stop_signals_interrupt
 from chaoskit.inventory.models import Inventory
 from chaoskit.models import Frozen
 from chaoskit.playbook.models import Seconds
@@ -223,7 +223,11 @@ def summarise(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[st
 def run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progress: Any = None) -> dict[str, Any]:
     """Cell by cell; every latency fault and every settings change is undone on the way out
     (normal end, error, Ctrl-C, SIGTERM), and the settings are journaled with a dead-man first."""
-    previous_handler = signal.signal(signal.SIGTERM, _sigterm)
+    with stop_signals_interrupt():  # Ctrl-C and SIGTERM abort and restore, whatever was inherited
+        return _run_experiment(exp, inv, inventory_path, progress)
+
+
+def _run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progress: Any) -> dict[str, Any]:
     started = time.time()
     settings: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
@@ -280,7 +284,6 @@ def run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progres
                 change.restore(ha)
             except Exception as exc:  # its dead-man and `recover` retry
                 restore_errors.append(str(exc))
-        signal.signal(signal.SIGTERM, previous_handler)
     keys: tuple[str, ...] = ("target", "workload", "workers") if exp.kind == "compare" \
         else ("workload", "workers", "delay_ms")
     if exp.grid.synchronous_mode and exp.kind != "compare":
@@ -321,7 +324,3 @@ def _compare(rows: list[dict[str, Any]], targets: tuple[str, ...]) -> dict[str, 
                                  "min": round(min(ratios), 4) if ratios else None,
                                  "max": round(max(ratios), 4) if ratios else None, "repeats": len(ratios)}
     return out
-
-
-def _sigterm(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt

@@ -5,7 +5,6 @@ from __future__ import annotations
 import bisect
 import contextlib
 import getpass
-import signal
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from chaoskit.ha.base import HAManager
 from chaoskit.ha.registry import is_multi_writer, manager_for
 from chaoskit.ha.settings import SettingsChange, change_settings
 from chaoskit.hostlogs import LogWindow, window_for
+from chaoskit.interrupts import stop_signals_interrupt
 from chaoskit.inventory.fanout import RemotePool
 from chaoskit.inventory.models import Cluster, Inventory
 from chaoskit.playbook import schedule
@@ -132,74 +132,73 @@ def run_drill(pb: Playbook, inv: Inventory, *, run_dir: RunDirectory | None, pla
     if ctx.audit.operator:
         ctx.operator = ctx.audit.operator
     ctx.event("run_started", ctx.started, playbook=pb.name, cluster=pb.cluster, operator=ctx.operator)
-    previous = signal.signal(signal.SIGTERM, _sigterm)
     runner: LoadRunner | None = None
-    try:
-        with contextlib.ExitStack() as stack:
-            pool = stack.enter_context(parts.pool(inv))
-            ctx.driver = driver = parts.driver(ctx.cluster, inv)
-            ha = parts.ha(ctx.cluster, inv, pool)
-            fm = FaultManager(inv, pool, roles=lambda cluster: _live_roles(ctx, cluster, fm),
-                              journal_root=parts.journal_root, clock=parts.clock.now)
-            try:
-                ctx.preflight = parts.preflight(pb, inv, pool, ha, fm, allow_production, driver=driver)  # 2
-            except ChaoskitError as exc:
-                ctx.refused = str(exc)
-                ctx.event("preflight_refused", ctx.clock.now(), reason=str(exc))
-                raise
-            ctx.event("preflight", ctx.clock.now(), primary=ctx.preflight["primary_before"],
-                      production_targets=ctx.preflight["production_targets"], warnings=ctx.preflight["warnings"])
-            if ctx.audit.log_bytes_per_file:  # marked now, read last on the way out (after the load stops)
-                logs = parts.logs(ctx.cluster, ha, pool, ctx.audit.log_bytes_per_file)
-                logs.mark()
-                stack.callback(_keep_logs, ctx, logs)
-            ctx.recorder = Recorder(base=ctx.clock.now(), interval=0.1)  # 3
-            spec = load_spec_from_playbook(pb)
-            ctx.run_id = spec.run_id
-            ctx.groups = {g.name: {"profile": g.profile, "workers": list(g.worker_ids), "statement_timeout":
-                                   g.statement_timeout, "validation": g.validate, "route": g.route or pb.cluster}
-                          for g in spec.client_groups()}
-            load_cluster, load_driver = ctx.cluster, driver
-            if any(st.fault is not None and split_target(st.fault.target)[0] == CLIENT for st in pb.steps):
-                # the load runs through clean relays from the start; the step changes their toxics
-                link = stack.enter_context(ClientLink(ctx.cluster, inv, ttl=pb.duration + pb.recovery.within + 600,
-                                                      driver=driver))
-                fm.client_link = link
-                load_cluster, load_driver = link.cluster, parts.driver(link.cluster, inv)  # the relays' view
-                ctx.event("client_link", ctx.clock.now(), relays=link.driver.endpoints(),
-                          note="the load reaches the database through relays on the control node for the whole "
-                               "drill; the baseline includes their overhead")
-            runner = parts.load(load_cluster, inv, spec, ctx.recorder, driver=load_driver)
-            runner.setup()
-            ctx.probe = parts.probe(ctx.cluster, inv, ha, pb.probes.interval,
-                                    sink=ctx.run_dir.event if run_dir else None, driver=driver)
-            ctx.probe.start()
-            stack.callback(ctx.probe.stop)
-            ctx.t0 = runner.start()
-            stack.callback(runner.stop)  # 8 (after the recovery wait)
-            ctx.event("load_started", ctx.t0, workers=pb.load.workers, workload=pb.load.workload)
-            stack.callback(_wait_recovery, ctx, progress)  # 7 (after the heal)
-            settings: list[SettingsChange] = []
-            stack.callback(_heal, ctx, fm, ha, settings)  # 6: always, first on the way out
-            try:
-                if pb.settings:
-                    settings.append(_change_settings(ctx, ha))  # 5
-                _execute(ctx, fm, ha, runner, progress)  # 4 + 5
-            except KeyboardInterrupt:
-                ctx.aborted = "interrupted (Ctrl-C or SIGTERM)"
-            except Aborted as exc:
-                ctx.aborted = str(exc)
-            except Exception as exc:  # recorded, then healed and reported like any abort
-                ctx.aborted = f"error: {type(exc).__name__}: {exc}"
-            if ctx.aborted:
-                ctx.event("aborted", ctx.clock.now(), reason=ctx.aborted)
-    except KeyboardInterrupt:
-        ctx.aborted = ctx.aborted or "interrupted while healing or stopping (the heal ran first)"
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        ctx.ended = ctx.clock.now()
-        if ctx.probe is not None:
-            ctx.events.extend(ctx.probe.log.events)
+    with stop_signals_interrupt():  # Ctrl-C and SIGTERM abort and heal, whatever was inherited
+        try:
+            with contextlib.ExitStack() as stack:
+                pool = stack.enter_context(parts.pool(inv))
+                ctx.driver = driver = parts.driver(ctx.cluster, inv)
+                ha = parts.ha(ctx.cluster, inv, pool)
+                fm = FaultManager(inv, pool, roles=lambda cluster: _live_roles(ctx, cluster, fm),
+                                  journal_root=parts.journal_root, clock=parts.clock.now)
+                try:
+                    ctx.preflight = parts.preflight(pb, inv, pool, ha, fm, allow_production, driver=driver)  # 2
+                except ChaoskitError as exc:
+                    ctx.refused = str(exc)
+                    ctx.event("preflight_refused", ctx.clock.now(), reason=str(exc))
+                    raise
+                ctx.event("preflight", ctx.clock.now(), primary=ctx.preflight["primary_before"],
+                          production_targets=ctx.preflight["production_targets"], warnings=ctx.preflight["warnings"])
+                if ctx.audit.log_bytes_per_file:  # marked now, read last on the way out (after the load stops)
+                    logs = parts.logs(ctx.cluster, ha, pool, ctx.audit.log_bytes_per_file)
+                    logs.mark()
+                    stack.callback(_keep_logs, ctx, logs)
+                ctx.recorder = Recorder(base=ctx.clock.now(), interval=0.1)  # 3
+                spec = load_spec_from_playbook(pb)
+                ctx.run_id = spec.run_id
+                ctx.groups = {g.name: {"profile": g.profile, "workers": list(g.worker_ids), "statement_timeout":
+                                       g.statement_timeout, "validation": g.validate, "route": g.route or pb.cluster}
+                              for g in spec.client_groups()}
+                load_cluster, load_driver = ctx.cluster, driver
+                if any(st.fault is not None and split_target(st.fault.target)[0] == CLIENT for st in pb.steps):
+                    # the load runs through clean relays from the start; the step changes their toxics
+                    link_ttl = pb.duration + pb.recovery.within + 600
+                    link = stack.enter_context(ClientLink(ctx.cluster, inv, ttl=link_ttl, driver=driver))
+                    fm.client_link = link
+                    load_cluster, load_driver = link.cluster, parts.driver(link.cluster, inv)  # the relays' view
+                    ctx.event("client_link", ctx.clock.now(), relays=link.driver.endpoints(),
+                              note="the load reaches the database through relays on the control node for the whole "
+                                   "drill; the baseline includes their overhead")
+                runner = parts.load(load_cluster, inv, spec, ctx.recorder, driver=load_driver)
+                runner.setup()
+                ctx.probe = parts.probe(ctx.cluster, inv, ha, pb.probes.interval,
+                                        sink=ctx.run_dir.event if run_dir else None, driver=driver)
+                ctx.probe.start()
+                stack.callback(ctx.probe.stop)
+                ctx.t0 = runner.start()
+                stack.callback(runner.stop)  # 8 (after the recovery wait)
+                ctx.event("load_started", ctx.t0, workers=pb.load.workers, workload=pb.load.workload)
+                stack.callback(_wait_recovery, ctx, progress)  # 7 (after the heal)
+                settings: list[SettingsChange] = []
+                stack.callback(_heal, ctx, fm, ha, settings)  # 6: always, first on the way out
+                try:
+                    if pb.settings:
+                        settings.append(_change_settings(ctx, ha))  # 5
+                    _execute(ctx, fm, ha, runner, progress)  # 4 + 5
+                except KeyboardInterrupt:
+                    ctx.aborted = "interrupted (Ctrl-C or SIGTERM)"
+                except Aborted as exc:
+                    ctx.aborted = str(exc)
+                except Exception as exc:  # recorded, then healed and reported like any abort
+                    ctx.aborted = f"error: {type(exc).__name__}: {exc}"
+                if ctx.aborted:
+                    ctx.event("aborted", ctx.clock.now(), reason=ctx.aborted)
+        except KeyboardInterrupt:
+            ctx.aborted = ctx.aborted or "interrupted while healing or stopping (the heal ran first)"
+        finally:
+            ctx.ended = ctx.clock.now()
+            if ctx.probe is not None:
+                ctx.events.extend(ctx.probe.log.events)
     if runner is not None and ctx.recorder is not None and ctx.probe is not None:
         ctx.truth = parts.truth(ctx, runner)  # 8
         ctx.results, marks = analyse(ctx, ctx.truth)
@@ -213,10 +212,6 @@ def _keep_logs(ctx: RunContext, logs: LogWindow) -> None:
     answer is said in the record, never fails the drill)."""
     ctx.logs = logs.collect(ctx.run_dir.write_text if ctx.run_dir is not None else None)
     ctx.event("logs_kept", ctx.clock.now(), files=sum(1 for r in ctx.logs if r.get("file")), of=len(ctx.logs))
-
-
-def _sigterm(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
 
 
 def _live_roles(ctx: RunContext, cluster: Cluster, fm: FaultManager) -> tuple[RoleView, set[str]]:

@@ -339,8 +339,11 @@ def test_slo_violation_exits_1(lab: Inventory, tmp_path: Path) -> None:
 
 def test_ctrl_c_heals_every_fault(lab: Inventory, tmp_path: Path) -> None:
     out = tmp_path / "runs"
+    # started as a background job of a non-interactive shell starts it (CI, nohup scripts): with
+    # SIGINT ignored. Ctrl-C must abort and heal all the same (it ran to its end with exit 0 before).
     proc = subprocess.Popen(["chaoskit", "run", "playbooks/pg-partition-primary.yaml", "-i", INV, "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     fm = FaultManager(lab)
     try:
         deadline = time.time() + 90
