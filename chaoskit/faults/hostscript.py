@@ -106,6 +106,21 @@ J=${0%/*}; ID=${0##*/}; ID=${ID%.*}
 LIB = r"""
 alive() { [ -d "/proc/$1" ] && ! grep -q '^State:[[:space:]]*[ZX]' "/proc/$1/status" 2>/dev/null; }
 group_alive() { ps -e -o pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/ { found = 1 } END { exit !found }'; }
+# End process groups of our own (relays, stress-ng): SIGTERM, up to 1 s to go, then SIGKILL and up
+# to 1 s more (a zombie counts as gone). A revert never waits longer on a process that ignores or
+# is slow to act on SIGTERM: the dead-man's promise (planned end + margin) includes this wait.
+end_groups() {
+  for _g in "$@"; do kill -TERM "-$_g" 2>/dev/null; done
+  _i=0
+  while [ "$_i" -le 20 ]; do
+    _up=""
+    for _g in "$@"; do if group_alive "$_g"; then _up="$_up $_g"; fi; done
+    [ -z "$_up" ] && return 0
+    if [ "$_i" = 10 ]; then for _g in $_up; do kill -KILL "-$_g" 2>/dev/null; done; fi
+    sleep 0.1; _i=$((_i + 1))
+  done
+  return 1
+}
 family_of() { case "$1" in *:*) echo 6 ;; *) echo 4 ;; esac; }
 ipt_for() { if [ "$1" = 6 ]; then echo ip6tables; else echo iptables; fi; }
 # wall-clock time without a fork where the shell is bash (EPOCHREALTIME): at the instant every fork

@@ -11,7 +11,8 @@ file system), root-owned, mode 0700:
 - `$ID.state` staged | applying | active; `$ID.pids` the processes a fault acted on;
 - `$ID.deadman.pid` the dead-man's process group (never frozen or killed by a process fault);
 - `done/$ID`: host time and who reverted it (controller, deadman, recover): the evidence's
-  `t_reverted` is the host's own, also when the dead-man did it.
+  `t_reverted` is the host's own, also when the dead-man did it; `done/$ID.log` beside it when
+  the dead-man needed more than one attempt (each attempt's time and what the failed ones said).
 
 Two steps: `stage_script` sends everything (base64, so no value can end a heredoc or a quote;
 each file checked against its SHA-256 after writing) and arms the dead-man; `trigger_script` is
@@ -72,6 +73,7 @@ if [ "$by" != deadman ]; then
   dg=$(tr -dc '0-9' < "$J/$ID.deadman.pid" 2>/dev/null)
   if [ -n "$dg" ]; then kill -TERM "-$dg" 2>/dev/null; fi
 fi
+if grep -q -v ' attempt 1$' "$J/$ID.deadman.log" 2>/dev/null; then mv -f "$J/$ID.deadman.log" "$J/done/$ID.log"; fi
 rm -rf "$J/$ID".*
 echo "reverted $t $by"
 """
@@ -93,8 +95,10 @@ while :; do
 done
 n=0
 while [ -f "$J/$ID.revert" ] && [ "$n" -lt 10 ]; do
+  echo "$(date +%s.%N) attempt $((n + 1))" >> "$J/$ID.deadman.log"
   sh "$J/$ID.revert" deadman >/dev/null 2>>"$J/$ID.deadman.log" && exit 0
-  n=$((n + 1)); sleep 3
+  n=$((n + 1))
+  if [ "$n" -le 3 ]; then sleep 0.5; else sleep 3; fi
 done
 """
 

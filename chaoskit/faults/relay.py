@@ -92,14 +92,7 @@ for ipt in iptables ip6tables; do
   while "$ipt" -w -t nat -D OUTPUT -j "$CHAIN_NAT" 2>/dev/null; do :; done
   "$ipt" -w -t nat -F "$CHAIN_NAT" 2>/dev/null; "$ipt" -w -t nat -X "$CHAIN_NAT" 2>/dev/null
 done
-for rp in $(all_recorded); do kill -TERM "-$rp" 2>/dev/null; done
-i=0
-while [ "$i" -lt 50 ]; do
-  up=0
-  for rp in $(all_recorded); do group_alive "$rp" && up=1; done
-  [ "$up" = 0 ] && break
-  sleep 0.1; i=$((i + 1))
-done
+end_groups $(all_recorded) || true
 while read -r peer; do ss -K dst "$peer" dport = "$PEER_PORT" >/dev/null 2>&1; done < "$J/$ID.peers"
 rm -rf "$RELAY_ROOT/$ID"
 true

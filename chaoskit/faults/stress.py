@@ -19,12 +19,7 @@ mark_effect
 
 STRESS_REVERT = r"""
 sp=$(all_recorded | tr -d ' ')
-if [ -n "$sp" ]; then
-  kill -TERM "-$sp" 2>/dev/null
-  i=0
-  while group_alive "$sp" && [ "$i" -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
-  kill -KILL "-$sp" 2>/dev/null
-fi
+if [ -n "$sp" ]; then end_groups "$sp" || true; fi
 true
 """
 

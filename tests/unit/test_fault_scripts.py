@@ -109,7 +109,9 @@ STUBS = {
     # every external command a fault may run: record the argv (one arg per line) and stdin
     "_log": 'printf "%s\\n" "--- $(basename "$0")" "$@" >> "$STUB_LOG"; [ -t 0 ] || cat >> "$STUB_LOG"; '
             'case " $* " in *" -D "*|*" -S "*|*" -C "*) exit 1;; esac; exit 0',
-    "setpriv": 'echo $$ > "$STUB_DIR/relay.pid"; printf "%s\\n" "--- setpriv" "$@" >> "$STUB_LOG"; exec sleep 5',
+    # the relay; with STUB_RELAY_IGNORES_TERM it ignores SIGTERM (SIG_IGN survives the exec)
+    "setpriv": 'echo $$ > "$STUB_DIR/relay.pid"; printf "%s\\n" "--- setpriv" "$@" >> "$STUB_LOG"; '
+               '[ -n "${STUB_RELAY_IGNORES_TERM:-}" ] && trap "" TERM; exec sleep 30',
     "ss": 'printf "%s\\n" "--- ss" "$@" >> "$STUB_LOG"; '
           'echo "LISTEN 0 0 *:1 *:* users:((\\"python3\\",pid=$(cat "$STUB_DIR/relay.pid" 2>/dev/null),fd=3))"',
     "stress-ng": 'printf "%s\\n" "--- stress-ng" "$@" >> "$STUB_LOG"; exec sleep 30',
@@ -335,3 +337,52 @@ def test_pause_never_freezes_a_deadman(tmp_path: Path) -> None:
     assert kids and deadman not in kids
     for pid in [*kids, deadman]:
         subprocess.run(["kill", pid], check=False)
+
+
+def _relay_alive(tmp_path: Path) -> bool:
+    pid = (tmp_path / "relay.pid").read_text().strip()
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "\nState:\tZ" not in status.read_text()
+
+
+def _stubborn_relay(stubbed: dict, tmp_path: Path, planned_ms: int | None) -> tuple[dict[str, str], str, tuple]:
+    """A latency fault staged and applied whose relay ignores SIGTERM."""
+    env = {**stubbed["env"], "STUB_RELAY_IGNORES_TERM": "1"}
+    root = stubbed["root"]
+    facts = HostFacts(host="h", processes={}, peer_addresses=("10.0.0.2",))
+    spec = spec_of("latency", peers=("x",), peer_port=5432, proxy_user="nobody", delay_ms=5.0)
+    files = journal.journal_files(FID, scripts_for(FID, spec, facts), {"id": FID}, planned_ms)
+    res = sh(journal.stage_script(FID, files, 120, root=root), env)
+    assert res.returncode == 0, res.stderr
+    applied = journal.parse_applied(sh(journal.trigger_script(FID, root=root), env).stdout)
+    assert _relay_alive(tmp_path)
+    return env, root, applied
+
+
+@ROOT_ONLY
+def test_relay_that_ignores_sigterm_is_killed_and_the_revert_verified(stubbed: dict, tmp_path: Path) -> None:
+    """A relay slow on SIGTERM cannot hold a revert: it is SIGKILLed after 1 s and the revert is
+    verified in that same attempt (it used to wait 5 s, report "still in effect" and leave the
+    dead-man to retry 3 s later: 2 + ~7 + 3 s after the planned end, as seen in CI)."""
+    env, root, _ = _stubborn_relay(stubbed, tmp_path, None)
+    res = sh(journal.revert_script(FID, root=root), env)
+    assert res.returncode == 0, res.stderr
+    assert journal.parse_reverted(res.stdout)[1] == "controller"
+    assert not _relay_alive(tmp_path)
+    assert sh(journal.active_script(FID, root=root), env).returncode == 1
+
+
+@ROOT_ONLY
+def test_deadman_reverts_a_stubborn_relay_on_plan_in_one_attempt(stubbed: dict, tmp_path: Path) -> None:
+    _, root, applied = _stubborn_relay(stubbed, tmp_path, planned_ms=1000)
+    jdir = next(Path(root).glob("faults/*"))
+    record = jdir / "done" / FID
+    deadline = time.time() + 20
+    while time.time() < deadline and not record.exists():
+        time.sleep(0.1)
+    t_rev, by = record.read_text().split()
+    assert by == "deadman" and not _relay_alive(tmp_path)
+    # planned end, + the dead-man's 0.2 s poll, + end_groups' bound (1 s TERM, then KILL and 1 s),
+    # + the rest of the revert: well inside the 5 s promise
+    assert float(t_rev) - (applied[1] + 1.0) < 3.5
+    assert not (jdir / "done" / f"{FID}.log").exists()  # one attempt: nothing to explain
