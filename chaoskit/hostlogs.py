@@ -54,6 +54,24 @@ def redact(text: str, secrets: list[str]) -> tuple[str, int]:
     return text, count
 
 
+# a server's or manager's own complaint: PostgreSQL `FATAL:  ...`, Patroni `ERROR: ...`, MariaDB
+# `[ERROR] ...`
+_COMPLAINT = re.compile(r"(?:\b(?:PANIC|FATAL|ERROR):|\[(?:ERROR|FATAL)\])\s*(.*\S)")
+COMPLAINTS_KEPT = 3
+
+
+def complaints(text: str, keep: int = COMPLAINTS_KEPT) -> list[str]:
+    """The last `keep` distinct error lines of a log window (the line as written, cut at 300
+    characters), oldest first: what the server said when something did not come back."""
+    seen: dict[str, str] = {}
+    for line in text.splitlines():
+        m = _COMPLAINT.search(line)
+        if m:
+            seen.pop(m.group(1), None)  # the same message again moves it to the end
+            seen[m.group(1)] = line.strip()[:300]
+    return list(seen.values())[-keep:]
+
+
 @dataclass(frozen=True)
 class LogSource:
     host: str
@@ -168,7 +186,7 @@ class LogWindow:
         rec: dict[str, Any] = {"file": name if write is not None else None, "start_byte": first, "end_byte": end,
                                "window_bytes": window, "kept_bytes": len(text.encode()),
                                "lines": text.count("\n"), "omitted_bytes": omitted,
-                               "redactions": redactions, "rotated": rotated}
+                               "redactions": redactions, "rotated": rotated, "complaints": complaints(text)}
         if rotated:
             rec["note"] = ("the file was rotated or truncated during the run: read from its start; the lines "
                            "before the rotation are in the rotated file")

@@ -98,14 +98,20 @@ def _converged(digests: dict[str, Any], members: int) -> bool:
     return len(answered) == members and len(set(answered)) == 1
 
 
-def convergence_verdict(gathered: dict[str, Any], old_primary: str | None, ha: dict[str, Any]) -> dict[str, Any]:
+def convergence_verdict(gathered: dict[str, Any], old_primary: str | None, ha: dict[str, Any],
+                        said: dict[str, list[str]] | None = None) -> dict[str, Any]:
     """Every member holds the same rows for this run; and what became of the old primary:
-    `rejoined` means back in the cluster *and* holding exactly the writer's rows."""
+    `rejoined` means back in the cluster *and* holding exactly the writer's rows. A member that
+    does not hold the writer's rows is named with what it holds and, from `said` (host -> error
+    lines of its logs in the run's window, `hostlogs.complaints`), the server's own words."""
     if "members" not in gathered:
         return gathered
     members = gathered["members"]
     answered = [(d["rows"], d["seq_sum"]) for d in members.values() if "rows" in d]
     out: dict[str, Any] = {"valid": _converged(members, len(members)) if answered else "unknown", **gathered}
+    if out["valid"] is False:
+        out["not_converged"] = behind = _behind(members, said or {})
+        out["text"] = "; ".join(b["text"] for b in behind)
     if old_primary and old_primary in members:
         writer = next((d for d in members.values() if d.get("role") == "primary"), {})
         mine = members[old_primary]
@@ -115,6 +121,28 @@ def convergence_verdict(gathered: dict[str, Any], old_primary: str | None, ha: d
             "rejoined": mine.get("role") in ("replica", "primary") and same,
             "diverged": mine.get("role") == "replica" and not same,
             "rewind": rewind_note(ha.get("manager"), mine.get("role"))}
+    return out
+
+
+def _behind(members: dict[str, Any], said: dict[str, list[str]]) -> list[dict[str, Any]]:
+    """Members without the writer's rows (or that did not answer), each with its logs' last
+    error lines of the run's window."""
+    writer = next((d for d in members.values() if d.get("role") == "primary" and "rows" in d), None)
+    out = []
+    for host, d in members.items():
+        if d is writer or (writer is not None and (d.get("rows"), d.get("seq_sum")) ==
+                           (writer["rows"], writer["seq_sum"])):
+            continue
+        if "rows" in d:
+            of = f" of the writer's {writer['rows']:,}" if writer is not None else ""
+            text = f"{host} ({d.get('role')}) holds {d['rows']:,} rows{of}"
+        else:
+            text = f"{host} did not answer: {d.get('error')}"
+        words = said.get(host) or []
+        if words:
+            text += "; its log said: " + " | ".join(words)
+        out.append({"host": host, "rows": d.get("rows"), "writer_rows": writer["rows"] if writer else None,
+                    "server_said": words, "text": text})
     return out
 
 

@@ -100,8 +100,9 @@ def analyse(ctx: Any, truth: dict[str, Any]) -> tuple[dict[str, Any], list[dict[
     if expected["steps"]:
         checks["expected_outcome"] = expected
     if "convergence" in truth:
+        said = logged_complaints(getattr(ctx, "logs", None) or [])  # (absent from analysis-only contexts)
         checks["replica_convergence"] = checked(convergence_verdict, truth["convergence"],
-                                                ctx.preflight.get("primary_before"), ctx.preflight.get("ha", {}))
+                                                ctx.preflight.get("primary_before"), ctx.preflight.get("ha", {}), said)
     groups = group_figures(getattr(ctx, "groups", None) or {}, pb, rec, first_at, faults, truth, t_fault)
     slo = _slo(pb, faults, checks, rec, ctx.ended, groups)
     verdict = merge([c.get("valid", "unknown") for c in checks.values()] + [s["ok"] for s in slo.values()])
@@ -112,6 +113,16 @@ def analyse(ctx: Any, truth: dict[str, Any]) -> tuple[dict[str, Any], list[dict[
     if groups:
         out["groups"] = groups
     return out, marks
+
+
+def logged_complaints(kept: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Per host, the error lines its logs wrote in the run's window (`hostlogs.complaints`), each
+    prefixed with the log's label (`postgres: ...`, `patroni: ...`)."""
+    said: dict[str, list[str]] = {}
+    for record in kept:
+        said.setdefault(record["host"], []).extend(f"{record['label']}: {line}"
+                                                   for line in record.get("complaints") or [])
+    return said
 
 
 def group_figures(groups: dict[str, dict[str, Any]], pb: Any, rec: Recorder, disturbances: list[dict[str, Any]],

@@ -8,6 +8,7 @@ import json
 import signal
 import subprocess
 import time
+import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -334,7 +335,13 @@ def test_slo_violation_exits_1(lab: Inventory, tmp_path: Path) -> None:
     assert res.returncode == 1, res.stdout + res.stderr
     ev = json.loads((run_dir / "run.json").read_text())
     assert ev["results"]["slo"]["rto_max"]["ok"] is False and ev["results"]["slo"]["rto_max"]["measured"] > 0.1
-    assert 'failures="1"' in (run_dir / "junit.xml").read_text()
+    # junit fails exactly what run.json failed, the RTO SLO among them (whether every replica
+    # streams again after the in-place restart is the convergence check's business, not this test's)
+    suite = ET.parse(run_dir / "junit.xml").getroot()
+    failed = {tc.get("name") for tc in suite.iter("testcase") if tc.find("failure") is not None}
+    expected = {f"slo.{k}" for k, v in ev["results"]["slo"].items() if v["ok"] is not True} | \
+        {f"check.{k}" for k, v in ev["results"]["checks"].items() if v.get("valid") is not True}
+    assert "slo.rto_max" in failed and failed == expected and suite.get("failures") == str(len(expected))
 
 
 def test_ctrl_c_heals_every_fault(lab: Inventory, tmp_path: Path) -> None:

@@ -62,6 +62,7 @@ class Ctx:
     t0: float = T0
     ended: float = 1030.0
     aborted: str | None = None
+    logs: list[dict[str, Any]] = field(default_factory=list)
 
 
 ACKED = {(1, k + 1) for k in range(240) if outcome1(k) == OK} | {(2, k + 1) for k in range(240) if outcome2(k) == OK}
@@ -255,6 +256,43 @@ def test_convergence_reports_divergence_and_a_member_down() -> None:
     back = convergence_verdict({"members": {"pg1": {"rows": 3, "seq_sum": 6, "role": "primary"},
                                             "pg2": {"rows": 3, "seq_sum": 6, "role": "replica"}}}, "pg1", {})
     assert back["old_primary"]["rejoined"] is True and back["old_primary"]["diverged"] is False
+
+
+def test_a_member_left_behind_is_named_with_its_own_log_lines() -> None:
+    members = {"pg1": {"rows": 120, "seq_sum": 7260, "role": "primary"},
+               "pg2": {"rows": 120, "seq_sum": 7260, "role": "replica"},
+               "pg3": {"rows": 87, "seq_sum": 3828, "role": "replica"},
+               "pg4": {"error": "connection refused"}}
+    said = {"pg3": ["postgres: FATAL:  highest timeline 6 of the primary is behind recovery timeline 7"]}
+    v = convergence_verdict({"members": members}, "pg1", {"manager": "patroni"}, said)
+    assert v["valid"] is False
+    assert [b["host"] for b in v["not_converged"]] == ["pg3", "pg4"]
+    assert v["not_converged"][0] == {
+        "host": "pg3", "rows": 87, "writer_rows": 120, "server_said": said["pg3"],
+        "text": "pg3 (replica) holds 87 rows of the writer's 120; its log said: postgres: FATAL:  highest "
+                "timeline 6 of the primary is behind recovery timeline 7"}
+    assert v["text"] == v["not_converged"][0]["text"] + "; pg4 did not answer: connection refused"
+    assert "not_converged" not in convergence_verdict({"members": {k: members[k] for k in ("pg1", "pg2")}},
+                                                      "pg1", {}, said)
+
+
+def test_through_analyse_a_member_behind_quotes_its_logs_and_the_figures_stand(analysed: tuple) -> None:
+    """The run's kept logs reach the convergence verdict, and nothing else changes (the loop over
+    them once reused the recorder's name and broke every figure after it)."""
+    convergence = {"members": {"pg1": {"rows": 10, "seq_sum": 55, "role": "replica"},
+                               "pg2": {"rows": 12, "seq_sum": 78, "role": "primary"}}}
+    logs = [{"host": "pg1", "label": "postgres", "complaints": ["FATAL:  highest timeline 6 of the primary is behind "
+                                                                 "recovery timeline 7"]},
+            {"host": "pg2", "label": "patroni", "complaints": []}]
+    ctx = Ctx(playbook(checks=["rpo", "split_brain", "replica_convergence"]), recorder(), Probe(probe()), [kill()],
+              logs=logs)
+    results, _ = analyse(ctx, {"ledger_present": {"rows": ACKED - LOST}, "convergence": convergence})
+    conv = results["checks"]["replica_convergence"]
+    assert conv["valid"] is False and conv["not_converged"][0]["server_said"] == [
+        "postgres: FATAL:  highest timeline 6 of the primary is behind recovery timeline 7"]
+    assert conv["text"].startswith("pg1 (replica) holds 10 rows of the writer's 12; its log said: postgres: FATAL:")
+    plain, _ = analysed
+    assert results["rpo"] == plain["rpo"] and results["faults"] == plain["faults"]
 
 
 class TruthDriver(FakeDriver):

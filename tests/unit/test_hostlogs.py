@@ -140,3 +140,40 @@ def test_a_log_path_with_a_space_is_refused_at_the_boundary() -> None:
     with pytest.raises(ValueError):
         Cluster.model_validate({"name": "pg", "engine": "postgres", "user": "postgres",
                                 "members": [{"host": "db1", "logs": {"postgres": "/var/log/pg log"}}]})
+
+
+PG3_LOG = """\
+2026-11-30 22:41:02.118 UTC [51210] LOG:  started streaming WAL from primary at 0/2F000000 on timeline 6
+2026-11-30 22:41:07.330 UTC [51210] FATAL:  could not receive data from WAL stream: server closed the connection
+2026-11-30 22:41:07.901 UTC [51298] FATAL:  highest timeline 6 of the primary is behind recovery timeline 7
+2026-11-30 22:41:08.002 UTC [51302] FATAL:  the database system is not yet accepting connections
+2026-11-30 22:41:12.905 UTC [51340] FATAL:  highest timeline 6 of the primary is behind recovery timeline 7
+2026-11-30 22:41:13,004 ERROR: Error communicating with DCS
+2026-11-30 22:41:14 0 [ERROR] Slave I/O: error reconnecting to master 'repl@10.77.0.11:3306', Error_code: 2003
+2026-11-30 22:41:15.100 UTC [51341] LOG:  checkpoint starting: time
+"""
+
+
+def test_complaints_are_the_last_distinct_error_lines_in_order() -> None:
+    from chaoskit.hostlogs import complaints
+
+    # 6 error lines, 5 distinct; the timeline one said twice counts at its last place
+    assert complaints(PG3_LOG) == [
+        "2026-11-30 22:41:12.905 UTC [51340] FATAL:  highest timeline 6 of the primary is behind recovery timeline 7",
+        "2026-11-30 22:41:13,004 ERROR: Error communicating with DCS",
+        "2026-11-30 22:41:14 0 [ERROR] Slave I/O: error reconnecting to master 'repl@10.77.0.11:3306', "
+        "Error_code: 2003"]
+    assert complaints(PG3_LOG, keep=5)[0] == ("2026-11-30 22:41:07.330 UTC [51210] FATAL:  could not receive data "
+                                              "from WAL stream: server closed the connection")
+    assert complaints("LOG:  all fine\nERRORS are words\n") == []
+
+
+def test_collected_window_carries_its_complaints(tmp_path: Path) -> None:
+    log = tmp_path / "pg.log"
+    log.write_text("2026-11-30 22:40:00.000 UTC [1] FATAL:  before the run\n")
+    w = _window(log)
+    w.mark()
+    with log.open("a") as fh:
+        fh.write(PG3_LOG)
+    [rec] = w.collect(_kept()[1])
+    assert len(rec["complaints"]) == 3 and "before the run" not in " ".join(rec["complaints"])
