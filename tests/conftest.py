@@ -7,6 +7,9 @@ import collections
 
 import pytest
 
+# integration tests run once more after a failure, and a pass on the second run is printed as FLAKY
+pytest_plugins = ["flaky_report"]
+
 _TIMES: dict[str, float] = collections.defaultdict(float)
 
 
