@@ -9,6 +9,7 @@ timeout 5 s) so a failover takes seconds; the manager reads them back into the e
 
 from __future__ import annotations
 
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -147,9 +148,17 @@ def revive(spec: LabSpec) -> list[str]:
     """Called when every lab daemon was killed at once, before the lab restarts them: a killed
     pg_autoctl supervisor leaves its services running, and a keeper restarted beside them fights
     them over the pid file (seen on the lab: a secondary left unhealthy past the revive's 45 s).
-    They are ended first (by pid, in the lab's namespaces)."""
+    They are ended first (by pid, in the lab's namespaces), with SIGKILL: their PostgreSQL servers
+    keep running and the restarted supervisors take them over. Ended with SIGTERM, the services
+    stopped PostgreSQL too; the monitor came back before the nodes did, saw the primary's
+    PostgreSQL down and began a failover of a cluster that had merely restarted (every such revive
+    here), and in 1 of 4 that failover ran into a crash loop of the monitor (its log: "server
+    process ... was terminated by signal 11: Segmentation fault", "Failed process was running:
+    SELECT * FROM pgautofailover.node_active(...)", pg_auto_failover 2.0 with a node in report_lsn
+    assigned demote_timeout) that no in-place revive recovers: 8 of 8 revives after a partition
+    drill came back with no failover at all this way."""
     stray = orphans(spec)
-    terminate(stray, grace=3.0)
+    terminate(stray, grace=0.0, sig=signal.SIGKILL)
     return [f"orphaned pg_autoctl service {p} ended" for p in stray]
 
 
