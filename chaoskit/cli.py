@@ -14,8 +14,9 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from chaoskit.errors import ChaoskitError, InputError
+from chaoskit.errors import ChaoskitError, InputError, escaped
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Failover and latency drills for replicated databases.")
@@ -223,7 +224,7 @@ def load(
         err.print(f"error: setting up workload {workload} on {cluster}: {exc}", highlight=False, markup=False)
         raise typer.Exit(1) from None
     with Live(console=err, refresh_per_second=4, transient=True) as live:
-        runner.run_for(seconds, on_tick=lambda r: live.update(live_line(r.recorder, r.t_start)))
+        runner.run_for(seconds, on_tick=lambda r: live.update(Text(live_line(r.recorder, r.t_start))))
     assert runner.t_start is not None and runner.t_end is not None
     s = summary(recorder, runner.t_start, min(runner.t_end, runner.t_start + seconds))
     out.print(summary_table(s, f"{workload} on {cluster}: {workers} workers"
@@ -291,9 +292,10 @@ def fault_inject(
                            direction=direction, action=action, interface=interface, delay_ms=delay_ms,
                            jitter_ms=jitter_ms, loss_pct=loss_pct, rate=rate, cpu_workers=cpu, io_workers=io)
         validate_target(spec, inv)
-        refuse_unreachable_lab(inv)
         fm = FaultManager(inv)
         try:
+            fm.rehearse(spec)  # what the planner would refuse from spec and inventory, before any host
+            refuse_unreachable_lab(inv)
             hosts = fm.resolve(spec)
             refuse_production(inv, hosts, [spec.cluster] if spec.cluster else [], allow=allow_production)
             if dry_run:
@@ -510,8 +512,9 @@ def _drill_once(loaded: Any, inv: Any, playbook: Path, inventory: Path, out_root
             roles = ctx.probe.log.current_roles() if ctx.probe else {}
             marks = [e for e in ctx.events if e["kind"] in ("fault_injected", "fault_reverted", "action")]
             last = f"{marks[-1]['kind']} {marks[-1].get('host') or marks[-1].get('member') or ''}" if marks else "-"
-            live.update(f"t={_t.time() - ctx.t0:6.1f}s  tps={w['tps']:7.0f}  p99={w['p99_ms']:7.1f} ms  "
-                        f"errors={w['fail'] + w['info']}  roles={roles}  last: {last}")
+            # plain text, never rich markup, control characters escaped: names come from input
+            live.update(Text(escaped(f"t={_t.time() - ctx.t0:6.1f}s  tps={w['tps']:7.0f}  p99={w['p99_ms']:7.1f} "
+                                     f"ms  errors={w['fail'] + w['info']}  roles={roles}  last: {last}")))
 
         try:
             ctx = run_drill(pb, inv, run_dir=rd, playbook_path=str(playbook), inventory_path=str(inventory),

@@ -5,10 +5,33 @@ from __future__ import annotations
 from typing import Any
 
 
+def escaped(text: str) -> str:
+    """`text` with every character that is not printable shown as an escape (`\\x1b`, `\\n`,
+    `\\u0085`): a message that quotes input can then neither drive the operator's terminal
+    (an ESC sequence, a C1 CSI), nor become two lines, nor hide text (bidi overrides).
+    Printable text, backslashes included, is left as it is, so escaping twice changes nothing."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch.isprintable():
+            out.append(ch)
+        elif ch in "\n\r\t":
+            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t"}[ch])
+        else:
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000
+                       else f"\\U{code:08x}")
+    return "".join(out)
+
+
 class ChaoskitError(Exception):
-    """Base of every error chaoskit raises on purpose."""
+    """Base of every error chaoskit raises on purpose; its message is always one escaped line."""
 
     exit_code = 1
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(escaped(a) if isinstance(a, str) else a for a in args))
 
 
 class InputError(ChaoskitError):
@@ -27,9 +50,9 @@ class InputError(ChaoskitError):
     def one_line(self) -> str:
         where = ""
         if self.source:
-            where = self.source + (f":{self.line}" if self.line else "") + ": "
-        what = f"{self.field}: " if self.field else ""
-        return f"{where}{what}{self.detail}"
+            where = escaped(self.source) + (f":{self.line}" if self.line else "") + ": "
+        what = f"{escaped(self.field)}: " if self.field else ""
+        return f"{where}{what}{escaped(self.detail)}"
 
 
 class RemoteCommandError(ChaoskitError):

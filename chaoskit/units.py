@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 import re
 
-_DURATION = re.compile(r"^\s*(\d{1,12}(?:\.\d{1,9})?)\s*(us|ms|s|m|h)?\s*$")
+# ASCII only: `\d` would take digits of every script (float() reads them) and `\s` every space
+_DURATION = re.compile(r"^ *([0-9]{1,12}(?:\.[0-9]{1,9})?) *(us|ms|s|m|h)? *$", re.ASCII)
 _FACTORS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 MAX_DURATION_S = 30 * 24 * 3600.0  # nothing chaoskit does is meant to last longer than a month
 
@@ -42,7 +43,8 @@ def format_duration(seconds: float) -> str:
     return f"{seconds / 60:g}m"
 
 
-_RATE = re.compile(r"^\s*(\d{1,12}(?:\.\d{1,9})?)\s*(bit|kbit|mbit|gbit|bps|kbps|mbps|gbps)\s*$", re.IGNORECASE)
+_RATE = re.compile(r"^([0-9]{1,12}(?:\.[0-9]{1,9})?)(bit|kbit|mbit|gbit|bps|kbps|mbps|gbps)$",
+                   re.IGNORECASE | re.ASCII)
 _RATE_BYTES = {"bit": 1 / 8, "kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8,
                "bps": 1.0, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9}
 
@@ -53,3 +55,10 @@ def parse_rate(value: str) -> float:
     if not match or float(match.group(1)) <= 0:
         raise ValueError(f"not a rate: {str(value)[:40]!r} (expected e.g. 1mbit, 512kbit, 2mbps)")
     return float(match.group(1)) * _RATE_BYTES[match.group(2).lower()]
+
+
+def canonical_rate(value: str) -> str:
+    """A rate exactly as it is written into the host's rule text: number and lower-case unit, no
+    spaces (refused rather than normalised: `10 mbit` would be two words in a tc batch)."""
+    parse_rate(value)
+    return value.lower()

@@ -17,19 +17,25 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BeforeValidator
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# C0 and C1 controls (U+009B is a one-byte CSI to many terminals, U+0085 a newline to some logs),
+# line/paragraph separators and the bidi controls that reorder what a reader sees
+_INVISIBLE = r"\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+_CONTROL = re.compile(r"[\x00-\x1f" + _INVISIBLE + "]")
+_CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x08\x0b-\x1f" + _INVISIBLE + "]")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _HOSTNAME = re.compile(r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}"
                        r"[A-Za-z0-9])?)*\.?$")
 _POSIX_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-_PATH = re.compile(r"^[A-Za-z0-9_./@:+%=,~-]{1,4096}$")
-_IFACE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
+# a value that starts with `-` would reach a command as an option: names and paths never do
+_PATH = re.compile(r"^(?!-)[A-Za-z0-9_./@:+%=,~-]{1,4096}$")
+_IFACE = re.compile(r"^(?!-)[A-Za-z0-9_.:-]{1,15}$")
+# an IPv6 zone (after `%`): an interface name or an interface index, nothing else
+_SCOPE_ID = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}|[0-9]{1,10})$")
 _SIZE = re.compile(r"^[0-9]{1,12}([bBkKmMgGtT]|%)?$")
 _TAG = re.compile(r"^[A-Za-z0-9_.:/@+-]{1,128}$")
-_SERVICE = re.compile(r"^[A-Za-z0-9@_.:\\-]{1,255}$")
+_SERVICE = re.compile(r"^(?!-)[A-Za-z0-9@_.:\\-]{1,255}$")
 _FAULT_ID = re.compile(r"^[0-9a-f]{12}$")
-_SQL_NAME = re.compile(r"^[A-Za-z0-9_$.@-]{1,128}$")
+_SQL_NAME = re.compile(r"^(?!-)[A-Za-z0-9_$.@-]{1,128}$")
 
 SECRET_WORDS = ("password", "passwd", "pwd", "secret", "token", "passphrase", "api_key", "apikey")
 
@@ -63,14 +69,34 @@ def _pattern(regex: re.Pattern[str], what: str) -> AfterValidator:
     return AfterValidator(check)
 
 
+def ip_address(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """`ipaddress.ip_address`, except that an IPv6 scope id must be an interface name or index:
+    the standard library takes anything after `%` (spaces, option-like words, 100 kB), and an
+    address reaches rule text, `tc` batches, conninfo strings and the SSH host name."""
+    addr = ipaddress.ip_address(value)
+    _, pct, scope = value.partition("%")
+    if pct and not _SCOPE_ID.match(scope):
+        raise ValueError(f"not a valid IPv6 scope id (an interface name or number): {scope[:40]!r}")
+    return addr
+
+
+def ip_network(value: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """`ipaddress.ip_network` (host bits allowed) with the same rule for a scope id."""
+    net = ipaddress.ip_network(value, strict=False)
+    ip_address(value.partition("/")[0])
+    return net
+
+
 def host_address(value: str) -> str:
     """An IPv4/IPv6 address or an RFC 1123 host name: the only things an SSH target can be."""
     no_control(value)
     try:
         ipaddress.ip_address(value)
-        return value
     except ValueError:
         pass
+    else:
+        ip_address(value)
+        return value
     if _HOSTNAME.match(value) and not value.replace(".", "").isdigit():
         return value
     raise ValueError(f"not an IP address or host name: {value[:80]!r}")
@@ -83,10 +109,15 @@ def endpoint(value: str) -> str:
         addr, _, port = value[1:].partition("]:")
     else:
         addr, _, port = value.rpartition(":")
-    if not addr or not port.isdigit() or not 1 <= int(port) <= 65535:
+    if not addr or not _is_port(port):
         raise ValueError(f"expected host:port, got {value[:80]!r}")
     host_address(addr)
     return value
+
+
+def _is_port(text: str) -> bool:
+    """1..65535 in ASCII digits (str.isdigit takes digits of every script, and int() reads them)."""
+    return text.isascii() and text.isdigit() and len(text) <= 5 and 1 <= int(text) <= 65535
 
 
 def jump_spec(value: str) -> str:
@@ -102,7 +133,7 @@ def jump_spec(value: str) -> str:
         addr, port = rest.split(":")
     else:
         addr, port = rest, ""
-    if port and (not port.isdigit() or not 1 <= int(port) <= 65535):
+    if port and not _is_port(port):
         raise ValueError(f"not a valid jump port: {port[:10]!r}")
     host_address(addr)
     return value

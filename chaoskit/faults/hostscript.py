@@ -141,7 +141,7 @@ ancestors() {
   ps -e -o pid=,ppid= | awk -v me="$$" '{ p[$1] = $2 } END { x = me; while (x > 1 && (x in p)) { print x; x = p[x] } }'
 }
 proc_field() { sed -n "${2}p" "$J/$ID.proc.$1" 2>/dev/null; }
-pid_from_file() { head -n 1 "$1" 2>/dev/null | tr -dc '0-9' | cut -c1-10; }
+pid_from_file() { head -n 1 -- "$1" 2>/dev/null | tr -dc '0-9' | cut -c1-10; }
 checked_pid() {
   pf=$(proc_field "$1" 1); want_comm=$(proc_field "$1" 2); want_exe=$(proc_field "$1" 3)
   cp=$(pid_from_file "$pf")

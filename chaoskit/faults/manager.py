@@ -200,6 +200,29 @@ class FaultManager:
             planned.append(PlannedFault(host, files, script))
         return fault_id, planned
 
+    def rehearse(self, spec: FaultBase) -> None:
+        """Plan the fault, scripts and journal included, for every host it could land on, from the
+        spec and the inventory alone (nothing is sent; roles are not asked): what `plan` would
+        refuse at the fault's instant, `validate` refuses now. A role target could land on any
+        member; a peer chosen by role is a live fact and is left to the instant."""
+        validate_target(spec, self.inventory)
+        base = spec.target.partition("@")[0]
+        if base == CLIENT:
+            return
+        cluster = self.cluster_for(spec)
+        hosts = [m.host for m in cluster.members] if base.startswith("role:") and cluster else [base]
+        live_roles = self.roles
+        self.roles = lambda c: ({m.host: "primary" for m in c.members}, {m.host for m in c.members})
+        try:
+            for host in hosts:
+                try:
+                    self.plan(spec, fault_id="0" * 12, hosts=[host])
+                except InputError as exc:
+                    if exc.source != "topology":
+                        raise
+        finally:
+            self.roles = live_roles
+
     def _meta(self, fault_id: str, spec: FaultBase, host: str) -> dict[str, Any]:
         return {"id": fault_id, "kind": spec.kind, "host": host, "target": spec.target, "ttl": spec.ttl,
                 "duration": spec.duration, "controller": controller_identity(),

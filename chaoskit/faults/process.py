@@ -86,17 +86,17 @@ done
 """
 
 SERVICE_INJECT = r"""
-systemctl stop "$SERVICE"
+systemctl stop -- "$SERVICE"
 mark_effect
 """
 
 SERVICE_REVERT = r"""
-systemctl start "$SERVICE"
+systemctl start -- "$SERVICE"
 """
 
 SERVICE_ACTIVE = r"""
 command -v systemctl >/dev/null 2>&1 || exit 2
-if systemctl is-active --quiet "$SERVICE"; then exit 1; fi
+if systemctl is-active --quiet -- "$SERVICE"; then exit 1; fi
 exit 0
 """
 

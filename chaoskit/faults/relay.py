@@ -27,17 +27,17 @@ _TOKEN = re.compile(r"^[A-Za-z0-9.+-]+$")
 # the instant loads the rules in one transaction and resets the existing connections.
 RELAY_PREPARE = r"""
 /usr/bin/python3 -c 'import sys; sys.exit(sys.version_info < (3, 7))' 2>/dev/null || { echo 'python3 >= 3.7 (/usr/bin/python3) is needed on the host for the link relay' >&2; exit 3; }
-id -u "$PROXY_USER" >/dev/null 2>&1 || { echo "no user $PROXY_USER on this host for the link relay" >&2; exit 3; }
+id -u -- "$PROXY_USER" >/dev/null 2>&1 || { echo "no user $PROXY_USER on this host for the link relay" >&2; exit 3; }
 rr=$RELAY_ROOT
 [ -L "$rr" ] && { echo "$rr is a symlink: refusing" >&2; exit 3; }
 mkdir -p "$rr"; chown 0:0 "$rr"; chmod 0711 "$rr"
 rd=$rr/$ID
-rm -rf "$rd"; mkdir -m 0700 "$rd"; chown "$PROXY_USER" "$rd"
+rm -rf "$rd"; mkdir -m 0700 "$rd"; chown -- "$PROXY_USER" "$rd"
 : > "$J/$ID.pids"
 i=0
 while read -r peer; do
   p=$((LPORT + i))
-  setsid setpriv --reuid="$PROXY_USER" --regid="$(id -g "$PROXY_USER")" --clear-groups /usr/bin/python3 - \
+  setsid setpriv --reuid="$PROXY_USER" --regid="$(id -g -- "$PROXY_USER")" --clear-groups /usr/bin/python3 - \
     --port "$p" --upstream "$peer" --upstream-port "$PEER_PORT" $TOXICS --ttl "$RELAY_TTL" \
     --stats "$rd/stats-$i.json" < "$J/$ID.proxy.py" >/dev/null 2>&1 &
   rpid=$!

@@ -16,7 +16,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, TypeAdapter, field_
 
 from chaoskit.faults.ttl import DEADMAN_MARGIN_S, DEFAULT_TTL_S, MAX_TTL_S
 from chaoskit.models import Frozen
-from chaoskit.units import parse_duration, parse_rate
+from chaoskit.units import canonical_rate, parse_duration, parse_rate
 from chaoskit.validation import Interface, Name, PosixUser, SizeSpec, is_name, no_control
 
 Seconds = Annotated[float, BeforeValidator(parse_duration)]
@@ -163,8 +163,7 @@ class BandwidthSpec(FaultBase):
     @field_validator("rate")
     @classmethod
     def _rate(cls, value: str) -> str:
-        parse_rate(value)
-        return value.strip().lower()
+        return canonical_rate(value)
 
 
 class NetemSpec(_Peers):
@@ -222,9 +221,7 @@ class ProxySpec(_Relay):
     @field_validator("rate")
     @classmethod
     def _rate(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_rate(value)
-        return value
+        return None if value is None else canonical_rate(value)
 
     @model_validator(mode="after")
     def _toxic(self) -> ProxySpec:

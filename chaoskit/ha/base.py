@@ -37,7 +37,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pydantic import model_validator
+
 from chaoskit.models import Frozen
+from chaoskit.secrets import refuse_secret_fields
 
 if TYPE_CHECKING:
     from chaoskit.db.base import Driver
@@ -52,6 +55,12 @@ class HaConfig(Frozen):
     """Base of every manager's inventory section; `kind` picks the manager."""
 
     kind: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _credentials_by_reference(cls, data: Any) -> Any:
+        """A manager setting named like a secret takes a reference only, whatever its type says."""
+        return refuse_secret_fields(data)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from pydantic import Field
 from chaoskit.ha.base import LEADER, ActionResult, HaConfig, HAManager, ManagerEvent, MemberView, Watcher
 from chaoskit.ha.hoststream import match_line
 from chaoskit.ha.none import sql_member_view
+from chaoskit.secrets import Secret
 from chaoskit.validation import Command, Name, SafePath
 
 # manager log lines (MHA 0.58 wording) -> event kind; `node` is MHA's "host(ip:port)" label
@@ -62,7 +63,7 @@ class MhaConfig(HaConfig):
     pid_file: SafePath | None = None  # where the start command leaves the manager's pid
     tools_dir: SafePath = "/usr/bin"  # where masterha_* are (or wrappers of them, see docs/ha/mha.md)
     repl_user: str = Field("repl", pattern=r"^[A-Za-z0-9_]{1,32}$")
-    repl_password: Any = None  # a SecretRef; default: the config's repl_password
+    repl_password: Secret | None = None  # default: the manager config's repl_password
 
 
 def log_event(line: str) -> tuple[str, str | None] | None:
@@ -116,7 +117,7 @@ class MhaManager(HAManager):
         return shlex.quote(f"{self.cfg.tools_dir}/{name}")
 
     def _conf(self) -> dict[str, dict[str, str]]:
-        res = self._on_manager(f"cat {shlex.quote(self.cfg.conf)}")
+        res = self._on_manager(f"cat -- {shlex.quote(self.cfg.conf)}")
         return parse_conf(res.stdout) if res.exited == 0 else {}
 
     def _address_map(self) -> dict[str, str]:

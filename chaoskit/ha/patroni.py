@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from chaoskit.ha.base import (
     DOWN,
@@ -43,6 +43,7 @@ from chaoskit.ha.base import (
     Watcher,
 )
 from chaoskit.models import Frozen
+from chaoskit.secrets import Secret
 from chaoskit.validation import Endpoint, Name, NoControl
 
 _LEADER = {"leader", "master", "primary", "standby_leader"}
@@ -136,18 +137,7 @@ class PatroniApiConfig(Frozen):
     scheme: Literal["http", "https"] = "http"
     verify: bool | NoControl = True
     username: NoControl | None = None
-    password: Any = None  # a SecretRef ({env} / {file}); never inline
-
-    @field_validator("password", mode="before")
-    @classmethod
-    def _reference(cls, value: object) -> object:
-        from chaoskit.inventory.models import SecretRef
-
-        if value is None or isinstance(value, SecretRef):
-            return value
-        if isinstance(value, str):
-            raise ValueError("inline secrets are not allowed; use {env: NAME} or {file: PATH}")
-        return SecretRef.model_validate(value)
+    password: Secret | None = None
 
 
 class EtcdConfig(Frozen):

@@ -39,6 +39,7 @@ from chaoskit.ha.base import (
     Watcher,
 )
 from chaoskit.ha.sqlclock import SqlClock, measure_sql_clock
+from chaoskit.secrets import Secret
 from chaoskit.validation import Endpoint, Name, SqlName
 
 LEADER_STATES = {"primary", "wait_primary", "single"}
@@ -54,7 +55,7 @@ class PgafConfig(HaConfig):
     monitor: Endpoint  # the monitor's PostgreSQL, host:port
     database: SqlName = "pg_auto_failover"
     user: SqlName = "autoctl_node"
-    password: Any = None  # a SecretRef; the monitor's own pg_hba may trust the subnet
+    password: Secret | None = None  # the monitor's own pg_hba may trust the subnet
     formation: Name = "default"
     group: int = Field(0, ge=0, le=1000)
     names: dict[Name, Name] = Field(default_factory=dict)  # member host -> pg_auto_failover node name

@@ -46,6 +46,7 @@ from chaoskit.ha.base import (
 )
 from chaoskit.ha.hoststream import match_line
 from chaoskit.ha.sqlclock import measure_sql_clock
+from chaoskit.secrets import Secret
 from chaoskit.validation import Name, PosixUser, SqlName
 
 # the data directory's own binaries: repmgr.conf's pg_bindir, else the version's Debian/RPM path
@@ -103,7 +104,7 @@ class RepmgrConfig(HaConfig):
     kind: Literal["repmgr"] = "repmgr"
     database: SqlName = "repmgr"
     user: SqlName = "repmgr"
-    password: Any = None  # a SecretRef, where pg_hba asks for one
+    password: Secret | None = None  # where pg_hba asks for one
     config_file: str = Field("/etc/repmgr.conf", pattern=r"^/[A-Za-z0-9_./{}-]{1,255}$")
     os_user: PosixUser = "postgres"
     names: dict[Name, Name] = Field(default_factory=dict)  # member host -> repmgr node_name
@@ -231,7 +232,7 @@ class RepmgrManager(HAManager):
         if self.pool is None:
             return {}
         host = self.cluster.members[0].host
-        res = self.pool.get(host).shell(f"cat {shlex.quote(self.config_path(host))}", check=False)
+        res = self.pool.get(host).shell(f"cat -- {shlex.quote(self.config_path(host))}", check=False)
         out: dict[str, Any] = {}
         for line in res.stdout.splitlines():
             key, sep, value = line.partition("=")
@@ -290,7 +291,9 @@ class RepmgrManager(HAManager):
         conf = self.config_path(member)
         leader_member = next(m for m in self.cluster.members if m.host == leader)
         host, port = self.inventory.member_address(leader_member), leader_member.db_port or self.cluster.port
-        target = f"host={host} port={port} user={self.cfg.user} dbname={self.cfg.database} connect_timeout=2"
+        from psycopg.conninfo import make_conninfo
+
+        target = make_conninfo(host=host, port=port, user=self.cfg.user, dbname=self.cfg.database, connect_timeout=2)
         res = self._ssh(member, _argv("bash", "-c", REJOIN_SCRIPT, "rejoin", conf, str(node.data_dir), target),
                         timeout=300)
         text = res.stdout + res.stderr
@@ -338,7 +341,7 @@ class RepmgrManager(HAManager):
         """repmgrd's log file on that member, as its repmgr.conf names it (None: stderr/syslog)."""
         if self.pool is None:
             return None
-        res = self.pool.get(host).shell(f"cat {shlex.quote(self.config_path(host))}", check=False)
+        res = self.pool.get(host).shell(f"cat -- {shlex.quote(self.config_path(host))}", check=False)
         for line in res.stdout.splitlines():
             key, sep, value = line.partition("=")
             if sep and key.strip() == "log_file":

@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from chaoskit.errors import InputError
+from chaoskit.inventory import tags as tag_rules
 from chaoskit.inventory.models import Inventory
 from chaoskit.yamlsrc import LineMap, SourceDoc, load_yaml, raise_validation
 
@@ -56,6 +57,13 @@ def load_inventory(path: str | Path) -> Inventory:
     return inv
 
 
+def _merged_tags(doc: SourceDoc, levels: list[tuple[object, tuple]]) -> dict[Any, Any]:
+    try:
+        return tag_rules.merge(levels)
+    except tag_rules.TagError as exc:
+        raise doc.error(exc.path, str(exc)) from None
+
+
 def _resolve_path(value: str, base: Path) -> str:
     p = Path(value).expanduser()
     return str(p if p.is_absolute() else base / p)
@@ -79,6 +87,9 @@ def _from_own(doc: SourceDoc) -> tuple[dict[str, Any], LineMap]:
             if key not in fields:
                 lines.lines[("hosts", name, key)] = doc.lines.line(("defaults", key)) or 1
         hosts[name] = {**defaults, **fields, "name": name}
+        if "tags" in defaults or "tags" in fields:
+            hosts[name]["tags"] = _merged_tags(doc, [(defaults.get("tags"), ("defaults", "tags")),
+                                                     (fields.get("tags"), ("hosts", name, "tags"))])
     clusters: dict[str, Any] = {}
     clusters_in = data.get("clusters") or {}
     if not isinstance(clusters_in, dict):
@@ -108,10 +119,12 @@ def _from_ansible(doc: SourceDoc) -> tuple[dict[str, Any], LineMap]:
     lines = LineMap()
     host_group_vars: dict[str, dict[str, tuple[Any, tuple]]] = {}
     host_own_vars: dict[str, dict[str, tuple[Any, tuple]]] = {}
+    host_tag_levels: dict[str, tuple[list[tuple[object, tuple]], list[tuple[object, tuple]]]] = {}
     group_members: dict[str, list[str]] = {}
     cluster_defs: dict[str, tuple[Any, tuple]] = {}
 
-    def walk(group: str, node: Any, path: tuple, inherited: dict[str, tuple[Any, tuple]]) -> list[str]:
+    def walk(group: str, node: Any, path: tuple, inherited: dict[str, tuple[Any, tuple]],
+             tag_levels: list[tuple[object, tuple]]) -> list[str]:
         if node is None:
             node = {}
         if not isinstance(node, dict):
@@ -123,6 +136,8 @@ def _from_ansible(doc: SourceDoc) -> tuple[dict[str, Any], LineMap]:
         if not isinstance(gvars, dict):
             raise doc.error((*path, "vars"), "expected a mapping")
         merged = {**inherited, **{k: (v, (*path, "vars", k)) for k, v in gvars.items()}}
+        if "chaoskit_tags" in gvars:
+            tag_levels = [*tag_levels, (gvars["chaoskit_tags"], (*path, "vars", "chaoskit_tags"))]
         members: list[str] = []
         hosts = node.get("hosts") or {}
         if not isinstance(hosts, dict):
@@ -134,20 +149,24 @@ def _from_ansible(doc: SourceDoc) -> tuple[dict[str, Any], LineMap]:
             host_group_vars.setdefault(hname, {}).update(merged)
             host_own_vars.setdefault(hname, {}).update(
                 {k: (v, (*path, "hosts", hname, k)) for k, v in hv.items()})
+            levels = host_tag_levels.setdefault(hname, ([], []))  # (group levels, the host's own)
+            levels[0].extend(lv for lv in tag_levels if lv not in levels[0])
+            if "chaoskit_tags" in hv:
+                levels[1].append((hv["chaoskit_tags"], (*path, "hosts", hname, "chaoskit_tags")))
             lines.lines.setdefault(("hosts", hname), doc.lines.line((*path, "hosts", hname)) or 1)
             members.append(hname)
         children = node.get("children") or {}
         if not isinstance(children, dict):
             raise doc.error((*path, "children"), "expected a mapping of group name -> group")
         for cname, cnode in children.items():
-            members.extend(walk(cname, cnode, (*path, "children", cname), merged))
+            members.extend(walk(cname, cnode, (*path, "children", cname), merged, tag_levels))
         unique = list(dict.fromkeys(members))
         group_members[group] = unique
         if "chaoskit_cluster" in gvars:
             cluster_defs[group] = (gvars["chaoskit_cluster"], (*path, "vars", "chaoskit_cluster"))
         return unique
 
-    walk("all", doc.data["all"], ("all",), {})
+    walk("all", doc.data["all"], ("all",), {}, [])
     extra_top = sorted(set(doc.data) - {"all"})
     if extra_top:
         raise doc.error((extra_top[0],), "Ansible shape: put every group under all.children")
@@ -165,6 +184,9 @@ def _from_ansible(doc: SourceDoc) -> tuple[dict[str, Any], LineMap]:
                 for field, parsed in _parse_ssh_args(str(value), doc, src).items():
                     out[field] = parsed
                     lines.lines[("hosts", hname, field)] = doc.lines.line(src) or 1
+        group_levels, own_levels = host_tag_levels.get(hname, ([], []))
+        if group_levels or own_levels:
+            out["tags"] = _merged_tags(doc, group_levels + own_levels)
         hosts[hname] = out
 
     clusters: dict[str, Any] = {}

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import re
-from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SerializeAsAny, StringConstraints, field_validator, model_validator
 
 from chaoskit.ha.base import HaConfig
+from chaoskit.inventory import tags as tag_rules
 from chaoskit.models import Frozen
+from chaoskit.secrets import Secret, SecretRef
 from chaoskit.validation import (
     Command,
     Endpoint,
@@ -23,6 +23,7 @@ from chaoskit.validation import (
     ServiceName,
     SqlName,
     Tag,
+    ip_network,
     no_control,
     secret_like,
 )
@@ -38,49 +39,12 @@ _OLD_KINDS = {
 }
 
 
-class SecretRef(Frozen):
-    """Where a secret lives: an environment variable or a file (first line, stripped)."""
-
-    env: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")] | None = None
-    file: NoControl | None = None
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> SecretRef:
-        if (self.env is None) == (self.file is None):
-            raise ValueError("give exactly one of env or file")
-        return self
-
-    def resolve(self) -> str:
-        if self.env is not None:
-            value = os.environ.get(self.env)
-            if value is None:
-                raise LookupError(f"environment variable {self.env} is not set")
-            return value
-        assert self.file is not None
-        try:
-            return Path(self.file).read_text(encoding="utf-8").splitlines()[0].strip()
-        except (OSError, IndexError) as exc:
-            raise LookupError(f"cannot read secret file {self.file}: {exc}") from None
-
-    def describe(self) -> str:
-        return f"env:{self.env}" if self.env else f"file:{self.file}"
-
-
-def _no_inline_secret(value: object) -> object:
-    if isinstance(value, str):
-        raise ValueError("inline secrets are not allowed; use {env: NAME} or {file: PATH}")
-    return value
-
-
 def _tags(value: object) -> object:
-    """Tags compare case-insensitively (`env: Production` is production): stored lower-case."""
+    """Tags compare case-insensitively (`env: Production` is production): stored lower-case;
+    keys that differ only in case are refused (the loader merges levels, `inventory.tags`)."""
     if isinstance(value, dict):
-        return {str(k).lower(): (str(v).lower() if isinstance(v, str | int | float | bool) else v)
-                for k, v in value.items()}
+        return tag_rules.fold(value, ("tags",))
     return value
-
-
-PRODUCTION_TAGS = {"prod", "production", "prd", "live"}
 
 
 class Host(Frozen):
@@ -104,7 +68,7 @@ class Host(Frozen):
 
     @property
     def is_production(self) -> bool:
-        return self.tags.get("env", "") in PRODUCTION_TAGS
+        return tag_rules.is_production(self.tags)
 
 
 class ProcessRef(Frozen):
@@ -114,7 +78,7 @@ class ProcessRef(Frozen):
     commands run as root on the host: code by design, so an inventory is trusted like a script."""
 
     pid_file: SafePath
-    comm: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:+@-]{1,15}$")] | None = None
+    comm: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:+@][A-Za-z0-9_.:+@-]{0,14}$")] | None = None
     exe: SafePath | None = None
     start: Command | None = None
     stop: Command | None = None
@@ -145,7 +109,7 @@ class Cluster(Frozen):
     port: int = Field(5432, ge=1, le=65535)
     database: SqlName = "postgres"
     user: SqlName
-    password: SecretRef | None = None
+    password: Secret | None = None
     dsn: NoControl | None = None  # libpq DSN, may be multi-host with target_session_attrs
     endpoints: tuple[Endpoint, ...] = ()  # host:port list for MySQL-protocol writers, in order
     options: dict[Name, str | int | float | bool] = Field(default_factory=dict)  # passed to the driver
@@ -166,12 +130,7 @@ class Cluster(Frozen):
 
     @property
     def is_production(self) -> bool:
-        return self.tags.get("env", "") in PRODUCTION_TAGS
-
-    @field_validator("password", mode="before")
-    @classmethod
-    def _password_by_reference(cls, value: object) -> object:
-        return _no_inline_secret(value)
+        return tag_rules.is_production(self.tags)
 
     @field_validator("members", mode="before")
     @classmethod
@@ -220,7 +179,10 @@ class Cluster(Frozen):
                 raise ValueError(f"dsn: not a valid libpq DSN: {str(exc).splitlines()[0][:100]}") from None
         else:
             keys = {m.lower() for m in re.findall(r"([A-Za-z_]+)\s*=", self.dsn)}
-        if {"password", "passfile", "pwd"} & keys:
+            # a URI's user:password@host (mysql://, dm://, ...)
+            if re.search(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/@?#]*:[^/@?#]*@", self.dsn):
+                keys.add("password")
+        if any(secret_like(k) or k == "passfile" for k in keys):
             raise ValueError("dsn: a password inside the DSN is an inline secret; use password: {env: NAME} or "
                              "{file: PATH}")
         return self
@@ -243,7 +205,15 @@ class LabMarker(Frozen):
     bridge does not hold this subnet (its addresses would leave through the default route)."""
 
     subnet: str = Field(pattern=r"^[0-9.]+/[0-9]{1,2}$")
-    bridge: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,15}$")
+    bridge: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}$")
+
+    @field_validator("subnet")
+    @classmethod
+    def _is_a_network(cls, value: str) -> str:
+        net = ip_network(value)
+        if net.version != 4:
+            raise ValueError("the lab subnet is an IPv4 network")
+        return value
 
 
 class Inventory(Frozen):
@@ -270,3 +240,61 @@ class Inventory(Frozen):
 
     def member_address(self, member: Member) -> str:
         return member.db_address or self.hosts[member.host].address
+
+    def evidence(self) -> dict[str, Any]:
+        """The inventory as the evidence keeps it: built field by field from an allow-list, never
+        by dumping the model, so a field added later (or a value that slipped past a type) does
+        not reach run.json. Secrets appear as their references, commands only as "given"."""
+        return {"hosts": {n: _host_evidence(h) for n, h in self.hosts.items()},
+                "clusters": {n: _cluster_evidence(c) for n, c in self.clusters.items()},
+                "lab": None if self.lab is None else {"subnet": self.lab.subnet, "bridge": self.lab.bridge}}
+
+
+_HOST_FIELDS = ("name", "address", "port", "user", "jump", "become", "become_user", "strict_host_keys")
+_MEMBER_FIELDS = ("host", "db_port", "db_address", "data_dir", "db_socket", "service")
+_CLUSTER_FIELDS = ("name", "engine", "port", "database", "user", "dsn", "endpoints")
+
+
+def _host_evidence(host: Host) -> dict[str, Any]:
+    return {**{f: getattr(host, f) for f in _HOST_FIELDS}, "tags": dict(host.tags)}
+
+
+def _member_evidence(member: Member) -> dict[str, Any]:
+    return {**{f: getattr(member, f) for f in _MEMBER_FIELDS},
+            "processes": {n: {"pid_file": p.pid_file, "comm": p.comm, "exe": p.exe,
+                              "start": "given" if p.start else None, "stop": "given" if p.stop else None}
+                          for n, p in member.processes.items()},
+            "logs": dict(member.logs)}
+
+
+def _manager_evidence(ha: HaConfig) -> dict[str, Any]:
+    """A manager's settings: each declared field, a secret as its reference, a command as "given"
+    (start/stop commands are code run as root and may carry the user's own environment)."""
+    out: dict[str, Any] = {}
+    for name in type(ha).model_fields:
+        value = getattr(ha, name)
+        if isinstance(value, SecretRef):
+            out[name] = value.describe()
+        elif secret_like(name) or name in ("start", "stop"):
+            out[name] = None if value is None else "given"
+        elif isinstance(value, Frozen):
+            out[name] = _manager_evidence(value)  # type: ignore[arg-type]
+        else:
+            out[name] = value.model_dump(mode="json") if hasattr(value, "model_dump") else _plain(value)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def _cluster_evidence(cluster: Cluster) -> dict[str, Any]:
+    return {**{f: _plain(getattr(cluster, f)) for f in _CLUSTER_FIELDS},
+            "password": cluster.password.describe() if cluster.password else None,
+            "ha": _manager_evidence(cluster.ha),
+            "members": [_member_evidence(m) for m in cluster.members],
+            "options": dict(cluster.options), "tags": dict(cluster.tags)}

@@ -8,6 +8,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from chaoskit.errors import InputError
+from chaoskit.faults.manager import FaultManager
+from chaoskit.faults.spec import FaultBase
 from chaoskit.faults.targets import validate_target
 from chaoskit.inventory.models import Inventory
 from chaoskit.playbook.models import Playbook
@@ -32,6 +34,18 @@ def load_playbook(path: str | Path, inventory: Inventory | None = None) -> Loade
     if inventory is not None:
         check_against_inventory(pb, inventory, doc)
     return LoadedPlaybook(pb, str(path), doc.sha256)
+
+
+def _rehearse(spec: FaultBase, inventory: Inventory, doc: object, path: tuple) -> None:
+    """What the planner would refuse from this spec and the inventory alone, refused here."""
+    fm = FaultManager(inventory)
+    try:
+        fm.rehearse(spec)
+    except InputError as exc:
+        field = (exc.field or "").removeprefix("--")
+        raise doc.error((*path, field) if field else path, exc.detail) from None  # type: ignore[attr-defined]
+    finally:
+        fm.close()
 
 
 def check_against_inventory(pb: Playbook, inventory: Inventory, doc: object) -> None:
@@ -68,6 +82,7 @@ def check_against_inventory(pb: Playbook, inventory: Inventory, doc: object) -> 
                     raise doc.error(("steps", i, "fault", "processes"),  # type: ignore[attr-defined]
                                     f"no member of {step.fault.cluster or pb.cluster} has a process {name!r} (known: "
                                     f"{', '.join(sorted(known)) or 'none'})")
+            _rehearse(step.fault, inventory, doc, ("steps", i, "fault"))
         if step.action is not None:
             can = {"switchover": manager.switchover is not managers()["none"].switchover,
                    "rejoin": manager.rejoin is not managers()["none"].rejoin}

@@ -65,16 +65,20 @@ class LoadConfig(Frozen):
     table_rows: int = Field(spec.DEFAULT_TABLE_ROWS, ge=10, le=100_000_000)
     groups: tuple[GroupConfig, ...] | None = None
 
-    @model_validator(mode="before")
-    @classmethod
-    def _workers_from_groups(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or not isinstance(data.get("groups"), list | tuple):
-            return data
-        total = sum(g.get("workers", spec.DEFAULT_WORKERS) if isinstance(g, dict) else 0 for g in data["groups"])
-        if "workers" in data and data["workers"] != total:
-            raise ValueError(f"workers ({data['workers']}) must be the sum of the groups' workers ({total}), "
+    @model_validator(mode="after")
+    def _workers_from_groups(self) -> LoadConfig:
+        """With groups, `workers` is their sum: computed once the groups are typed (a pre-validator
+        summing raw input met strings and lists before their types were checked)."""
+        if self.groups is None:
+            return self
+        total = sum(g.workers for g in self.groups)
+        if "workers" in self.model_fields_set and self.workers != total:
+            raise ValueError(f"workers ({self.workers}) must be the sum of the groups' workers ({total}), "
                              "or left out")
-        return {**data, "workers": total}
+        if total > 2048:
+            raise ValueError(f"the groups' workers add up to {total}; at most 2048")
+        object.__setattr__(self, "workers", total)  # frozen: set once, here, before anyone reads it
+        return self
 
     @field_validator("groups")
     @classmethod

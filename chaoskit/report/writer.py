@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 
 import chaoskit
+from chaoskit.errors import escaped
 from chaoskit.report.findings import findings
 from chaoskit.report.plots import latency_histogram, timeline_plot
 from chaoskit.report.rundir import RunDirectory, clean
@@ -28,7 +30,7 @@ METHODOLOGY = Path(__file__).parents[1] / "docs" / "methodology.md"
 
 def write_run(ctx: Any, rd: RunDirectory) -> dict[str, Any]:
     """Everything of a finished RunContext into its run directory; returns run.json's content.
-    The inventory is serialised from the validated model (secrets only as their references), the
+    The inventory is copied from an allow-list of its fields (secrets only as their references), the
     inputs are identified by the SHA-256 of the bytes that were actually loaded."""
     rec = ctx.recorder
     pb = ctx.playbook
@@ -38,7 +40,7 @@ def write_run(ctx: Any, rd: RunDirectory) -> dict[str, Any]:
         "playbook": {"path": ctx.playbook_path, "sha256": ctx.playbook_sha256,
                      "content": pb.model_dump(mode="json", by_alias=True)},
         "inventory": {"path": ctx.inventory_path, "sha256": ctx.inventory.sha256,
-                      "content": ctx.inventory.model_dump(mode="json", exclude={"source", "sha256"})},
+                      "content": ctx.inventory.evidence()},
         "operator": ctx.operator, "run_id": ctx.run_id,
         "started": ctx.started, "ended": ctx.ended, "t0_load_start": ctx.t0,
         "aborted": ctx.aborted, "refused": ctx.refused,
@@ -158,17 +160,34 @@ def template_env() -> jinja2.Environment:
     """HTML templates, every value escaped (autoescape on for every template, not by file suffix:
     `report.html.j2` does not end in .html, and a playbook description or a database error text
     must never become markup)."""
-    env = jinja2.Environment(loader=jinja2.PackageLoader("chaoskit.report", "templates"), autoescape=True)
+    env = jinja2.Environment(loader=jinja2.PackageLoader("chaoskit.report", "templates"), autoescape=True,
+                             finalize=_shown_in_html)
     env.filters["ts"] = _ts
     env.filters["sec"] = _sec
     return env
 
 
 def markdown_env() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("chaoskit.report", "templates"), autoescape=False)
+    env = jinja2.Environment(loader=jinja2.PackageLoader("chaoskit.report", "templates"), autoescape=False,
+                             finalize=_shown)
     env.filters["ts"] = _ts
     env.filters["sec"] = _sec
     return env
+
+
+def _shown(value: Any) -> Any:
+    """Every value summary.md prints: a string's control characters shown escaped (a server's
+    error text or a log line quoted in a finding must not drive the terminal that shows it, and
+    a newline must not start a heading of its own)."""
+    return escaped(value) if isinstance(value, str) else value
+
+
+def _shown_in_html(value: Any) -> Any:
+    """Every value report.html prints, before autoescape: as in summary.md, except that a newline
+    stays (whitespace in HTML; a description keeps its lines) and our own markup is ours."""
+    if isinstance(value, str) and not isinstance(value, markupsafe.Markup):
+        return "\n".join(escaped(part) for part in value.split("\n"))
+    return value
 
 
 def _missing(v: Any) -> bool:

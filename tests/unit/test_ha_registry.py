@@ -12,6 +12,7 @@ import pytest
 
 import chaoskit.ha
 import chaoskit.lab.recipes
+from chaoskit.errors import InputError
 from chaoskit.ha import registry
 from chaoskit.lab import spec as lab_spec
 
@@ -58,7 +59,9 @@ def postgres_data(spec):
 def clusters(spec):
     return {"toy": {"engine": "postgres", "ha": {"kind": "toyha", "quorum": 3},
                     "members": [{"host": h.name, "db_port": 5490 + h.octet - 90,
-                                 "data_dir": str(Paths.pg_data(h))} for h in HOSTS],
+                                 "data_dir": str(Paths.pg_data(h)),
+                                 "processes": {"postgres": {"pid_file": str(Paths.pg_data(h)) + "/postmaster.pid"}}}
+                                for h in HOSTS],
                     "database": "postgres", "user": "postgres"}}
 '''
 
@@ -105,6 +108,12 @@ def test_a_new_stack_is_its_manager_its_recipe_and_its_playbooks(toy_stack: None
     pb.write_text("name: toy-kill-primary\ncluster: toy\nduration: 30s\nsteps:\n"
                   "  - {at: 12s, expect: failover, fault: {kind: crash, target: 'role:primary', duration: 10s}}\n")
     assert load_playbook(pb, inv).playbook.cluster == "toy"
+    # a process fault on a stack whose members declare no processes is refused at validate, as the
+    # planner would refuse it at the fault's instant
+    bare = inv.clusters["toy"].replace(members=[{"host": m.host, "db_port": m.db_port} for m in toy.members])
+    inv_bare = inv.replace(clusters={**inv.clusters, "toy": bare})
+    with pytest.raises(InputError, match=r"toy-kill-primary.yaml:5: steps\[0\]\.fault\.processes: ty1: no processes"):
+        load_playbook(pb, inv_bare)
 
 
 def test_a_wrong_field_in_the_new_managers_config_is_one_line(toy_stack: None, tmp_path: Path) -> None:

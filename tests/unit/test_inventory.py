@@ -167,7 +167,7 @@ def test_missing_file(tmp_path: Path) -> None:
 
 
 def test_secret_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from chaoskit.inventory.models import SecretRef
+    from chaoskit.secrets import SecretRef
 
     monkeypatch.setenv("CK_TEST_PW", "s3cret")
     assert SecretRef(env="CK_TEST_PW").resolve() == "s3cret"
