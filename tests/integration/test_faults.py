@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -302,12 +303,63 @@ def test_fault_revert_by_id(lab: Inventory, pool: RemotePool) -> None:
     (["--kind", "stress", "--target", "pg1", "--cpu", "1", "--ttl", "5s", "--duration", "10s"], "must be at least"),
     (["--kind", "partition", "--target", "pg1", "--interface", "eth0"], "--interface: not an option of this fault"),
     (["--kind", "kill", "--target", "pg1", "--processes", "mysqld"], "no process mysqld"),
+    # a rate is checked in the form the host gets: no space inside, ASCII digits
+    (["--kind", "bandwidth", "--target", "pg1", "--rate", "10 mbit"], "--rate: not a rate"),
+    (["--kind", "bandwidth", "--target", "pg1", "--rate", "\uff11mbit"], "--rate: not a rate"),
+    # what the planner refuses from spec and inventory (dcs1 belongs to no cluster with processes)
+    (["--kind", "kill", "--target", "mham"], "mham: no processes configured"),
 ])
 def test_bad_input_touches_nothing(lab: Inventory, pool: RemotePool, args: list[str], message: str) -> None:
     res = cli("fault", "inject", "-i", INV, *args)
     assert res.returncode == 2, res.stdout + res.stderr
     assert message in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert "Traceback" not in res.stderr
+    assert json.loads(cli("fault", "list", "-i", INV, "--json").stdout)["faults"] == []
+
+
+def _lab_inventory_with(tmp_path, change) -> str:
+    import yaml
+
+    doc = yaml.safe_load(Path(INV).read_text(encoding="utf-8"))
+    change(doc)
+    path = tmp_path / "lab-changed.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return str(path)
+
+
+def test_production_in_the_defaults_survives_a_host_tag(lab: Inventory, pool: RemotePool, tmp_path) -> None:
+    """`defaults: {tags: {env: Production}}` and pg1 with a tag of its own: pg1 stays production
+    (tags merge key by key, production is sticky), the fault is refused, nothing is journaled."""
+    def production(doc: dict) -> None:
+        doc["defaults"]["tags"] = {"env": "Production"}
+        doc["hosts"]["pg1"]["tags"] = {"env": "staging", "team": "db"}
+
+    inv = _lab_inventory_with(tmp_path, production)
+    res = cli("fault", "inject", "-i", inv, "--kind", "pause", "--target", "pg1", "--cluster", "pg",
+              "--duration", "5s")
+    assert res.returncode == 1 and "refusing production-tagged targets (host pg1)" in res.stderr, res.stderr
+    assert json.loads(cli("fault", "list", "-i", INV, "--json").stdout)["faults"] == []
+
+
+@pytest.mark.parametrize(("path", "value", "message"), [
+    (("clusters", "pg", "members", 0, "processes", "patroni", "pid_file"), "--help", "not a valid path"),
+    (("clusters", "pg", "members", 0, "service"), "--help", "not a valid service"),
+    (("hosts", "pg1", "address"), "fe80::1%eth0 -j ACCEPT", "scope id"),
+    (("clusters", "pg", "password"), "hunter2", "inline secrets are not allowed"),
+])
+def test_a_hostile_inventory_value_is_refused_before_any_host(lab: Inventory, pool: RemotePool, tmp_path,
+                                                             path: tuple, value: str, message: str) -> None:
+    def put(doc: dict) -> None:
+        node = doc
+        for part in path[:-1]:
+            node = node[part]
+        node[path[-1]] = value
+
+    inv = _lab_inventory_with(tmp_path, put)
+    res = cli("fault", "inject", "-i", inv, "--kind", "stop", "--target", "pg1", "--cluster", "pg", "--duration", "5s")
+    assert res.returncode == 2 and message in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
+    assert "hunter2" not in res.stderr
     assert json.loads(cli("fault", "list", "-i", INV, "--json").stdout)["faults"] == []
 
 
