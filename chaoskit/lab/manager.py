@@ -23,7 +23,7 @@ import secrets
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,21 +122,26 @@ def _revive(state: dict[str, Any], stacks: set[str], spec: LabSpec, timeout: flo
         module = recipe(name)
         if hasattr(module, "revive"):
             module.revive(spec)
-    deadline = time.monotonic() + min(timeout, 20.0)
-    # started again until they stay up: a postmaster refuses to start while the backends of the
-    # one that was killed still hold its shared memory, for a few seconds
-    while True:
-        dead = [e for e in entries if not _pid_alive(e)]
-        if not dead or time.monotonic() > deadline:
-            break
-        for e in dead:
-            if Path(e["script"]).exists():
-                subprocess.run([e["script"]], check=False, timeout=30, capture_output=True)
-        time.sleep(1.0)
+
+    def start_dead() -> list[str]:
+        """Launch every daemon that is not running (a launcher is a no-op for one that runs)."""
+        dead = [k for k, e in state.get("daemons", {}).items() if e in entries and not _pid_alive(e)]
+        for key in dead:
+            script = state["daemons"][key]["script"]
+            if Path(script).exists():
+                subprocess.run([script], check=False, timeout=30, capture_output=True)
+        return dead
+
+    # Started again until they stay up, for as long as the health wait lasts (not a shorter budget
+    # of its own): a postmaster refuses to start while the backends of the one that was killed still
+    # hold its shared memory, and with every stack restarting at once on a loaded machine that took
+    # longer than the 20 s this loop once had (seen in CI: repmgr's servers never started again)
+    start_dead()
     try:
-        wait_healthy(min(timeout, 45.0), spec, stacks=tuple(sorted(stacks)), repair_after=3.0)
+        wait_healthy(min(timeout, 45.0), spec, stacks=tuple(sorted(stacks)), repair_after=3.0, keep_up=start_dead)
     except LabError as exc:
-        return str(exc)
+        dead = start_dead()
+        return str(exc) + (f"; not running: {', '.join(dead)}" if dead else "")
     return "" if _daemons_alive(state, stacks) else "a daemon died again after the lab was healthy"
 
 
@@ -300,16 +305,21 @@ def health(spec: LabSpec = SPEC, stacks: tuple[str, ...] | None = None) -> tuple
 
 
 def wait_healthy(timeout: float = 90.0, spec: LabSpec = SPEC, stacks: tuple[str, ...] | None = None,
-                 repair_after: float = 15.0) -> None:
+                 repair_after: float = 15.0, keep_up: Callable[[], object] | None = None) -> None:
     """Wait for the lab as built; a stack still unhealthy after `repair_after` s gets its repair
-    (e.g. a diverged Patroni replica is reinitialised)."""
+    (e.g. a diverged Patroni replica is reinitialised); `keep_up`, if given, runs about once a
+    second while waiting (a revive starts dead daemons again with it)."""
     start = time.monotonic()
     deadline = start + timeout
     repaired: set[str] = set()
     stacks = stacks if stacks is not None else up_stacks()
     ok, why = health(spec, stacks)
+    kept_up = time.monotonic()
     while not ok and time.monotonic() < deadline:
         time.sleep(0.3)
+        if keep_up is not None and time.monotonic() - kept_up >= 1.0:
+            keep_up()
+            kept_up = time.monotonic()
         ok, why = health(spec, stacks)
         if not ok and time.monotonic() - start > repair_after:
             for name in stacks:

@@ -175,7 +175,11 @@ def health(spec: LabSpec) -> tuple[bool, str]:
     answering = nodes_view(spec)
     primaries = [h for h, _, _, rec in answering if not rec]
     if len(answering) != len(hosts(spec)) or len(primaries) != 1:
-        return False, f"repmgr: {len(answering)} of {len(hosts(spec))} answer, primaries {primaries}"
+        silent = [h for h in hosts(spec) if h.name not in {a[0] for a in answering}]
+        # what the server said (e.g. "the database system is starting up"), not psql's preamble
+        said = "".join(f"; {h.name}: {_answers(h)[1].strip().splitlines()[-1].split('failed: ')[-1][:120]}"
+                       for h in silent[:2])
+        return False, f"repmgr: {len(answering)} of {len(hosts(spec))} answer, primaries {primaries}{said}"
     primary = next(h for h in hosts(spec) if h.name == primaries[0])
     try:
         streaming = psql(SOCKETS, port(primary), "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'")
