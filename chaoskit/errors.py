@@ -50,9 +50,9 @@ class InputError(ChaoskitError):
     def one_line(self) -> str:
         where = ""
         if self.source:
-            where = escaped(self.source) + (f":{self.line}" if self.line else "") + ": "
-        what = f"{escaped(self.field)}: " if self.field else ""
-        return f"{where}{what}{escaped(self.detail)}"
+            where = self.source + (f":{self.line}" if self.line else "") + ": "
+        what = f"{self.field}: " if self.field else ""
+        return f"{where}{what}{self.detail}"  # escaped as every ChaoskitError message is
 
 
 class RemoteCommandError(ChaoskitError):

@@ -74,10 +74,14 @@ def ip_address(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     the standard library takes anything after `%` (spaces, option-like words, 100 kB), and an
     address reaches rule text, `tc` batches, conninfo strings and the SSH host name."""
     addr = ipaddress.ip_address(value)
-    _, pct, scope = value.partition("%")
+    _check_scope_id(value)
+    return addr
+
+
+def _check_scope_id(address: str) -> None:
+    _, pct, scope = address.partition("%")
     if pct and not _SCOPE_ID.match(scope):
         raise ValueError(f"not a valid IPv6 scope id (an interface name or number): {scope[:40]!r}")
-    return addr
 
 
 def ip_network(value: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
@@ -95,7 +99,7 @@ def host_address(value: str) -> str:
     except ValueError:
         pass
     else:
-        ip_address(value)
+        _check_scope_id(value)
         return value
     if _HOSTNAME.match(value) and not value.replace(".", "").isdigit():
         return value

@@ -267,7 +267,7 @@ def _member_evidence(member: Member) -> dict[str, Any]:
             "logs": dict(member.logs)}
 
 
-def _manager_evidence(ha: HaConfig) -> dict[str, Any]:
+def _manager_evidence(ha: Frozen) -> dict[str, Any]:
     """A manager's settings: each declared field, a secret as its reference, a command as "given"
     (start/stop commands are code run as root and may carry the user's own environment)."""
     out: dict[str, Any] = {}
@@ -277,10 +277,10 @@ def _manager_evidence(ha: HaConfig) -> dict[str, Any]:
             out[name] = value.describe()
         elif secret_like(name) or name in ("start", "stop"):
             out[name] = None if value is None else "given"
-        elif isinstance(value, Frozen):
-            out[name] = _manager_evidence(value)  # type: ignore[arg-type]
+        elif isinstance(value, Frozen):  # a section of the manager's settings (Patroni's api, dcs)
+            out[name] = _manager_evidence(value)
         else:
-            out[name] = value.model_dump(mode="json") if hasattr(value, "model_dump") else _plain(value)
+            out[name] = _plain(value)
     return out
 
 

@@ -117,7 +117,7 @@ def _revive(state: dict[str, Any], stacks: set[str], spec: LabSpec, timeout: flo
     rebuilt: seconds instead of a rebuild, and the other stacks keep running. Returns "" when the
     lab is whole again, else why not (kept in `UpResult` so a rebuild says what forced it)."""
     hosts = {h.name for h in spec.of_stacks(stacks)}
-    entries = [e for k, e in state.get("daemons", {}).items() if k.split("/")[0] in hosts and e.get("script")]
+    entries = {k: e for k, e in state.get("daemons", {}).items() if k.split("/")[0] in hosts and e.get("script")}
     for name in sorted(stacks):  # stacks that cannot come back daemon by daemon (a Galera cold start)
         module = recipe(name)
         if hasattr(module, "revive"):
@@ -125,11 +125,10 @@ def _revive(state: dict[str, Any], stacks: set[str], spec: LabSpec, timeout: flo
 
     def start_dead() -> list[str]:
         """Launch every daemon that is not running (a launcher is a no-op for one that runs)."""
-        dead = [k for k, e in state.get("daemons", {}).items() if e in entries and not _pid_alive(e)]
+        dead = [k for k, e in entries.items() if not _pid_alive(e)]
         for key in dead:
-            script = state["daemons"][key]["script"]
-            if Path(script).exists():
-                subprocess.run([script], check=False, timeout=30, capture_output=True)
+            if Path(entries[key]["script"]).exists():
+                subprocess.run([entries[key]["script"]], check=False, timeout=30, capture_output=True)
         return dead
 
     # Started again until they stay up, for as long as the health wait lasts (not a shorter budget

@@ -14,13 +14,29 @@ from chaoskit.lab import manager
 from chaoskit.lab.spec import SPEC
 
 
-def test_a_daemon_that_can_start_only_after_25_s_is_revived(monkeypatch: pytest.MonkeyPatch,
-                                                            tmp_path: Path) -> None:
-    clock = [0.0]
-    monkeypatch.setattr(manager.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(manager.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
-    script = tmp_path / "start-postgres"
-    script.write_text("#!/bin/sh\n")
+@pytest.fixture()
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """A fake monotonic clock that `sleep` advances: the revive's waits take no real time."""
+    now = [0.0]
+    monkeypatch.setattr(manager.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(manager.time, "sleep", lambda s: now.__setitem__(0, now[0] + s))
+    return now
+
+
+@pytest.fixture()
+def script(tmp_path: Path) -> Path:
+    """rm1's postgres launcher (its runs are recorded by a fake subprocess.run)."""
+    path = tmp_path / "start-postgres"
+    path.write_text("#!/bin/sh\n")
+    return path
+
+
+def _state(script: Path) -> dict:
+    return {"daemons": {"rm1/postgres": {"pid_file": "/nonexistent", "script": str(script)}}}
+
+
+def test_a_daemon_that_can_start_only_after_25_s_is_revived(monkeypatch: pytest.MonkeyPatch, clock: list[float],
+                                                            script: Path) -> None:
     launched: list[float] = []
 
     def run(argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
@@ -36,25 +52,18 @@ def test_a_daemon_that_can_start_only_after_25_s_is_revived(monkeypatch: pytest.
     monkeypatch.setattr(manager, "_pid_alive", lambda entry: running())
     monkeypatch.setattr(manager, "health", lambda spec, stacks: (running(), "repmgr: 1 of 3 answer"))
     monkeypatch.setattr(manager, "recipe", lambda name: types.SimpleNamespace(health=lambda spec: (running(), "")))
-    state = {"daemons": {"rm1/postgres": {"pid_file": "/nonexistent", "script": str(script)}}}
 
-    assert manager._revive(state, {"repmgr"}, SPEC, 60.0) == ""
+    assert manager._revive(_state(script), {"repmgr"}, SPEC, 60.0) == ""
     assert min(t for t in launched if t >= 25.0) < 27.0  # launched again about once a second
     assert clock[0] < 45.0
 
 
-def test_a_revive_that_gives_up_names_the_daemons_not_running(monkeypatch: pytest.MonkeyPatch,
-                                                              tmp_path: Path) -> None:
-    clock = [0.0]
-    monkeypatch.setattr(manager.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(manager.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
-    script = tmp_path / "start-postgres"
-    script.write_text("#!/bin/sh\n")
+def test_a_revive_that_gives_up_names_the_daemons_not_running(monkeypatch: pytest.MonkeyPatch, clock: list[float],
+                                                              script: Path) -> None:
     monkeypatch.setattr(manager.subprocess, "run", lambda argv, **_: subprocess.CompletedProcess(argv, 0, "", ""))
     monkeypatch.setattr(manager, "_pid_alive", lambda entry: False)
     monkeypatch.setattr(manager, "health", lambda spec, stacks: (False, "repmgr: 1 of 3 answer, primaries []"))
     monkeypatch.setattr(manager, "recipe", lambda name: types.SimpleNamespace(health=lambda spec: (False, "")))
-    state = {"daemons": {"rm1/postgres": {"pid_file": "/nonexistent", "script": str(script)}}}
 
-    why = manager._revive(state, {"repmgr"}, SPEC, 60.0)
+    why = manager._revive(_state(script), {"repmgr"}, SPEC, 60.0)
     assert why == "lab not healthy after 45s: repmgr: 1 of 3 answer, primaries []; not running: rm1/postgres"

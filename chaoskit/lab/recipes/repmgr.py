@@ -160,25 +160,30 @@ def _answers(host: LabHost) -> tuple[bool, str]:
 
 def nodes_view(spec: LabSpec) -> list[tuple[str, str, bool, bool]]:
     """(host, registered type, active, in recovery) per node that answers."""
-    out = []
+    return _poll(spec)[0]
+
+
+def _poll(spec: LabSpec) -> tuple[list[tuple[str, str, bool, bool]], dict[str, str]]:
+    """`nodes_view`, and what each node that did not answer said instead (one query per node)."""
+    out, silent = [], {}
     for host in hosts(spec):
         try:
             rows = psql(SOCKETS, port(host), "SELECT pg_is_in_recovery()").strip()
-        except LabError:
+        except LabError as exc:
+            silent[host.name] = str(exc)
             continue
         out.append((host.name, "", True, rows == "t"))
-    return out
+    return out, silent
 
 
 def health(spec: LabSpec) -> tuple[bool, str]:
     """One primary, every standby streaming from it, repmgr's metadata agreeing."""
-    answering = nodes_view(spec)
+    answering, silent = _poll(spec)
     primaries = [h for h, _, _, rec in answering if not rec]
     if len(answering) != len(hosts(spec)) or len(primaries) != 1:
-        silent = [h for h in hosts(spec) if h.name not in {a[0] for a in answering}]
         # what the server said (e.g. "the database system is starting up"), not psql's preamble
-        said = "".join(f"; {h.name}: {_answers(h)[1].strip().splitlines()[-1].split('failed: ')[-1][:120]}"
-                       for h in silent[:2])
+        said = "".join(f"; {name}: {(why.strip().splitlines() or [''])[-1].split('failed: ')[-1][:120]}"
+                       for name, why in list(silent.items())[:2])
         return False, f"repmgr: {len(answering)} of {len(hosts(spec))} answer, primaries {primaries}{said}"
     primary = next(h for h in hosts(spec) if h.name == primaries[0])
     try:
