@@ -120,7 +120,9 @@ class FaultManager:
         # where the journal lives on every host (tests point it at a temporary directory)
         self.journal_root = journal_root
         self.clock = clock  # the control clock (t_staged, t_sent); a FakeClock in unit tests
-        self.pool = pool or RemotePool(inventory)
+        # SSH connections, opened (and the lab guard asked) on first use: planning and `rehearse`
+        # touch no host, so `validate` works while the lab is down
+        self._pool = pool
         self._own_pool = pool is None
         self.roles = roles or _discovered_roles(inventory)
         self.injected: list[InjectedFault] = []
@@ -200,13 +202,19 @@ class FaultManager:
             planned.append(PlannedFault(host, files, script))
         return fault_id, planned
 
+    @property
+    def pool(self) -> RemotePool:
+        if self._pool is None:
+            self._pool = RemotePool(self.inventory)
+        return self._pool
+
     def rehearse(self, spec: FaultBase) -> None:
         """Plan the fault, scripts and journal included, for every host it could land on, from the
         spec and the inventory alone (nothing is sent; roles are not asked): what `plan` would
         refuse at the fault's instant, `validate` refuses now. A role target could land on any
         member; a peer chosen by role is a live fact and is left to the instant."""
         validate_target(spec, self.inventory)
-        base = spec.target.partition("@")[0]
+        base = split_target(spec.target)[0]
         if base == CLIENT:
             return
         cluster = self.cluster_for(spec)
@@ -436,8 +444,8 @@ class FaultManager:
         return report
 
     def close(self) -> None:
-        if self._own_pool:
-            self.pool.close()
+        if self._own_pool and self._pool is not None:
+            self._pool.close()
 
     def __enter__(self) -> FaultManager:
         return self

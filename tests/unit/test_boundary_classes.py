@@ -18,12 +18,13 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from chaoskit.errors import ChaoskitError, InputError, escaped
 from chaoskit.faults.manager import FaultManager
 from chaoskit.faults.spec import parse_fault
+from chaoskit.faults.targets import validate_target
 from chaoskit.inventory.loader import load_inventory
 from chaoskit.inventory.models import Inventory
 from chaoskit.playbook.loader import load_playbook
@@ -281,6 +282,9 @@ FAULT_FIELDS = st.fixed_dictionaries({
 
 @MANY
 @given(fields=FAULT_FIELDS)
+# once drawn: a peer that is no host ('all', not 'all-hosts'), which the planner's target check refuses
+@example(fields={"kind": "proxy", "target": "role:primary", "cluster": "pg", "rate": "1mbit", "peer_port": 5432,
+                 "peers": ["all"]})
 def test_validate_and_the_planner_agree_on_every_fault(fields: dict[str, Any]) -> None:
     """The same fault values given to `validate` (a playbook step) and to the planner (every host
     the fault could land on, roles aside): validate accepts exactly what the planner can plan."""
@@ -298,6 +302,7 @@ def test_validate_and_the_planner_agree_on_every_fault(fields: dict[str, Any]) -
         hosts = [m.host for m in cluster.members] if base.startswith("role:") and cluster else [base]
         try:
             if base != "client":
+                validate_target(spec, LAB)  # what `plan` checks first when it resolves the target itself
                 for host in hosts:
                     fm.plan(spec, fault_id="0" * 12, hosts=[host])
         except InputError as exc:
