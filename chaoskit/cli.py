@@ -575,7 +575,7 @@ def campaign(
     runs: list[dict[str, Any]] = []
     aborted = False
     for i in range(repeat):
-        if i and not wait_healthy(lambda: writer_roles(cluster, inv), settle_s):
+        if i and not wait_healthy(lambda: writer_roles(cluster, inv), len(cluster.members), settle_s):
             err.print(f"the cluster was not healthy within {settle} after run {i}: campaign stopped", highlight=False)
             break
         evidence, run_dir, aborted = _drill_once(loaded, inv, playbook, inventory, root, allow_production, sign_key)

@@ -461,3 +461,11 @@ class Recorder:
         errs = [c for c in df.columns if c.startswith("err_")]
         df["errors_per_s"] = df[errs].sum(axis=1) / self.interval if errs else 0
         df.to_csv(path, index=False, float_format="%.3f")
+
+
+def error_rate(counts: dict[str, Any]) -> float:
+    """(fail + info) / all ops, rounded to 6 places, 0 with no ops: the one formula of the drill's
+    abort rule, the error-rate SLO and an experiment cell's error rate (a recorder's `window` or
+    `totals`)."""
+    ops = counts["ok"] + counts["fail"] + counts["info"]
+    return round((counts["fail"] + counts["info"]) / ops, 6) if ops else 0.0

@@ -14,7 +14,7 @@ from chaoskit.analysis.failover import analyse_fault, baseline_tps, client_figur
 from chaoskit.analysis.verdict import checked, merge
 from chaoskit.db.base import Driver, driver_for
 from chaoskit.ha.registry import is_multi_writer
-from chaoskit.recorder import OK, Recorder
+from chaoskit.recorder import OK, Recorder, error_rate
 from chaoskit.topology.probe import writer_view
 
 MARKS = ("t_fault", "t_detect", "t_promoted", "t_first_ok", "t_recovered")
@@ -238,12 +238,6 @@ def _slo(pb: Any, faults: list[dict[str, Any]], checks: dict[str, Any], rec: Rec
                                                 "from": anchor,
                                                 "ok": rate is not None and rate <= pb.slo.max_error_rate_after_recovery}
     return out
-
-
-def error_rate(counts: dict[str, Any]) -> float:
-    """(fail + info) / all ops, 0 with no ops: the one formula every abort rule and SLO uses."""
-    ops = counts["ok"] + counts["fail"] + counts["info"]
-    return round((counts["fail"] + counts["info"]) / ops, 6) if ops else 0.0
 
 
 def recovery_start(outages: list[dict[str, Any]]) -> tuple[float | None, str]:

@@ -26,7 +26,7 @@ from chaoskit.inventory.models import Inventory
 from chaoskit.models import Frozen
 from chaoskit.playbook.models import Seconds
 from chaoskit.playbook.preflight import describe_ha, read_settings
-from chaoskit.recorder import Recorder
+from chaoskit.recorder import Recorder, error_rate
 from chaoskit.validation import FreeText, Name
 from chaoskit.workload import spec as load_defaults
 from chaoskit.workload.runner import LoadRunner
@@ -179,7 +179,7 @@ def measure_cell(inv: Inventory, cluster: str, fm: FaultManager, *, workload: st
     added = [s["added_p50_ms"] for s in proxy if s.get("added_p50_ms") is not None]
     return {"workload": workload, "workers": workers, "delay_ms": delay_ms, "tps": round(w["tps"], 1),
             "p50_ms": w["p50_ms"], "p99_ms": w["p99_ms"], "p999_ms": w["p99.9_ms"],
-            "error_rate": round((w["fail"] + w["info"]) / ops, 6) if ops else None,
+            "error_rate": error_rate(w) if ops else None,  # no ops: no rate (not 0)
             "proxy_added_p50_ms": round(statistics.median(added), 3) if added else None,
             "proxy_added_p99_ms": max((s["added_p99_ms"] for s in proxy if s.get("added_p99_ms")), default=None),
             "proxy_bytes": sum(s.get("bytes", 0) for s in proxy)}

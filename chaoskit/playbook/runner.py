@@ -32,10 +32,12 @@ from chaoskit.inventory.models import Cluster, Inventory
 from chaoskit.playbook import schedule
 from chaoskit.playbook.models import Playbook, Step
 from chaoskit.playbook.preflight import run_preflight
-from chaoskit.recorder import Recorder
+from chaoskit.playbook.schedule import Do
+from chaoskit.recorder import Recorder, error_rate
 from chaoskit.report.rundir import RunDirectory
 from chaoskit.timesource import SYSTEM_CLOCK, Clock
 from chaoskit.topology.probe import RoleProbe, first_writer
+from chaoskit.topology.roles import Held, steady
 from chaoskit.workload.runner import LoadRunner
 from chaoskit.workload.spec import load_spec_from_playbook
 
@@ -56,6 +58,9 @@ class DrillParts:
     logs: Callable[..., LogWindow] = window_for
     clock: Clock = SYSTEM_CLOCK  # the drill's waits and marks; a FakeClock in unit tests
     journal_root: str = journal.ROOT
+
+
+STEADY_HOLD_S = 1.0  # the recovery wait's "steady": held this long (a campaign between runs holds 3 s)
 
 
 class Aborted(Exception):
@@ -269,8 +274,7 @@ def _execute(ctx: RunContext, fm: FaultManager, ha: HAManager, runner: LoadRunne
         assert ctx.recorder is not None
         with runner.lock:
             w = ctx.recorder.window(now - 1.2, now - 0.2)
-        ops = w["ok"] + w["fail"] + w["info"]
-        rate = (w["fail"] + w["info"]) / ops if ops else 0.0
+        rate = error_rate(w)
         bad_since = (bad_since or now) if rate > pb.abort.error_rate_above else None
         if bad_since is not None and now - bad_since >= pb.abort.for_:
             raise Aborted(f"error rate above {pb.abort.error_rate_above:.0%} for {pb.abort.for_:g}s")
@@ -289,11 +293,11 @@ def _do(ctx: RunContext, fm: FaultManager, ha: HAManager, item: schedule.Item, s
         injected: dict[int, list[InjectedFault]], items: list[schedule.Item]) -> None:
     step = ctx.playbook.steps[item.step]
     t_sched = ctx.t0 + step.at
-    if item.what == "stage":
+    if item.what is Do.STAGE:
         staged[item.step] = fm.stage(_step_spec(ctx, step), t_scheduled=t_sched)
         for s in staged[item.step]:
             ctx.event("fault_staged", s.t_staged, id=s.id, host=s.host, step=item.step)
-    elif item.what == "trigger":
+    elif item.what is Do.TRIGGER:
         spec = _step_spec(ctx, step)
         if split_target(spec.target)[0] == CLIENT:
             faults = fm.inject(spec, t_scheduled=t_sched)
@@ -319,13 +323,13 @@ def _do(ctx: RunContext, fm: FaultManager, ha: HAManager, item: schedule.Item, s
                       if step.fault else None)
         if step.fault is not None and step.fault.duration:
             bisect.insort(items, schedule.revert_item(item.step, max(f.t_effect for f in faults) + step.fault.duration))
-    elif item.what == "revert":
+    elif item.what is Do.REVERT:
         for f in injected.get(item.step, []):
             fm.revert(f)
             if f.t_reverted:
                 ctx.event("fault_reverted", f.t_reverted, id=f.id, host=f.host, by=f.reverted_by,
                           scheduled=item.t)
-    elif item.what == "action":
+    elif item.what is Do.ACTION:
         assert step.action is not None
         record = _action(ctx, fm, ha, step, injected)
         record["t_scheduled"] = t_sched
@@ -381,17 +385,13 @@ def _wait_recovery(ctx: RunContext, progress: Any) -> None:
     cluster = ctx.cluster
     multi_writer = is_multi_writer(cluster)
     deadline = ctx.clock.now() + ctx.playbook.recovery.within
-    stable_since: float | None = None
+    held = Held(STEADY_HOLD_S)
     while ctx.clock.now() < deadline:
         roles = ctx.probe.log.current_roles()
         if multi_writer:
             roles = first_writer(roles, [m.host for m in cluster.members])
-        ok = len(roles) == len(cluster.members) and sorted(roles.values()).count("primary") == 1 and \
-            "down" not in roles.values()
-        now = ctx.clock.now()
-        stable_since = (now if stable_since is None else stable_since) if ok else None
-        if stable_since is not None and now - stable_since >= 1.0:
-            ctx.event("cluster_steady", stable_since, roles=roles)
+        if held.look(steady(roles, len(cluster.members)), ctx.clock.now()):
+            ctx.event("cluster_steady", held.since, roles=roles)
             _wait_throughput(ctx, deadline)
             return
         ctx.clock.sleep(0.2)

@@ -9,13 +9,26 @@ added once the fault has taken effect (at its effect time + duration), by the ru
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from chaoskit.faults.spec import CLIENT
 from chaoskit.faults.targets import split_target
 from chaoskit.faults.ttl import STAGE_AHEAD_S
 from chaoskit.playbook.models import Playbook
 
-ORDER = {"stage": 0, "trigger": 1, "action": 1, "revert": 2}
+
+class Do(StrEnum):
+    """What a schedule item does."""
+
+    STAGE = "stage"
+    TRIGGER = "trigger"
+    ACTION = "action"
+    REVERT = "revert"
+
+
+# items due at the same instant: a fault is staged before any trigger or action (those two in step
+# order), and reverted after them
+ORDER = {Do.STAGE: 0, Do.TRIGGER: 1, Do.ACTION: 1, Do.REVERT: 2}
 
 
 @dataclass(frozen=True, order=True)
@@ -23,7 +36,11 @@ class Item:
     t: float
     order: int
     step: int
-    what: str  # stage | trigger | action | revert
+    what: Do
+
+    @classmethod
+    def of(cls, t: float, what: Do, step: int) -> Item:
+        return cls(t, ORDER[what], step, what)
 
 
 def plan(pb: Playbook, t0: float, stage_ahead: float = STAGE_AHEAD_S) -> list[Item]:
@@ -31,13 +48,13 @@ def plan(pb: Playbook, t0: float, stage_ahead: float = STAGE_AHEAD_S) -> list[It
     for i, step in enumerate(pb.steps):
         t = t0 + step.at
         if step.fault is None:
-            items.append(Item(t, ORDER["action"], i, "action"))
+            items.append(Item.of(t, Do.ACTION, i))
             continue
         if split_target(step.fault.target)[0] != CLIENT:
-            items.append(Item(max(t0, t - stage_ahead), ORDER["stage"], i, "stage"))
-        items.append(Item(t, ORDER["trigger"], i, "trigger"))
+            items.append(Item.of(max(t0, t - stage_ahead), Do.STAGE, i))
+        items.append(Item.of(t, Do.TRIGGER, i))
     return sorted(items)
 
 
 def revert_item(step: int, t: float) -> Item:
-    return Item(t, ORDER["revert"], step, "revert")
+    return Item.of(t, Do.REVERT, step)

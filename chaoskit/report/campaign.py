@@ -16,23 +16,22 @@ from pathlib import Path
 from typing import Any
 
 from chaoskit.analysis.failover import nearest_rank
+from chaoskit.topology.roles import Held, steady
 
 FORMAT = "chaoskit-campaign/1"
 
 
-def wait_healthy(roles: Callable[[], dict[str, str]], settle_s: float, hold_s: float = 3.0,
+def wait_healthy(roles: Callable[[], dict[str, str]], members: int, settle_s: float, hold_s: float = 3.0,
                  sleep: Callable[[float], None] = time.sleep, now: Callable[[], float] = time.time) -> bool:
-    """True once every member answers and exactly one is the primary, held for `hold_s`."""
+    """True once the cluster is steady (`topology.roles.steady`), held for `hold_s`."""
     deadline = now() + settle_s
-    since = None
+    held = Held(hold_s)
     while now() < deadline:
         try:
             seen = roles()
         except Exception:
             seen = {}
-        healthy = bool(seen) and "down" not in seen.values() and list(seen.values()).count("primary") == 1
-        since = (since or now()) if healthy else None
-        if since is not None and now() - since >= hold_s:
+        if held.look(steady(seen, members), now()):
             return True
         sleep(0.5)
     return False

@@ -38,13 +38,37 @@ def test_wait_healthy_needs_one_primary_every_member_up_held() -> None:
     clock = FakeClock(0.0)
     views = iter([{"a": "down", "b": "replica"}] * 4 + [{"a": "primary", "b": "primary"}] * 2
                  + [{"a": "replica", "b": "primary"}] * 100)
-    assert wait_healthy(lambda: next(views), settle_s=30.0, hold_s=3.0, sleep=clock.sleep, now=clock.now) is True
+    assert wait_healthy(lambda: next(views), 2, settle_s=30.0, hold_s=3.0, sleep=clock.sleep, now=clock.now) is True
     # healthy from the 7th poll (t = 3.0 s), held 3 s: returns at t = 6.0
     assert clock.now() == 6.0
+    # a member missing from the view is not a steady cluster: never healthy
+    clock3 = FakeClock(0.0)
+    assert wait_healthy(lambda: {"b": "primary"}, 2, settle_s=5.0, sleep=clock3.sleep, now=clock3.now) is False
     clock2 = FakeClock(0.0)
 
     def broken() -> dict[str, str]:
         raise ConnectionError("x")
 
-    assert wait_healthy(broken, settle_s=5.0, sleep=clock2.sleep, now=clock2.now) is False
+    assert wait_healthy(broken, 2, settle_s=5.0, sleep=clock2.sleep, now=clock2.now) is False
     assert clock2.now() == 5.0
+
+
+def test_steady_is_every_member_answering_with_one_writer() -> None:
+    from chaoskit.topology.roles import steady
+
+    assert steady({"a": "primary", "b": "replica", "c": "replica"}, 3) is True
+    assert steady({"a": "primary", "b": "replica"}, 3) is False  # c never answered
+    assert steady({"a": "primary", "b": "primary", "c": "replica"}, 3) is False  # two writers
+    assert steady({"a": "primary", "b": "down", "c": "replica"}, 3) is False
+    assert steady({"a": "replica", "b": "replica", "c": "replica"}, 3) is False  # no writer yet
+
+
+def test_held_counts_from_the_first_look_of_an_unbroken_run() -> None:
+    from chaoskit.topology.roles import Held
+
+    held = Held(1.0)
+    # looks at 0.0 (ok), 0.5 (broken), 0.7, 1.2, 1.7 (ok): the run starts at 0.7, holds 1 s at 1.7
+    assert [held.look(ok, t) for ok, t in ((True, 0.0), (False, 0.5), (True, 0.7), (True, 1.2), (True, 1.7))] == [
+        False, False, False, False, True]
+    assert held.since == 0.7
+    assert held.look(False, 2.0) is False and held.since is None

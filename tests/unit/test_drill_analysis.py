@@ -15,11 +15,11 @@ import pytest
 from test_figures import T0, F, outcome1, outcome2, probe, recorder, t1, t2
 
 from chaoskit.analysis.checks import convergence_verdict, gather_convergence, rewind_note
-from chaoskit.analysis.drill import analyse, error_rate, expectations, recovery_start
+from chaoskit.analysis.drill import analyse, expectations, recovery_start
 from chaoskit.faults.manager import InjectedFault
 from chaoskit.inventory.models import Cluster
 from chaoskit.playbook.models import Playbook
-from chaoskit.recorder import OK
+from chaoskit.recorder import OK, error_rate
 
 PLAYBOOK = {
     "name": "hand", "cluster": "pg",

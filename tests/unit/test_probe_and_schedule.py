@@ -153,6 +153,10 @@ def test_schedule_is_a_pure_function_of_the_playbook_and_t0() -> None:
         (120.0, "action", 3)]
     assert schedule.plan(pb, 100.0) == items
     # at one instant a stage comes before a trigger, a trigger before a revert
-    assert sorted([schedule.revert_item(0, 5.0), schedule.Item(5.0, 1, 1, "trigger"),
-                   schedule.Item(5.0, 0, 2, "stage")]) == [
-        schedule.Item(5.0, 0, 2, "stage"), schedule.Item(5.0, 1, 1, "trigger"), schedule.revert_item(0, 5.0)]
+    Do, Item = schedule.Do, schedule.Item
+    assert sorted([schedule.revert_item(0, 5.0), Item.of(5.0, Do.TRIGGER, 1), Item.of(5.0, Do.STAGE, 2)]) == [
+        Item.of(5.0, Do.STAGE, 2), Item.of(5.0, Do.TRIGGER, 1), schedule.revert_item(0, 5.0)]
+    # a trigger and an action due together go in step order, whichever is which
+    assert sorted([Item.of(5.0, Do.TRIGGER, 3), Item.of(5.0, Do.ACTION, 2)]) == [
+        Item.of(5.0, Do.ACTION, 2), Item.of(5.0, Do.TRIGGER, 3)]
+    assert all(isinstance(i.what, Do) for i in items)
