@@ -29,3 +29,16 @@ class SystemClock:
 
 
 SYSTEM_CLOCK = SystemClock()
+
+
+class Held:
+    """Whether a condition has held, look after look without a break, for `hold_s`; `since` is the
+    first look of the current unbroken run (None while it does not hold)."""
+
+    def __init__(self, hold_s: float) -> None:
+        self.hold_s = hold_s
+        self.since: float | None = None
+
+    def look(self, ok: bool, now: float) -> bool:
+        self.since = (now if self.since is None else self.since) if ok else None
+        return self.since is not None and now - self.since >= self.hold_s

@@ -35,9 +35,9 @@ from chaoskit.playbook.preflight import run_preflight
 from chaoskit.playbook.schedule import Do
 from chaoskit.recorder import Recorder, error_rate
 from chaoskit.report.rundir import RunDirectory
-from chaoskit.timesource import SYSTEM_CLOCK, Clock
+from chaoskit.timesource import SYSTEM_CLOCK, Clock, Held
 from chaoskit.topology.probe import RoleProbe, first_writer
-from chaoskit.topology.roles import Held, steady
+from chaoskit.topology.roles import steady
 from chaoskit.workload.runner import LoadRunner
 from chaoskit.workload.spec import load_spec_from_playbook
 
@@ -262,7 +262,7 @@ def _execute(ctx: RunContext, fm: FaultManager, ha: HAManager, runner: LoadRunne
     staged: dict[int, list[StagedFault]] = {}
     injected: dict[int, list[InjectedFault]] = {}
     end = ctx.t0 + pb.duration
-    bad_since: float | None = None
+    bad = Held(pb.abort.for_)
     while True:
         now = ctx.clock.now()
         while items and items[0].t <= now:
@@ -275,8 +275,7 @@ def _execute(ctx: RunContext, fm: FaultManager, ha: HAManager, runner: LoadRunne
         with runner.lock:
             w = ctx.recorder.window(now - 1.2, now - 0.2)
         rate = error_rate(w)
-        bad_since = (bad_since or now) if rate > pb.abort.error_rate_above else None
-        if bad_since is not None and now - bad_since >= pb.abort.for_:
+        if bad.look(rate > pb.abort.error_rate_above, now):
             raise Aborted(f"error rate above {pb.abort.error_rate_above:.0%} for {pb.abort.for_:g}s")
         if progress is not None:
             progress(ctx, w)

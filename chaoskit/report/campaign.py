@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from chaoskit.analysis.failover import nearest_rank
-from chaoskit.topology.roles import Held, steady
+from chaoskit.timesource import Held
+from chaoskit.topology.roles import steady
 
 FORMAT = "chaoskit-campaign/1"
 

@@ -64,7 +64,7 @@ def test_steady_is_every_member_answering_with_one_writer() -> None:
 
 
 def test_held_counts_from_the_first_look_of_an_unbroken_run() -> None:
-    from chaoskit.topology.roles import Held
+    from chaoskit.timesource import Held
 
     held = Held(1.0)
     # looks at 0.0 (ok), 0.5 (broken), 0.7, 1.2, 1.7 (ok): the run starts at 0.7, holds 1 s at 1.7
