@@ -459,12 +459,11 @@ def run(
         _check_sign_key(sign_key)
     except ChaoskitError as exc:
         _fail(exc)
-    evidence, run_dir, aborted = _drill_once(loaded, inv, playbook, inventory, out_root, allow_production, sign_key,
-                                             audit)
-    print_drill_summary(out, evidence, run_dir)
-    if aborted:
+    sealed = _drill_once(loaded, inv, playbook, inventory, out_root, allow_production, sign_key, audit)
+    print_drill_summary(out, sealed.evidence, sealed.path)
+    if sealed.aborted:
         raise typer.Exit(3)
-    raise typer.Exit(0 if (evidence.get("results") or {}).get("verdict") is True else 1)
+    raise typer.Exit(0 if (sealed.evidence.get("results") or {}).get("verdict") is True else 1)
 
 
 def _audit(pb: Any, operator: str | None, participants: list[str] | None, change_ref: str | None) -> Any:
@@ -492,46 +491,30 @@ def _audit(pb: Any, operator: str | None, participants: list[str] | None, change
 
 
 def _drill_once(loaded: Any, inv: Any, playbook: Path, inventory: Path, out_root: Path, allow_production: bool,
-                sign_key: Path | None, audit: Any = None) -> tuple[dict[str, Any], Path, bool]:
-    """One drill into a new, sealed run directory: (evidence, its path, aborted)."""
+                sign_key: Path | None, audit: Any = None) -> Any:
+    """One drill into a new, sealed run directory (`chaoskit.drill.session`), with the live view."""
     import time as _t
 
     from rich.live import Live
 
-    from chaoskit.playbook.runner import run_drill
-    from chaoskit.report.rundir import RunDirectory
-    from chaoskit.report.writer import write_run
+    from chaoskit.drill.session import drill_into
+    from chaoskit.playbook.record import DrillInputs
 
-    pb = loaded.playbook
-    try:
-        rd = RunDirectory.create(out_root, pb.name, _t.time())
-    except ChaoskitError as exc:
-        _fail(exc)
+    inputs = DrillInputs(loaded.playbook, inv, str(playbook), str(inventory), playbook_sha256=loaded.sha256,
+                         allow_production=allow_production, audit=audit)
     with Live(console=err, refresh_per_second=4, transient=True) as live:
-        def progress(ctx: Any, w: dict) -> None:
-            roles = ctx.probe.log.current_roles() if ctx.probe else {}
-            marks = [e for e in ctx.events if e["kind"] in ("fault_injected", "fault_reverted", "action")]
+        def progress(record: Any, roles: dict[str, str], w: dict) -> None:
+            marks = [e for e in record.events if e["kind"] in ("fault_injected", "fault_reverted", "action")]
             last = f"{marks[-1]['kind']} {marks[-1].get('host') or marks[-1].get('member') or ''}" if marks else "-"
             # plain text, never rich markup, control characters escaped: names come from input
-            live.update(Text(escaped(f"t={_t.time() - ctx.t0:6.1f}s  tps={w['tps']:7.0f}  p99={w['p99_ms']:7.1f} "
+            live.update(Text(escaped(f"t={_t.time() - record.t0:6.1f}s  tps={w['tps']:7.0f}  p99={w['p99_ms']:7.1f} "
                                      f"ms  errors={w['fail'] + w['info']}  roles={roles}  last: {last}")))
 
         try:
-            ctx = run_drill(pb, inv, run_dir=rd, playbook_path=str(playbook), inventory_path=str(inventory),
-                            playbook_sha256=loaded.sha256, allow_production=allow_production, progress=progress,
-                            audit=audit)
+            return drill_into(out_root, inputs, sign_key=sign_key, progress=progress)
         except ChaoskitError as exc:
             live.stop()
-            rd.write_json("run.json", {"schema_version": 2, "playbook": {"path": str(playbook),
-                                                                         "sha256": loaded.sha256},
-                                       "refused": str(exc), "started": rd.path.name})
-            rd.close()
-            _seal(rd.path, sign_key)
             _fail(exc)
-    evidence = write_run(ctx, rd)
-    rd.close()
-    _seal(rd.path, sign_key)
-    return evidence, rd.path, bool(ctx.aborted)
 
 
 @app.command("campaign")
@@ -578,8 +561,9 @@ def campaign(
         if i and not wait_healthy(lambda: writer_roles(cluster, inv), len(cluster.members), settle_s):
             err.print(f"the cluster was not healthy within {settle} after run {i}: campaign stopped", highlight=False)
             break
-        evidence, run_dir, aborted = _drill_once(loaded, inv, playbook, inventory, root, allow_production, sign_key)
-        runs.append(run_figures(run_dir, evidence))
+        sealed = _drill_once(loaded, inv, playbook, inventory, root, allow_production, sign_key)
+        aborted = sealed.aborted
+        runs.append(run_figures(sealed.path, sealed.evidence))
         r = runs[-1]
         out.print(f"run {i + 1}/{repeat}: {r['verdict']}, RTO {r['rto_s']}, lost {r['lost']}", highlight=False)
         if aborted:
@@ -725,17 +709,12 @@ def _check_sign_key(key: Path | None) -> None:
 
 
 def _seal(run_dir: Path, sign_key: Path | None) -> None:
-    """The in-toto statement (where the run has test results), then manifest.json (and its
-    signature) over everything the run wrote."""
-    from chaoskit.report.intoto import write_statement
-    from chaoskit.report.manifest import write_manifest
+    from chaoskit.drill.session import seal
 
     try:
-        write_statement(run_dir)
-        write_manifest(run_dir, sign_key)
-    except (OSError, RuntimeError) as exc:
-        err.print(f"manifest: {exc}", highlight=False, markup=False)
-        raise typer.Exit(1) from None
+        seal(run_dir, sign_key)
+    except ChaoskitError as exc:
+        _fail(exc)
 
 
 @app.command("compare")

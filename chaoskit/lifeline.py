@@ -10,13 +10,47 @@ Children also carry CHAOSKIT_CONTROLLER_PID, so anyone can list what a controlle
 from __future__ import annotations
 
 import ctypes
+import getpass
 import os
 import signal
+import socket
 import threading
 import time
+from pathlib import Path
+from typing import Any
 
 PR_SET_PDEATHSIG = 1
 ENV_MARK = "CHAOSKIT_CONTROLLER_PID"
+
+
+def controller_user() -> str:
+    """`user@host` of the control node: who ran a drill when nobody said otherwise."""
+    return f"{getpass.getuser()}@{socket.gethostname()}"
+
+
+def process_start_time(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def controller_identity() -> dict[str, Any]:
+    """Who staged a fault: `recover` leaves faults of a controller that is still running alone."""
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "user": getpass.getuser(), "pid": pid,
+            "start": process_start_time(pid)}
+
+
+def controller_alive(meta: dict[str, Any]) -> bool:
+    ctl = meta.get("controller")
+    if not isinstance(ctl, dict) or ctl.get("host") != socket.gethostname():
+        return False
+    pid = ctl.get("pid")
+    if not isinstance(pid, int) or pid == os.getpid():
+        return False
+    return process_start_time(pid) == ctl.get("start") and ctl.get("start") is not None
 
 
 def mark_controller() -> None:

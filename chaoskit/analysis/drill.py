@@ -5,7 +5,7 @@ log, the faults and that truth, and returns the results plus the phase marks to 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from chaoskit.analysis.catchup import standby_catchup
 from chaoskit.analysis.checks import convergence_verdict, gather_convergence, split_brain
@@ -14,64 +14,80 @@ from chaoskit.analysis.failover import analyse_fault, baseline_tps, client_figur
 from chaoskit.analysis.verdict import checked, merge
 from chaoskit.db.base import Driver, driver_for
 from chaoskit.ha.registry import is_multi_writer
+from chaoskit.inventory.models import Cluster
+from chaoskit.playbook.models import Playbook
+from chaoskit.playbook.record import DrillInputs, DrillRecord
 from chaoskit.recorder import OK, Recorder, error_rate
-from chaoskit.topology.probe import writer_view
+from chaoskit.topology.probe import ProbeLog, writer_view
 
 MARKS = ("t_fault", "t_detect", "t_promoted", "t_first_ok", "t_recovered")
 
 
-def gather_truth(ctx: Any, runner: Any) -> dict[str, Any]:
-    pb = ctx.playbook
+class LoadSource(Protocol):
+    """What the truth is read through: the load's workload (its tables) and what the load read
+    before it started (`before`: the update workload's versions)."""
+
+    workload: Any
+    before: Any
+
+
+def gather_truth(inputs: DrillInputs, run_id: str, load: LoadSource, driver: Driver | None = None) -> dict[str, Any]:
+    """Read the cluster after the run, through its writer (causally) and each member: the ledger's
+    rows present, the update workload's versions, the bank's total, the members' digests. What
+    cannot be read is said in the truth (`writer_error`, a check's `error`), never raised."""
+    pb, cluster = inputs.playbook, inputs.cluster
     truth: dict[str, Any] = {}
-    base = getattr(ctx, "driver", None) or driver_for(ctx.cluster, ctx.inventory)
+    base = driver or driver_for(cluster, inputs.inventory)
     driver = base.tuned(connect_timeout=pb.load.connect_timeout, op_timeout=60.0)
     writer = None
     try:
         writer = driver.connect_writer()
         driver.causal_reads(writer)
         if "rpo" in pb.checks and pb.load.workload == "ledger":
-            truth["ledger_present"] = checked(lambda: {"rows": runner.workload.present(writer)})
+            truth["ledger_present"] = checked(lambda: {"rows": load.workload.present(writer)})
         if "rpo" in pb.checks and pb.load.workload == "update":
-            truth["versions"] = checked(lambda: {"before": runner.before, "after": runner.workload.snapshot(writer)})
+            truth["versions"] = checked(lambda: {"before": load.before, "after": load.workload.snapshot(writer)})
         if "bank" in pb.checks:
-            truth["bank"] = checked(lambda: dict(zip(("accounts", "total"), runner.workload.total(writer),
-                                                     strict=True)) | {"expected": runner.workload.expected_total()})
+            truth["bank"] = checked(lambda: dict(zip(("accounts", "total"), load.workload.total(writer),
+                                                     strict=True)) | {"expected": load.workload.expected_total()})
     except Exception as exc:
         truth["writer_error"] = f"no writer after the drill: {exc}"
     finally:
         Driver.close_quietly(writer)
     if "replica_convergence" in pb.checks and pb.load.workload == "ledger":
-        truth["convergence"] = checked(gather_convergence, driver, ctx.cluster, ctx.inventory, ctx.run_id,
+        truth["convergence"] = checked(gather_convergence, driver, cluster, inputs.inventory, run_id,
                                        pb.recovery.within)
     return truth
 
 
-def analyse(ctx: Any, truth: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    pb, rec, probe = ctx.playbook, ctx.recorder, ctx.probe
-    base = baseline_tps(rec, ctx.t0 + pb.load.warmup, ctx.t0 + pb.baseline)
-    observable = bool(ctx.preflight.get("ha", {}).get("manager") not in (None, "none"))
-    cluster = getattr(ctx, "cluster", None)  # (absent from analysis-only contexts: single writer)
+def analyse(pb: Playbook, run: DrillRecord, rec: Recorder, probe: ProbeLog, truth: dict[str, Any],
+            cluster: Cluster | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The drill's `results` (per fault figures, checks, SLOs, verdict) and the phase marks to
+    record, from what it recorded and read: a pure function of its arguments. `cluster` matters
+    only for a multi-writer cluster (None: a single writer)."""
+    base = baseline_tps(rec, run.t0 + pb.load.warmup, run.t0 + pb.baseline)
+    observable = bool(run.preflight.get("ha", {}).get("manager") not in (None, "none"))
     multi_writer = cluster is not None and is_multi_writer(cluster)
     # the roles as the clients meet them: in a multi-writer cluster the one writer they use
-    roles = writer_view(probe.log, [m.host for m in cluster.members]) if multi_writer else probe.log
+    roles = writer_view(probe, [m.host for m in cluster.members]) if multi_writer and cluster else probe
     # Faults and actions alike: a planned switchover is analysed from the instant it was issued.
-    disturbances = [f.to_dict() for f in ctx.faults] + [
+    disturbances = [f.to_dict() for f in run.faults] + [
         {"id": f"action{i}", "kind": a["kind"], "host": a.get("member"), "t_effect": a["t_sent"],
          "t_scheduled": a.get("t_scheduled"), "step": a.get("step")}
-        for i, a in enumerate(ctx.actions) if a["kind"] == "switchover"]
+        for i, a in enumerate(run.actions) if a["kind"] == "switchover"]
     first_at = sorted(disturbances, key=lambda f: f["t_effect"])
     faults = []
     for i, f in enumerate(first_at):
-        window_end = first_at[i + 1]["t_effect"] if i + 1 < len(first_at) else ctx.ended
+        window_end = first_at[i + 1]["t_effect"] if i + 1 < len(first_at) else run.ended
         faults.append(checked(analyse_fault, f, rec, roles, baseline=base, window_end=window_end,
                               tps_fraction=pb.recovery.tps_fraction, hold=pb.recovery.hold,
                               manager_observable=observable, promotes=not multi_writer))
     for f, fa in zip(first_at, faults, strict=True):
         if fa.get("valid") != "unknown" and not multi_writer and \
-                role_at(probe.log, f["t_effect"]).get(f["host"]) == "replica":
-            fa["catchup"] = checked(standby_catchup, probe.log, f["host"], f["t_effect"], f.get("t_reverted"),
-                                    fa.get("window_end") or ctx.ended,
-                                    baseline=(ctx.t0 + pb.load.warmup, ctx.t0 + pb.baseline), actions=ctx.actions)
+                role_at(probe, f["t_effect"]).get(f["host"]) == "replica":
+            fa["catchup"] = checked(standby_catchup, probe, f["host"], f["t_effect"], f.get("t_reverted"),
+                                    fa.get("window_end") or run.ended,
+                                    baseline=(run.t0 + pb.load.warmup, run.t0 + pb.baseline), actions=run.actions)
     marks = [{"t": fa[key], "mark": key, "fault": fa.get("id")} for fa in faults for key in MARKS if fa.get(key)]
     checks: dict[str, Any] = {}
     outage_faults = [f for f in faults if f.get("outage")]
@@ -84,7 +100,7 @@ def analyse(ctx: Any, truth: dict[str, Any]) -> tuple[dict[str, Any], list[dict[
     elif "rpo" in pb.checks:
         # With several client groups the loss bound is judged per group (each kind of client is an
         # application of its own; see group_figures and the SLO); the totals still fail on phantoms.
-        bound = None if len(getattr(ctx, "groups", None) or {}) > 1 else pb.slo.rpo_max_writes
+        bound = None if len(run.groups) > 1 else pb.slo.rpo_max_writes
         present = truth.get("ledger_present") or {"valid": "unknown", "error": error}
         checks["rpo"] = rpo_check(rec, present["rows"], t_fault, bound) if "rows" in present else present
     if "bank" in pb.checks:
@@ -96,17 +112,17 @@ def analyse(ctx: Any, truth: dict[str, Any]) -> tuple[dict[str, Any], list[dict[
         checks["split_brain"] = brain
     for fa in faults:
         mark_split_brain(fa, brain)
-    expected = expectations(pb, faults, ctx.actions)
+    expected = expectations(pb, faults, run.actions)
     if expected["steps"]:
         checks["expected_outcome"] = expected
     if "convergence" in truth:
-        said = logged_complaints(getattr(ctx, "logs", None) or [])  # (absent from analysis-only contexts)
+        said = logged_complaints(run.logs)
         checks["replica_convergence"] = checked(convergence_verdict, truth["convergence"],
-                                                ctx.preflight.get("primary_before"), ctx.preflight.get("ha", {}), said)
-    groups = group_figures(getattr(ctx, "groups", None) or {}, pb, rec, first_at, faults, truth, t_fault)
-    slo = _slo(pb, faults, checks, rec, ctx.ended, groups)
+                                                run.preflight.get("primary_before"), run.preflight.get("ha", {}), said)
+    groups = group_figures(run.groups, pb, rec, first_at, faults, truth, t_fault)
+    slo = _slo(pb, faults, checks, rec, run.ended, groups)
     verdict = merge([c.get("valid", "unknown") for c in checks.values()] + [s["ok"] for s in slo.values()])
-    if ctx.aborted:
+    if run.aborted:
         verdict = "aborted"
     out = {"baseline_tps": base, "faults": faults, "rpo": checks.get("rpo"), "checks": checks, "slo": slo,
            "verdict": verdict}
@@ -125,7 +141,7 @@ def logged_complaints(kept: list[dict[str, Any]]) -> dict[str, list[str]]:
     return said
 
 
-def group_figures(groups: dict[str, dict[str, Any]], pb: Any, rec: Recorder, disturbances: list[dict[str, Any]],
+def group_figures(groups: dict[str, dict[str, Any]], pb: Playbook, rec: Recorder, disturbances: list[dict[str, Any]],
                   faults: list[dict[str, Any]], truth: dict[str, Any], t_fault: float | None) -> dict[str, Any]:
     """Each client group's own figures (results.groups.<name>): per fault what its clients saw
     (outage edges, RTO, write gap, per-client RTO), and its RPO: the acknowledged writes of its
@@ -178,7 +194,7 @@ def mark_split_brain(fault: dict[str, Any], brain: dict[str, Any]) -> None:
                                  f"+{hits[0]['from'] - t0:.3f}s after the fault")
 
 
-def expectations(pb: Any, faults: list[dict[str, Any]], actions: list[dict[str, Any]]) -> dict[str, Any]:
+def expectations(pb: Playbook, faults: list[dict[str, Any]], actions: list[dict[str, Any]]) -> dict[str, Any]:
     """Each step that says `expect: failover` (and every switchover) against what happened; every
     action must have succeeded: a drill whose fault did not lead where it was meant to, or whose
     switchover or rejoin failed, has not shown what it set out to show."""
@@ -198,7 +214,7 @@ def expectations(pb: Any, faults: list[dict[str, Any]], actions: list[dict[str, 
     return {"valid": all(r["ok"] for r in rows), "steps": rows}
 
 
-def _slo(pb: Any, faults: list[dict[str, Any]], checks: dict[str, Any], rec: Recorder,
+def _slo(pb: Playbook, faults: list[dict[str, Any]], checks: dict[str, Any], rec: Recorder,
          ended: float, groups: dict[str, Any] | None = None) -> dict[str, Any]:
     """Each SLO against the worst of the client groups it applies to (every group unless
     `slo.group` names one); without groups, against the totals."""

@@ -13,15 +13,11 @@ from the journals alone, skipping faults whose controller is still running unles
 from __future__ import annotations
 
 import contextlib
-import getpass
 import json
-import os
-import socket
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chaoskit.errors import HostUnreachable, InputError, PreflightError, RemoteCommandError
@@ -37,6 +33,7 @@ from chaoskit.inventory.clock import ClockOffset, measure_offset
 from chaoskit.inventory.fanout import RemotePool, fan_out_pool
 from chaoskit.inventory.models import Cluster, Inventory
 from chaoskit.inventory.remote import CommandResult
+from chaoskit.lifeline import controller_alive, controller_identity
 
 if TYPE_CHECKING:
     from chaoskit.faults.client_link import ClientLink
@@ -85,31 +82,6 @@ class PlannedFault:
     host: str
     files: dict[str, str]
     script: str  # the staging script, as sent to the host's root shell
-
-
-def process_start_time(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
-
-
-def controller_identity() -> dict[str, Any]:
-    """Who staged a fault: `recover` leaves faults of a controller that is still running alone."""
-    pid = os.getpid()
-    return {"host": socket.gethostname(), "user": getpass.getuser(), "pid": pid,
-            "start": process_start_time(pid)}
-
-
-def controller_alive(meta: dict[str, Any]) -> bool:
-    ctl = meta.get("controller")
-    if not isinstance(ctl, dict) or ctl.get("host") != socket.gethostname():
-        return False
-    pid = ctl.get("pid")
-    if not isinstance(pid, int) or pid == os.getpid():
-        return False
-    return process_start_time(pid) == ctl.get("start") and ctl.get("start") is not None
 
 
 class FaultManager:

@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from chaoskit.faults.manager import controller_alive, controller_identity, process_start_time
+from chaoskit.lifeline import controller_alive, controller_identity, process_start_time
 
 POLL_S = 0.2
 

@@ -15,9 +15,12 @@ import markupsafe
 
 import chaoskit
 from chaoskit.errors import escaped
+from chaoskit.playbook.record import DrillResult
+from chaoskit.recorder import Recorder
 from chaoskit.report.findings import findings
 from chaoskit.report.plots import latency_histogram, timeline_plot
 from chaoskit.report.rundir import RunDirectory, clean
+from chaoskit.topology.probe import ProbeLog
 from chaoskit.workload.outcomes import client_deadline
 
 SCHEMA_VERSION = 2
@@ -28,66 +31,61 @@ CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'n
 METHODOLOGY = Path(__file__).parents[1] / "docs" / "methodology.md"
 
 
-def write_run(ctx: Any, rd: RunDirectory) -> dict[str, Any]:
-    """Everything of a finished RunContext into its run directory; returns run.json's content.
+def write_run(result: DrillResult, rd: RunDirectory) -> dict[str, Any]:
+    """Everything of a finished drill into its run directory; returns run.json's content.
     The inventory is copied from an allow-list of its fields (secrets only as their references), the
     inputs are identified by the SHA-256 of the bytes that were actually loaded."""
-    rec = ctx.recorder
-    pb = ctx.playbook
+    inputs, run, rec, probe = result.inputs, result.record, result.recorder, result.probe
+    pb, cluster = inputs.playbook, inputs.cluster
     evidence = {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "chaoskit", "version": chaoskit.__version__, "python": platform.python_version()},
-        "playbook": {"path": ctx.playbook_path, "sha256": ctx.playbook_sha256,
+        "playbook": {"path": inputs.playbook_path, "sha256": inputs.playbook_sha256,
                      "content": pb.model_dump(mode="json", by_alias=True)},
-        "inventory": {"path": ctx.inventory_path, "sha256": ctx.inventory.sha256,
-                      "content": ctx.inventory.evidence()},
-        "operator": ctx.operator, "run_id": ctx.run_id,
-        "started": ctx.started, "ended": ctx.ended, "t0_load_start": ctx.t0,
-        "aborted": ctx.aborted, "refused": ctx.refused,
-        "allow_production": ctx.allow_production,
-        "production_targets": ctx.preflight.get("production_targets", []),
-        "cluster": {"name": pb.cluster, "engine": ctx.cluster.engine, "ha": ctx.cluster.ha.kind},
-        "server": ctx.preflight.get("server_settings", {}), "ha": ctx.preflight.get("ha", {}),
-        "detection_bound_s": ctx.preflight.get("detection_bound_s"),
-        "preflight_warnings": ctx.preflight.get("warnings", []),
-        "settings_changed": ctx.settings_changed,
-        "clock_offsets": ctx.preflight.get("clock_offsets", {}),
-        "roles_before": ctx.preflight.get("roles_before", []),
-        "faults_injected": [f.to_dict() for f in ctx.faults], "actions": ctx.actions, "heal": ctx.heal,
-        "logs": getattr(ctx, "logs", []),
+        "inventory": {"path": inputs.inventory_path, "sha256": inputs.inventory.sha256,
+                      "content": inputs.inventory.evidence()},
+        "operator": inputs.operator, "run_id": run.run_id,
+        "started": run.started, "ended": run.ended, "t0_load_start": run.t0,
+        "aborted": run.aborted, "refused": run.refused,
+        "allow_production": inputs.allow_production,
+        "production_targets": run.preflight.get("production_targets", []),
+        "cluster": {"name": pb.cluster, "engine": cluster.engine, "ha": cluster.ha.kind},
+        "server": run.preflight.get("server_settings", {}), "ha": run.preflight.get("ha", {}),
+        "detection_bound_s": run.preflight.get("detection_bound_s"),
+        "preflight_warnings": run.preflight.get("warnings", []),
+        "settings_changed": run.settings_changed,
+        "clock_offsets": run.preflight.get("clock_offsets", {}),
+        "roles_before": run.preflight.get("roles_before", []),
+        "faults_injected": [f.to_dict() for f in run.faults], "actions": run.actions, "heal": run.heal,
+        "logs": run.logs,
         "load": {"totals": rec.totals() if rec else {}, "errors_sample": [list(e) for e in (rec.errors[:50] if rec
                                                                                             else [])]},
-        "results": ctx.results,
+        "results": result.results,
     }
-    audit = ctx.audit.model_dump(mode="json") if getattr(ctx, "audit", None) is not None else {}
-    evidence["audit"] = {**audit, "operator": ctx.operator}
+    evidence["audit"] = {**inputs.evidence.model_dump(mode="json"), "operator": inputs.operator}
     evidence["findings"] = findings(evidence)
     evidence = clean(evidence)
     rd.write_json("run.json", evidence)
     rd.write_text("methodology.md", METHODOLOGY.read_text())  # the evidence carries its own definitions
     if rec is not None and rec.history.windows:
-        present = (getattr(ctx, "truth", None) or {}).get("ledger_present", {}).get("rows")
+        present = result.truth.get("ledger_present", {}).get("rows")
         with rd.file("history.jsonl").open("w") as out:
-            rec.history.write(out, run_id=ctx.run_id, faults=(ctx.results or {}).get("faults", []), present=present,
-                              groups={n: g["workers"] for n, g in (getattr(ctx, "groups", None) or {}).items()},
+            rec.history.write(out, run_id=run.run_id, faults=result.results.get("faults", []), present=present,
+                              groups={n: g["workers"] for n, g in run.groups.items()},
                               stall_s=client_deadline(pb.load.op_timeout))
-    if rec is not None and ctx.probe is not None:
-        node_columns = _node_columns(ctx, rec)
-        rec.write_timeline_csv(str(rd.file("timeline.csv")), t0=ctx.t0, extra=node_columns)
+    if rec is not None and probe is not None:
+        rec.write_timeline_csv(str(rd.file("timeline.csv")), t0=run.t0, extra=_node_columns(probe, rec))
         with contextlib.suppress(ImportError, ValueError):  # parquet where an engine is installed
             rec.to_frame().to_parquet(rd.file("timeline.parquet"))
-        _plots(ctx, rd.path)
+        _plots(rec, run.t0, result.results.get("faults", []), pb.name, rd.path)
     render(rd.path)
     for p in rd.path.rglob("*"):
         p.chmod(0o700 if p.is_dir() else 0o600)
     return evidence
 
 
-def _node_columns(ctx: Any, rec: Any) -> dict[str, list[Any]]:
+def _node_columns(probe: ProbeLog, rec: Recorder) -> dict[str, list[Any]]:
     """Per node, its role (probe) and replication lag in bytes (HA manager) at each interval's end."""
-    probe = ctx.probe.log if ctx.probe is not None else None
-    if probe is None:
-        return {}
     ends = [t + rec.interval for t in rec.to_frame()["t"]]
     members = sorted({m for _, m, _ in probe.samples})
     cols: dict[str, list[Any]] = {}
@@ -119,12 +117,8 @@ def _step_values(samples: list[tuple[float, Any]], ends: list[float]) -> list[An
     return out
 
 
-def _plots(ctx: Any, run_dir: Path) -> None:
-    rec = ctx.recorder
-    df = rec.to_frame()
-    faults = (ctx.results or {}).get("faults", [])
-    timeline_plot(df, ctx.t0, faults, run_dir / "plots" / "timeline.png", f"{ctx.playbook.name}: throughput and "
-                                                                              "latency")
+def _plots(rec: Recorder, t0: float, faults: list[dict[str, Any]], name: str, run_dir: Path) -> None:
+    timeline_plot(rec.to_frame(), t0, faults, run_dir / "plots" / "timeline.png", f"{name}: throughput and latency")
     hist = rec.latency_hist()
     values = [(it.value_iterated_to / 1000, it.count_at_value_iterated_to) for it in hist.get_recorded_iterator()]
     latency_histogram(values, run_dir / "plots" / "latency_histogram.png")

@@ -18,11 +18,12 @@ import pytest
 from pydantic import ValidationError
 from test_figures import T0, F, outcome1, outcome2, probe, t1, t2
 
-from chaoskit.analysis.drill import analyse
+from chaoskit.analysis.drill import analyse as analyse_drill
 from chaoskit.db.base import ClientProfile, ErrorClass
 from chaoskit.faults.manager import InjectedFault
 from chaoskit.history import OpHistory
 from chaoskit.playbook.models import LoadConfig, Playbook
+from chaoskit.playbook.record import DrillRecord
 from chaoskit.recorder import FAIL, INFO, OK, Recorder
 from chaoskit.workload.runner import _Worker
 from chaoskit.workload.spec import ClientGroup, LoadSpec, load_spec_from_config
@@ -65,6 +66,13 @@ class Ctx:
     t0: float = T0
     ended: float = 1030.0
     aborted: str | None = None
+
+
+def analyse(ctx: Ctx, truth: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The drill's analysis of a hand-made run: its fields as the drill's record."""
+    run = DrillRecord(started=ctx.t0, t0=ctx.t0, ended=ctx.ended, preflight=ctx.preflight, faults=ctx.faults,
+                      actions=ctx.actions, groups=ctx.groups, aborted=ctx.aborted)
+    return analyse_drill(ctx.playbook, run, ctx.recorder, ctx.probe.log, truth)
 
 
 def kill() -> InjectedFault:

@@ -9,16 +9,19 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from test_figures import T0, F, outcome1, outcome2, probe, recorder, t1, t2
 
 from chaoskit.analysis.checks import convergence_verdict, gather_convergence, rewind_note
-from chaoskit.analysis.drill import analyse, expectations, recovery_start
+from chaoskit.analysis.drill import analyse as analyse_drill
+from chaoskit.analysis.drill import expectations, recovery_start
 from chaoskit.faults.manager import InjectedFault
 from chaoskit.inventory.models import Cluster
 from chaoskit.playbook.models import Playbook
+from chaoskit.playbook.record import DrillRecord
 from chaoskit.recorder import OK, error_rate
 
 PLAYBOOK = {
@@ -63,6 +66,13 @@ class Ctx:
     ended: float = 1030.0
     aborted: str | None = None
     logs: list[dict[str, Any]] = field(default_factory=list)
+
+
+def analyse(ctx: Ctx, truth: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The drill's analysis of a hand-made run: its fields as the drill's record."""
+    run = DrillRecord(started=ctx.t0, t0=ctx.t0, ended=ctx.ended, preflight=ctx.preflight, faults=ctx.faults,
+                      actions=ctx.actions, logs=ctx.logs, aborted=ctx.aborted)
+    return analyse_drill(ctx.playbook, run, ctx.recorder, ctx.probe.log, truth)
 
 
 ACKED = {(1, k + 1) for k in range(240) if outcome1(k) == OK} | {(2, k + 1) for k in range(240) if outcome2(k) == OK}
@@ -336,7 +346,14 @@ class Workload:
 
 def truth_ctx(checks: list[str], workload: str = "ledger") -> Any:
     pb = playbook(checks=checks, load={**PLAYBOOK["load"], "workload": workload}, slo={})
-    return type("C", (), {"playbook": pb, "cluster": cluster(), "inventory": None, "run_id": "run"})()
+    return SimpleNamespace(playbook=pb, cluster=cluster(), inventory=None, run_id="run")
+
+
+def truth_of(inputs: Any, load: Any) -> dict[str, Any]:
+    """gather_truth with a hand-made drill's inputs (the module's driver_for as patched)."""
+    from chaoskit.analysis import drill as drill_mod
+
+    return drill_mod.gather_truth(inputs, inputs.run_id, load)
 
 
 def test_gather_truth_reads_rows_bank_and_convergence(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -351,16 +368,16 @@ def test_gather_truth_reads_rows_bank_and_convergence(monkeypatch: pytest.Monkey
         return d
 
     monkeypatch.setattr(drill_mod, "driver_for", driver_for)
-    truth = drill_mod.gather_truth(truth_ctx(["rpo", "replica_convergence"]), runner)
+    truth = truth_of(truth_ctx(["rpo", "replica_convergence"]), runner)
     assert truth["ledger_present"] == {"rows": {(1, 1), (1, 2)}}
     assert truth["convergence"]["members"]["pg1"] == {"rows": 2, "seq_sum": 3, "role": "primary"}
     assert "bank" not in truth and "writer_error" not in truth
     # read with the load's connect timeout and a long op timeout: the cluster has just recovered
     assert made == [[{"connect_timeout": 1.0, "op_timeout": 60.0}]]
-    truth = drill_mod.gather_truth(truth_ctx(["bank"], workload="bank"), runner)
+    truth = truth_of(truth_ctx(["bank"], workload="bank"), runner)
     assert truth == {"bank": {"accounts": 100, "total": 99_990, "expected": 100_000}}
     # convergence is for the ledger workload only
-    assert "convergence" not in drill_mod.gather_truth(truth_ctx(["bank", "replica_convergence"], "bank"), runner)
+    assert "convergence" not in truth_of(truth_ctx(["bank", "replica_convergence"], "bank"), runner)
 
 
 def test_gather_truth_without_a_writer_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -368,7 +385,7 @@ def test_gather_truth_without_a_writer_says_so(monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.setattr(drill_mod, "driver_for", lambda *a, **k: TruthDriver(
         {"pg1": [(1, 1, True)], "pg2": [(1, 1, False)], "pg3": [(1, 1, False)]}, ConnectionError("no writer\nx")))
-    truth = drill_mod.gather_truth(truth_ctx(["rpo", "replica_convergence"]), type("R", (), {"workload": Workload()}))
+    truth = truth_of(truth_ctx(["rpo", "replica_convergence"]), type("R", (), {"workload": Workload()}))
     assert truth["writer_error"] == "no writer after the drill: no writer\nx"
     assert "ledger_present" not in truth and truth["convergence"]["members"]["pg2"]["role"] == "replica"
 
@@ -415,7 +432,7 @@ def test_gather_truth_reads_versions_for_the_update_workload(monkeypatch: pytest
 
     monkeypatch.setattr(drill_mod, "driver_for", lambda *a, **k: TruthDriver({}))
     runner = type("R", (), {"workload": Versions(), "before": {1: 3}})()
-    truth = drill_mod.gather_truth(truth_ctx(["rpo"], workload="update"), runner)
+    truth = truth_of(truth_ctx(["rpo"], workload="update"), runner)
     assert truth == {"versions": {"before": {1: 3}, "after": {1: 5}}}
 
 
@@ -569,15 +586,15 @@ def test_gather_truth_reads_through_the_writer_it_closes(monkeypatch: pytest.Mon
     ctx = truth_ctx(["rpo", "replica_convergence"])
     ctx.inventory = "the-inventory"
     Writer.closed = 0
-    truth = drill_mod.gather_truth(ctx, type("R", (), {"workload": Versions(), "before": {1: 3}})())
+    truth = truth_of(ctx, type("R", (), {"workload": Versions(), "before": {1: 3}})())
     assert seen == [("pg", "the-inventory")] and Writer.closed == 1
     assert made[0].causal == [writer]  # the truth is read causally (a rejoined Galera node may still apply)
     assert truth["ledger_present"] == {"rows": set()} and truth["convergence"]["members"]["pg1"]["rows"] == 1
     # the update workload without the rpo check reads no versions
-    truth = drill_mod.gather_truth(truth_ctx([], workload="update"), type("R", (), {"workload": Versions(),
+    truth = truth_of(truth_ctx([], workload="update"), type("R", (), {"workload": Versions(),
                                                                                   "before": {1: 3}})())
     assert truth == {}
-    truth = drill_mod.gather_truth(truth_ctx(["rpo"], workload="update"), type("R", (), {"workload": Versions(),
+    truth = truth_of(truth_ctx(["rpo"], workload="update"), type("R", (), {"workload": Versions(),
                                                                                        "before": {1: 3}})())
     assert truth == {"versions": {"before": {1: 3}, "after": {1: 4}}}
 

@@ -28,7 +28,7 @@ import pytest
 
 from chaoskit.errors import HostUnreachable, PreflightError, RemoteCommandError
 from chaoskit.faults import manager as manager_mod
-from chaoskit.faults.manager import FaultManager, process_start_time
+from chaoskit.faults.manager import FaultManager
 from chaoskit.faults.registry import REGISTRY
 from chaoskit.faults.spec import parse_fault
 from chaoskit.faults.ttl import DEADMAN_MARGIN_S
@@ -37,6 +37,7 @@ from chaoskit.inventory.capabilities import Capabilities
 from chaoskit.inventory.clock import ClockOffset
 from chaoskit.inventory.fanout import RemotePool
 from chaoskit.inventory.models import Inventory
+from chaoskit.lifeline import process_start_time
 from chaoskit.testing.clock import FakeClock
 from chaoskit.testing.remote import (
     HANG,

@@ -16,15 +16,17 @@ from typing import Any
 
 import pytest
 
+from chaoskit.drill.recovery import wait_recovery
+from chaoskit.drill.runner import DrillParts, run_drill
 from chaoskit.errors import PreflightError
 from chaoskit.faults.registry import REGISTRY
 from chaoskit.inventory import load_inventory
 from chaoskit.inventory.capabilities import Capabilities
 from chaoskit.inventory.clock import ClockOffset
 from chaoskit.inventory.fanout import RemotePool
-from chaoskit.inventory.models import Inventory
+from chaoskit.inventory.models import Cluster, Inventory
 from chaoskit.playbook.models import Playbook
-from chaoskit.playbook.runner import DrillParts, RunContext, run_drill
+from chaoskit.playbook.record import DrillInputs, DrillRecord
 from chaoskit.recorder import FAIL, OK, Recorder
 from chaoskit.testing.clock import FakeClock
 from chaoskit.testing.remote import Reply, ScriptedRemote, is_revert, is_stage, is_trigger
@@ -95,6 +97,7 @@ class Lab:
         class Pool(RemotePool):
             def close(self) -> None:
                 lab.pool_closed = True
+                lab.log.append("pool.close")
                 super().close()
 
         def pool(inv: Inventory) -> RemotePool:
@@ -110,7 +113,11 @@ class Lab:
 
         return DrillParts(pool=pool, ha=lambda cluster, inv, pool: SimpleNamespace(kind="none"),
                           preflight=preflight or ready, load=self.load, probe=self.probe,
-                          truth=lambda ctx, runner: {}, journal_root="/var/lib/chaoskit", logs=self.logs)
+                          truth=self.truth, journal_root="/var/lib/chaoskit", logs=self.logs)
+
+    def truth(self, inputs: DrillInputs, run_id: str, load: Any, driver: Any) -> dict[str, Any]:
+        self.drivers.append(("truth", driver))
+        return {}
 
     def logs(self, cluster: Any, ha: Any, pool: RemotePool, limit: int) -> Any:
         lab = self
@@ -184,12 +191,30 @@ class Lab:
 
         return Probe()
 
-    def drill(self, pb: Playbook | None = None, progress: Any = None, preflight: Any = None) -> RunContext:
-        return run_drill(pb or playbook(), self.inv, run_dir=None, playbook_path="pb.yaml", inventory_path="inv.yaml",
-                         progress=progress, parts=self.parts(preflight))
+    def drill(self, pb: Playbook | None = None, progress: Any = None, preflight: Any = None) -> DrillRecord:
+        """One drill; its record (the result is kept in `self.result`)."""
+        inputs = DrillInputs(pb or playbook(), self.inv, "pb.yaml", "inv.yaml")
+        self.result = run_drill(inputs, out=Sink(self.log), progress=progress, parts=self.parts(preflight))
+        return self.result.record
 
 
-def kinds(ctx: RunContext) -> list[str]:
+class Sink:
+    """The run directory's place in the drill, logging the events that mark the way out."""
+
+    MARKED = ("cluster_steady", "cluster_not_steady", "aborted")
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def event(self, ev: dict[str, Any]) -> None:
+        if ev["kind"] in self.MARKED:
+            self.log.append(f"event {ev['kind']}")
+
+    def write_text(self, name: str, text: str) -> None:
+        self.log.append(f"write {name}")
+
+
+def kinds(ctx: DrillRecord) -> list[str]:
     return [e["kind"] for e in ctx.events]
 
 
@@ -199,7 +224,7 @@ def test_a_clean_drill_reverts_on_schedule_then_waits_then_stops(tmp_path: Path)
     assert ctx.aborted is None and ctx.refused is None
     # the logs' window opens before the load and closes after everything else stopped
     assert lab.log == ["logs.mark 262144", "load.setup", "probe.start", "load.start", "stage pg1", "trigger pg1",
-                       "revert pg1", "load.stop", "probe.stop", "logs.collect"]
+                       "revert pg1", "event cluster_steady", "load.stop", "probe.stop", "logs.collect", "pool.close"]
     assert ctx.logs == [{"host": "pg1", "label": "postgres", "file": None}]
     [fault] = ctx.faults
     # staged 1.5 s ahead, triggered at t0 + 2 s, reverted by the schedule at its effect + 1 s
@@ -209,10 +234,25 @@ def test_a_clean_drill_reverts_on_schedule_then_waits_then_stops(tmp_path: Path)
     assert ctx.heal == {"reverted": [fault.id], "not_verified": []}
     assert [k for k in kinds(ctx) if k.startswith(("fault_", "cluster_"))] == [
         "fault_staged", "fault_injected", "fault_reverted", "cluster_steady"]
-    assert lab.pool_closed and ctx.results["verdict"] is True
+    assert lab.pool_closed and lab.result.results["verdict"] is True
     # one driver for the drill, handed to every purpose
-    assert [p for p, _ in lab.drivers] == ["preflight", "load", "probe"]
-    assert all(d is ctx.driver for _, d in lab.drivers) and ctx.driver is not None
+    assert [p for p, _ in lab.drivers] == ["preflight", "load", "probe", "truth"]
+    assert len({id(d) for _, d in lab.drivers}) == 1 and lab.drivers[0][1] is not None
+
+
+def test_the_way_out_is_heal_then_recovery_wait_then_load_then_probe_then_logs_then_hosts(tmp_path: Path) -> None:
+    """A fault without a planned end is reverted by the heal: the heal runs before the recovery
+    wait, which runs while the load still runs; then the load stops, then the probe, then the
+    logs' window is kept, and the SSH pool closes last."""
+    lab = Lab(tmp_path)
+    ctx = lab.drill(playbook(steps=[{"at": "2s", "fault": {"kind": "pause", "target": "pg1"}}]))
+    assert ctx.aborted is None
+    assert lab.log[4:] == ["stage pg1", "trigger pg1", "revert pg1", "event cluster_steady", "load.stop",
+                           "probe.stop", "logs.collect", "pool.close"]
+    [fault] = ctx.faults
+    assert fault.revert_verified and ctx.heal == {"reverted": [fault.id], "not_verified": []}
+    # reverted by the heal at the end of the schedule (t0 + 4 s), not before
+    assert fault.t_reverted - ctx.t0 >= 4.0
 
 
 def test_a_preflight_refusal_touches_nothing(tmp_path: Path) -> None:
@@ -224,7 +264,7 @@ def test_a_preflight_refusal_touches_nothing(tmp_path: Path) -> None:
 
     with pytest.raises(PreflightError, match="lacks"):
         lab.drill(preflight=refuse)
-    assert lab.log == [] and all(r.calls == [] for r in lab.hosts.values())
+    assert lab.log == ["pool.close"] and all(r.calls == [] for r in lab.hosts.values())
     assert lab.pool_closed and signal.getsignal(signal.SIGTERM) is before
 
 
@@ -235,9 +275,9 @@ def test_an_error_mid_drill_is_recorded_healed_and_the_load_stopped(tmp_path: Pa
     assert ctx.aborted is not None and ctx.aborted.startswith("error: RemoteCommandError: pg1: `inject pause (")
     # the trigger script reverts on the host itself; nothing is left for the heal; no recovery wait
     assert lab.log == ["logs.mark 262144", "load.setup", "probe.start", "load.start", "stage pg1", "trigger pg1",
-                       "load.stop", "probe.stop", "logs.collect"]
+                       "event aborted", "load.stop", "probe.stop", "logs.collect", "pool.close"]
     assert "cluster_steady" not in kinds(ctx) and "aborted" in kinds(ctx)
-    assert ctx.results["verdict"] == "aborted"
+    assert lab.result.results["verdict"] == "aborted"
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
@@ -246,7 +286,7 @@ def test_an_interrupt_after_the_fault_heals_first(tmp_path: Path, how: str) -> N
     previous = signal.signal(signal.SIGTERM, lambda *a: None)
     mine = signal.getsignal(signal.SIGTERM)
 
-    def progress(ctx: RunContext, window: dict) -> None:
+    def progress(record: DrillRecord, roles: dict[str, str], window: dict) -> None:
         if "trigger pg1" in lab.log:
             if how == "sigterm":
                 os.kill(os.getpid(), signal.SIGTERM)
@@ -259,10 +299,11 @@ def test_an_interrupt_after_the_fault_heals_first(tmp_path: Path, how: str) -> N
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert ctx.aborted == "interrupted (Ctrl-C or SIGTERM)"
-    assert lab.log[4:] == ["stage pg1", "trigger pg1", "revert pg1", "load.stop", "probe.stop", "logs.collect"]
+    assert lab.log[4:] == ["stage pg1", "trigger pg1", "event aborted", "revert pg1", "load.stop", "probe.stop",
+                           "logs.collect", "pool.close"]
     [fault] = ctx.faults
     assert fault.revert_verified and fault.t_reverted - fault.t_effect < 1.0  # before its planned end
-    assert ctx.results["verdict"] == "aborted"
+    assert lab.result.results["verdict"] == "aborted"
 
 
 def test_the_abort_rule_unjournals_a_staged_fault(tmp_path: Path) -> None:
@@ -274,7 +315,8 @@ def test_the_abort_rule_unjournals_a_staged_fault(tmp_path: Path) -> None:
                   abort={"error_rate_above": 0.5, "for": "4s"}, duration="7s")
     ctx = lab.drill(pb)
     assert ctx.aborted == "error rate above 50% for 4s"
-    assert lab.log[4:] == ["stage pg1", "revert pg1", "load.stop", "probe.stop", "logs.collect"]
+    assert lab.log[4:] == ["stage pg1", "event aborted", "revert pg1", "load.stop", "probe.stop", "logs.collect",
+                           "pool.close"]
     assert ctx.faults == [] and ctx.heal == {"reverted": [], "not_verified": []}
     stage, revert = lab.hosts["pg1"].calls
     assert stage.split("ID=")[1][:12] == revert.split("ID=")[1][:12]
@@ -310,16 +352,25 @@ class _Roles:
         return {"pg1": "down", "pg2": "replica"}
 
 
-def _recovery_ctx(clock: Any, healthy_from: float | None, within: float = 3.0, recorder: Any = None,
-                  faults: tuple[float, ...] = ()) -> Any:
-    events: list[tuple[str, float]] = []
-    return SimpleNamespace(probe=SimpleNamespace(log=_Roles(clock, healthy_from)), aborted=None, clock=clock,
-                           cluster=SimpleNamespace(members=["pg1", "pg2"], ha=SimpleNamespace(kind="none")),
-                           playbook=SimpleNamespace(recovery=SimpleNamespace(within=within, tps_fraction=0.9, hold=3.0),
-                                                    load=SimpleNamespace(warmup=0.0), baseline=10.0),
-                           recorder=recorder or Recorder(0.0), t0=0.0, actions=[],
-                           faults=[SimpleNamespace(t_effect=t) for t in faults],
-                           events=events, event=lambda kind, t, **data: events.append((kind, round(t, 6))))
+class Recovery:
+    """`wait_recovery` on a fake clock: a two-member cluster whose roles follow the clock, a
+    playbook with the given bound, and the events it recorded as (kind, t)."""
+
+    def __init__(self, clock: Any, healthy_from: float | None, within: float = 3.0, recorder: Any = None,
+                 faults: tuple[float, ...] = ()) -> None:
+        self.clock = clock
+        self.roles = _Roles(clock, healthy_from)
+        self.pb = playbook(recovery={"within": f"{within}s", "tps_fraction": 0.9, "hold": "3s"},
+                           load={"workload": "ledger", "workers": 1, "warmup": "0s"}, baseline="10s",
+                           steps=[{"at": "12s", "fault": {"kind": "pause", "target": "pg1"}}], duration="20s")
+        self.cluster = Cluster.model_validate({"name": "pg", "engine": "postgres", "user": "postgres",
+                                               "members": [{"host": "pg1"}, {"host": "pg2"}]})
+        self.recorder = recorder or Recorder(0.0)
+        self.record = DrillRecord(started=0.0, t0=0.0, faults=[SimpleNamespace(t_effect=t) for t in faults])
+
+    def wait(self) -> list[tuple[str, float]]:
+        wait_recovery(self.record, self.pb, self.cluster, self.roles.current_roles, self.recorder, self.clock)
+        return [(e["kind"], round(e["t"], 6)) for e in self.record.events]
 
 
 class LoadClock(FakeClock):
@@ -347,7 +398,6 @@ class LoadClock(FakeClock):
 def test_the_recovery_wait_keeps_the_load_until_throughput_is_back() -> None:
     """Baseline 100 writes/s (threshold 90/s for 3 s), a fault at 12 s, the heal at 20 s.
     Worked by hand on the 1 s rolling window, ten 0.1 s intervals: """
-    from chaoskit.playbook.runner import _wait_recovery
 
     # 0/s from the fault, 40/s from 15 s, 100/s from 20 s. The window ending 20.9 s holds one
     # interval at 40/s: 4 + 9 x 10 = 94 >= 90; ending 20.8 s: 8 + 80 = 88 < 90. So the stretch
@@ -357,49 +407,33 @@ def test_the_recovery_wait_keeps_the_load_until_throughput_is_back() -> None:
         return 100 if t < 12 else 0 if t < 15 else 40 if t < 20 else 100
 
     clock = LoadClock(20.0, rate)
-    ctx = _recovery_ctx(clock, healthy_from=20.0, within=30.0, recorder=clock.rec, faults=(12.0,))
-    _wait_recovery(ctx, None)
-    assert ctx.events == [("cluster_steady", 20.0), ("throughput_recovered", 20.9)]
+    assert Recovery(clock, healthy_from=20.0, within=30.0, recorder=clock.rec, faults=(12.0,)).wait() == [
+        ("cluster_steady", 20.0), ("throughput_recovered", 20.9)]
     assert 23.9 <= clock.now() < 24.4 and clock.sleeps[-1] == 0.5
 
     # still 40/s after the heal: the load runs to the bound (20 + 6 s), then says so
     clock = LoadClock(20.0, lambda t: 100 if t < 12 else 40)
-    ctx = _recovery_ctx(clock, healthy_from=20.0, within=6.0, recorder=clock.rec, faults=(12.0,))
-    _wait_recovery(ctx, None)
-    assert ctx.events == [("cluster_steady", 20.0), ("throughput_not_recovered", 26.0)]
+    assert Recovery(clock, healthy_from=20.0, within=6.0, recorder=clock.rec, faults=(12.0,)).wait() == [
+        ("cluster_steady", 20.0), ("throughput_not_recovered", 26.0)]
 
     # back before the heal (30/s from the fault, 100/s from 15 s: the window ending 15.9 s holds
     # 3 + 90 = 93, ending 15.8 s 6 + 80 = 86): nothing more to wait for
     clock = LoadClock(20.0, lambda t: 100 if t < 12 else 30 if t < 15 else 100)
-    ctx = _recovery_ctx(clock, healthy_from=20.0, within=30.0, recorder=clock.rec, faults=(12.0,))
-    _wait_recovery(ctx, None)
-    assert ctx.events == [("cluster_steady", 20.0), ("throughput_recovered", 15.9)]
+    assert Recovery(clock, healthy_from=20.0, within=30.0, recorder=clock.rec, faults=(12.0,)).wait() == [
+        ("cluster_steady", 20.0), ("throughput_recovered", 15.9)]
     assert 0.5 not in clock.sleeps  # the roles' 0.2 s polls only
 
 
 def test_the_recovery_wait_on_a_fake_clock() -> None:
-    from chaoskit.playbook.runner import _wait_recovery
-    from chaoskit.testing.clock import FakeClock
-
     # steady from the start: held for 1 s (five 0.2 s polls), stamped when it became steady
     clock = FakeClock(0.0)
-    ctx = _recovery_ctx(clock, healthy_from=0.0)
-    _wait_recovery(ctx, None)
-    assert ctx.events == [("cluster_steady", 0.0)] and clock.sleeps == [0.2] * 5
+    assert Recovery(clock, healthy_from=0.0).wait() == [("cluster_steady", 0.0)] and clock.sleeps == [0.2] * 5
     # a primary from 2.1 s: the first poll that sees it is at 2.2 s; held until 3.2 s, past the 3 s bound
     # for waiting, but the hold started inside it
     clock = FakeClock(0.0)
-    ctx = _recovery_ctx(clock, healthy_from=2.1, within=4.0)
-    _wait_recovery(ctx, None)
-    assert ctx.events == [("cluster_steady", 2.2)] and round(clock.now(), 6) == 3.2
+    assert Recovery(clock, healthy_from=2.1, within=4.0).wait() == [("cluster_steady", 2.2)]
+    assert round(clock.now(), 6) == 3.2
     # never steady: after the 3 s bound (15 polls), the roles as last seen
     clock = FakeClock(0.0)
-    ctx = _recovery_ctx(clock, healthy_from=None)
-    _wait_recovery(ctx, None)
-    assert ctx.events == [("cluster_not_steady", 3.0)] and len(clock.sleeps) == 15
-    # aborted drills do not wait
-    clock = FakeClock(0.0)
-    ctx = _recovery_ctx(clock, healthy_from=None)
-    ctx.aborted = "interrupted"
-    _wait_recovery(ctx, None)
-    assert ctx.events == [] and clock.sleeps == []
+    assert Recovery(clock, healthy_from=None).wait() == [("cluster_not_steady", 3.0)] and len(clock.sleeps) == 15
+    # (an aborted drill does not wait at all: test_an_error_mid_drill_is_recorded_healed_and_the_load_stopped)

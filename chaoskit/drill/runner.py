@@ -1,0 +1,324 @@
+"""The drill: `run_drill` nests the scopes of one run in reading order (Jepsen's `run!`). Each scope
+of `Drill` owns its setup and its teardown, so the way out is the way in read backwards."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from chaoskit.analysis.drill import LoadSource, analyse, gather_truth
+from chaoskit.db.base import Driver, driver_for
+from chaoskit.drill.recovery import wait_recovery
+from chaoskit.drill.steps import Steps
+from chaoskit.errors import ChaoskitError
+from chaoskit.faults import journal
+from chaoskit.faults.client_link import ClientLink
+from chaoskit.faults.manager import FaultManager, _discovered_roles
+from chaoskit.faults.spec import CLIENT
+from chaoskit.faults.targets import RoleView, split_target
+from chaoskit.faults.ttl import DRILL_HEAL_MARGIN_S
+from chaoskit.ha.base import HAManager
+from chaoskit.ha.registry import manager_for
+from chaoskit.ha.settings import SettingsChange, change_settings
+from chaoskit.hostlogs import LogWindow, window_for
+from chaoskit.interrupts import stop_signals_interrupt
+from chaoskit.inventory.fanout import RemotePool
+from chaoskit.inventory.models import Cluster, Inventory
+from chaoskit.playbook.preflight import run_preflight
+from chaoskit.playbook.record import DrillInputs, DrillRecord, DrillResult, EvidenceSink
+from chaoskit.recorder import Recorder, error_rate
+from chaoskit.timesource import SYSTEM_CLOCK, Clock, Held
+from chaoskit.topology.probe import RoleProbe
+from chaoskit.workload.runner import LoadRunner
+from chaoskit.workload.spec import load_spec_from_playbook
+
+# what the live view is shown about once a tick: the record so far, the roles now, the last second's load
+Progress = Callable[[DrillRecord, dict[str, str], dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class DrillParts:
+    """The side effects a drill is built from (SSH pool, database driver, HA manager, preflight,
+    load, role probe, the after-run reads, the logs, the clock), made once per drill and handed
+    down. The defaults are the real ones; unit tests hand in shipped fakes (`chaoskit.testing`) to
+    drive every exit path."""
+
+    pool: Callable[[Inventory], RemotePool] = RemotePool
+    driver: Callable[[Cluster, Inventory], Driver] = driver_for
+    ha: Callable[[Cluster, Inventory, RemotePool], HAManager] = manager_for
+    preflight: Callable[..., dict[str, Any]] = run_preflight
+    load: Callable[..., LoadRunner] = LoadRunner
+    probe: Callable[..., RoleProbe] = RoleProbe
+    truth: Callable[[DrillInputs, str, LoadSource, Driver], dict[str, Any]] = gather_truth
+    logs: Callable[..., LogWindow] = window_for
+    clock: Clock = SYSTEM_CLOCK  # the drill's waits and marks; a FakeClock in unit tests
+    journal_root: str = journal.ROOT
+
+
+class Aborted(Exception):
+    """The drill stopped early (Ctrl-C, SIGTERM or an abort condition); faults were healed."""
+
+
+def run_drill(inputs: DrillInputs, *, out: EvidenceSink | None = None, progress: Progress | None = None,
+              parts: DrillParts = DrillParts()) -> DrillResult:
+    """Run one drill; `out` (the run directory) gets every event as it happens and the logs kept.
+
+    1. Load + validate inventory and playbook (done by the caller; nothing touched yet).
+    2. Preflight: production guard, SSH, clock offsets, capabilities, HA health, topology, settings;
+       refuse on any failure (nothing is started; the refusal is raised).
+    3. Mark the members' logs; route the load (through relays when a step cuts the client link);
+       set up the workload schema; start the role probe (and the manager's event watch), then the load.
+    4. Warm-up (discarded), then the baseline window.
+    5. HA settings the playbook asks for, journaled and set; then the schedule: faults staged on their
+       hosts ahead and triggered at their instants, actions at theirs, the abort rule watched.
+    6. Heal: revert every fault and restore every setting (also on error, Ctrl-C, SIGTERM, abort),
+       verified on the hosts.
+    7. Wait for recovery: one writer, every member answering, then throughput, within the bound
+       (skipped when aborted).
+    8. Stop the load and the probe; keep the logs' window; read the ground truth; run the checkers.
+    9. Hand the result to the evidence (`chaoskit.drill.session` writes the run directory).
+    """
+    drill = Drill(inputs, parts, out, progress)
+    with stop_signals_interrupt(), drill.finishing(), drill.hosts_connected():
+        drill.preflight()
+        with drill.log_window(), drill.client_link():
+            drill.prepare_load()
+            with drill.probe_watching(), drill.load_running(), drill.recovery_awaited(), drill.healing(), \
+                    drill.aborts_recorded():
+                drill.change_settings()
+                drill.execute_schedule()
+    return drill.analysed()
+
+
+class Drill:
+    """One drill's live handles and its record. Each scope sets one thing up and, on the way out,
+    tears it down; the scopes share nothing but these attributes, set as the drill gets to them."""
+
+    def __init__(self, inputs: DrillInputs, parts: DrillParts, out: EvidenceSink | None,
+                 progress: Progress | None) -> None:
+        self.inputs, self.parts, self.out, self.progress = inputs, parts, out, progress
+        self.pb, self.cluster, self.clock = inputs.playbook, inputs.cluster, parts.clock
+        self.record = DrillRecord(started=self.clock.now(), sink=out.event if out is not None else None)
+        self.pool: RemotePool | None = None
+        self.driver: Driver | None = None  # made once; each purpose tunes its timeouts from it
+        self.ha: HAManager | None = None
+        self.fm: FaultManager | None = None
+        self.load_route: tuple[Cluster, Driver] | None = None  # how the load reaches the cluster
+        self.recorder: Recorder | None = None
+        self.runner: LoadRunner | None = None
+        self.probe: RoleProbe | None = None
+        self.settings: list[SettingsChange] = []
+
+    @contextlib.contextmanager
+    def finishing(self) -> Iterator[None]:
+        """The run's first and last marks; an interrupt that reaches this far (while healing or
+        stopping: the heal ran first) is recorded, not raised."""
+        self.record.event("run_started", self.record.started, playbook=self.pb.name, cluster=self.pb.cluster,
+                          operator=self.inputs.operator)
+        try:
+            yield
+        except KeyboardInterrupt:
+            self.record.aborted = self.record.aborted or "interrupted while healing or stopping (the heal ran first)"
+        finally:
+            self.record.ended = self.clock.now()
+            if self.probe is not None:
+                self.record.events.extend(self.probe.log.events)
+
+    @contextlib.contextmanager
+    def hosts_connected(self) -> Iterator[None]:
+        """SSH to the hosts (opened on first use, closed last), the drill's one database driver, its
+        HA manager and fault manager."""
+        with self.parts.pool(self.inputs.inventory) as pool:
+            self.pool = pool
+            self.driver = self.parts.driver(self.cluster, self.inputs.inventory)
+            self.ha = self.parts.ha(self.cluster, self.inputs.inventory, pool)
+            self.fm = FaultManager(self.inputs.inventory, pool, roles=self._live_roles,
+                                   journal_root=self.parts.journal_root, clock=self.clock.now)
+            yield
+
+    def preflight(self) -> None:
+        """Every check before anything starts; a refusal is recorded and raised."""
+        try:
+            self.record.preflight = self.parts.preflight(self.pb, self.inputs.inventory, self.pool, self.ha, self.fm,
+                                                         self.inputs.allow_production, driver=self.driver)
+        except ChaoskitError as exc:
+            self.record.refused = str(exc)
+            self.record.event("preflight_refused", self.clock.now(), reason=str(exc))
+            raise
+        pf = self.record.preflight
+        self.record.event("preflight", self.clock.now(), primary=pf["primary_before"],
+                          production_targets=pf["production_targets"], warnings=pf["warnings"])
+
+    @contextlib.contextmanager
+    def log_window(self) -> Iterator[None]:
+        """The members' logs marked now and their window kept under logs/ on the way out, after
+        the load and the probe stopped (best effort: a host that does not answer is said in the
+        record, never fails the drill). `evidence.log_bytes_per_file: 0` keeps none."""
+        limit = self.inputs.evidence.log_bytes_per_file
+        if not limit:
+            yield
+            return
+        logs = self.parts.logs(self.cluster, self.ha, self.pool, limit)
+        logs.mark()
+        try:
+            yield
+        finally:
+            self.record.logs = logs.collect(self.out.write_text if self.out is not None else None)
+            self.record.event("logs_kept", self.clock.now(), files=sum(1 for r in self.record.logs if r.get("file")),
+                              of=len(self.record.logs))
+
+    @contextlib.contextmanager
+    def client_link(self) -> Iterator[None]:
+        """How the load reaches the cluster: directly, or, when a step cuts the client link, through
+        clean relays on the control node for the whole drill (the step changes their toxics)."""
+        assert self.driver is not None and self.fm is not None
+        if not any(st.fault is not None and split_target(st.fault.target)[0] == CLIENT for st in self.pb.steps):
+            self.load_route = (self.cluster, self.driver)
+            yield
+            return
+        ttl = self.pb.duration + self.pb.recovery.within + 600
+        with ClientLink(self.cluster, self.inputs.inventory, ttl=ttl, driver=self.driver) as link:
+            self.fm.client_link = link
+            self.load_route = (link.cluster, self.parts.driver(link.cluster, self.inputs.inventory))
+            self.record.event("client_link", self.clock.now(), relays=link.driver.endpoints(),
+                              note="the load reaches the database through relays on the control node for the whole "
+                                   "drill; the baseline includes their overhead")
+            yield
+
+    def prepare_load(self) -> None:
+        """The recorder, the client groups and the workload's schema (nothing runs yet)."""
+        assert self.load_route is not None
+        self.recorder = Recorder(base=self.clock.now(), interval=0.1)
+        spec = load_spec_from_playbook(self.pb)
+        self.record.run_id = spec.run_id
+        self.record.groups = {g.name: {"profile": g.profile, "workers": list(g.worker_ids),
+                                       "statement_timeout": g.statement_timeout, "validation": g.validate,
+                                       "route": g.route or self.pb.cluster} for g in spec.client_groups()}
+        cluster, driver = self.load_route
+        self.runner = self.parts.load(cluster, self.inputs.inventory, spec, self.recorder, driver=driver)
+        self.runner.setup()
+
+    @contextlib.contextmanager
+    def probe_watching(self) -> Iterator[None]:
+        """Every member's role (and the manager's events) on the drill's clock until the load stopped."""
+        self.probe = self.parts.probe(self.cluster, self.inputs.inventory, self.ha, self.pb.probes.interval,
+                                      sink=self.record.sink, driver=self.driver)
+        self.probe.start()
+        try:
+            yield
+        finally:
+            self.probe.stop()
+
+    @contextlib.contextmanager
+    def load_running(self) -> Iterator[None]:
+        """The load from t0 (step offsets count from here) until after the recovery wait."""
+        assert self.runner is not None
+        self.record.t0 = self.runner.start()
+        try:
+            self.record.event("load_started", self.record.t0, workers=self.pb.load.workers,
+                              workload=self.pb.load.workload)
+            yield
+        finally:
+            self.runner.stop()
+
+    @contextlib.contextmanager
+    def recovery_awaited(self) -> Iterator[None]:
+        """After the heal, the load keeps running until the cluster has recovered (`recovery`);
+        skipped when the drill aborted: the operator wants out."""
+        yield
+        if not self.record.aborted:
+            assert self.probe is not None and self.recorder is not None
+            wait_recovery(self.record, self.pb, self.cluster, self.probe.log.current_roles, self.recorder, self.clock)
+
+    @contextlib.contextmanager
+    def healing(self) -> Iterator[None]:
+        """On the way out, whatever happened: every fault reverted and verified, every setting restored."""
+        try:
+            yield
+        finally:
+            self._heal()
+
+    @contextlib.contextmanager
+    def aborts_recorded(self) -> Iterator[None]:
+        """An interrupt, the abort rule or an error during the schedule ends the drill early: recorded,
+        then healed and reported like any abort (never raised past the heal)."""
+        try:
+            yield
+        except KeyboardInterrupt:
+            self.record.aborted = "interrupted (Ctrl-C or SIGTERM)"
+        except Aborted as exc:
+            self.record.aborted = str(exc)
+        except Exception as exc:
+            self.record.aborted = f"error: {type(exc).__name__}: {exc}"
+        if self.record.aborted:
+            self.record.event("aborted", self.clock.now(), reason=self.record.aborted)
+
+    def change_settings(self) -> None:
+        """The HA settings the playbook asks for, journaled on the hosts (with their dead-man) and set."""
+        if not self.pb.settings:
+            return
+        assert self.ha is not None
+        ttl = self.pb.duration + self.pb.recovery.within + DRILL_HEAL_MARGIN_S
+        change = change_settings(self.ha, self.inputs.inventory_path, dict(self.pb.settings), ttl)
+        self.settings.append(change)
+        self.record.settings_changed = {"applied": dict(self.pb.settings), "previous": change.previous,
+                                        "journal": str(change.path)}
+        self.record.event("settings_changed", self.clock.now(), manager=self.ha.kind, values=dict(self.pb.settings),
+                          previous=change.previous)
+
+    def execute_schedule(self) -> None:
+        """The steps on their instants, the abort rule watched every tick: the error rate of the
+        last closed second above `abort.error_rate_above`, held for `abort.for`."""
+        assert self.fm is not None and self.ha is not None and self.recorder is not None and self.runner is not None
+        runner, recorder = self.runner, self.recorder
+        bad = Held(self.pb.abort.for_)
+
+        def look(now: float) -> None:
+            with runner.lock:
+                window = recorder.window(now - 1.2, now - 0.2)
+            if bad.look(error_rate(window) > self.pb.abort.error_rate_above, now):
+                raise Aborted(f"error rate above {self.pb.abort.error_rate_above:.0%} for {self.pb.abort.for_:g}s")
+            if self.progress is not None:
+                self.progress(self.record, self.probe.log.current_roles() if self.probe else {}, window)
+
+        Steps(self.inputs, self.record, self.fm, self.ha, recorder, self.clock).run(look)
+
+    def _heal(self) -> None:
+        assert self.fm is not None and self.ha is not None
+        fm, record = self.fm, self.record
+        failed = fm.revert_all()
+        record.faults = list(fm.injected)
+        record.heal = {"reverted": [f.id for f in fm.injected if f.revert_verified],
+                       "not_verified": [{"id": f.id, "host": f.host, "error": f.revert_error} for f in failed]}
+        for f in fm.injected:
+            if f.t_reverted and not any(e.get("id") == f.id and e["kind"] == "fault_reverted" for e in record.events):
+                record.event("fault_reverted", f.t_reverted, id=f.id, host=f.host, by=f.reverted_by)
+        for change in self.settings:
+            try:
+                restored = change.restore(self.ha)
+                record.event("settings_restored", self.clock.now(), values=restored)
+            except Exception as exc:  # the journal entry stays; its dead-man and `recover` retry
+                record.heal["settings_error"] = f"{type(exc).__name__}: {exc}"
+                record.event("settings_restore_failed", self.clock.now(), error=record.heal["settings_error"])
+
+    def _live_roles(self, cluster: Cluster) -> tuple[RoleView, set[str]]:
+        """Roles for resolving a fault's target: the drill's own probe where it watches the cluster."""
+        if self.probe is not None and cluster.name == self.cluster.name:
+            roles = self.probe.log.current_roles()
+            if len(roles) == len(cluster.members):
+                return roles, self.probe.log.current_sync()
+        return _discovered_roles(self.inputs.inventory)(cluster)
+
+    def analysed(self) -> DrillResult:
+        """The ground truth read after the run, the checkers, the phase marks; or, for a drill that
+        never started its load, the record alone."""
+        if self.runner is None or self.recorder is None or self.probe is None:
+            return DrillResult(self.inputs, self.record, self.recorder)
+        assert self.driver is not None
+        truth = self.parts.truth(self.inputs, self.record.run_id, self.runner, self.driver)
+        results, marks = analyse(self.pb, self.record, self.recorder, self.probe.log, truth, self.cluster)
+        for mark in marks:
+            self.record.event("phase_mark", mark["t"], mark=mark["mark"], fault=mark["fault"])
+        return DrillResult(self.inputs, self.record, self.recorder, self.probe.log, truth, results)

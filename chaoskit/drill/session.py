@@ -1,0 +1,62 @@
+"""A drill inside its run directory: the directory is created before any host is touched (an
+unwritable `--out` is bad input), the drill writes its events into it as they happen, and it is
+sealed last (in-toto statement, manifest, signature), also when preflight refused the drill (then
+run.json says why and nothing else was started)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chaoskit.drill.runner import DrillParts, Progress, run_drill
+from chaoskit.errors import ChaoskitError
+from chaoskit.playbook.record import DrillInputs
+from chaoskit.report.intoto import write_statement
+from chaoskit.report.manifest import write_manifest
+from chaoskit.report.rundir import RunDirectory
+from chaoskit.report.writer import SCHEMA_VERSION, write_run
+
+
+class SealError(ChaoskitError):
+    """The manifest (or its signature) could not be written: the run directory is not evidence."""
+
+
+@dataclass(frozen=True)
+class SealedRun:
+    """A drill's sealed run directory: run.json's content, where it is, whether the drill aborted."""
+
+    evidence: dict[str, Any]
+    path: Path
+    aborted: bool
+
+
+def drill_into(out_root: Path, inputs: DrillInputs, *, sign_key: Path | None = None,
+               progress: Progress | None = None, parts: DrillParts = DrillParts()) -> SealedRun:
+    """One drill into a new run directory under `out_root`, sealed. A refusal (preflight, or any
+    ChaoskitError before the load) leaves a sealed run.json that says why, and is raised."""
+    rd = RunDirectory.create(out_root, inputs.playbook.name, time.time())
+    try:
+        result = run_drill(inputs, out=rd, progress=progress, parts=parts)
+    except ChaoskitError as exc:
+        rd.write_json("run.json", {"schema_version": SCHEMA_VERSION,
+                                   "playbook": {"path": inputs.playbook_path, "sha256": inputs.playbook_sha256},
+                                   "refused": str(exc), "started": rd.path.name})
+        rd.close()
+        seal(rd.path, sign_key)
+        raise
+    evidence = write_run(result, rd)
+    rd.close()
+    seal(rd.path, sign_key)
+    return SealedRun(evidence, rd.path, bool(result.record.aborted))
+
+
+def seal(run_dir: Path, sign_key: Path | None) -> None:
+    """The in-toto statement (where the run has test results), then manifest.json (and its
+    signature) over everything the run wrote."""
+    try:
+        write_statement(run_dir)
+        write_manifest(run_dir, sign_key)
+    except (OSError, RuntimeError) as exc:
+        raise SealError(f"manifest: {exc}") from None

@@ -1,0 +1,143 @@
+"""The playbook's steps on their instants: faults staged on their hosts ahead of time, triggered at
+their instant (staged again where a role moved meanwhile), reverted at their planned end; actions
+(switchover, rejoin, restart) at theirs. The plan is `playbook.schedule.plan` (pure); this module
+carries it out and records each instant in the drill's record."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable
+from typing import Any
+
+from chaoskit.faults import journal
+from chaoskit.faults.hostscript import HostFacts
+from chaoskit.faults.manager import FaultManager, InjectedFault, StagedFault
+from chaoskit.faults.process import restart_scripts
+from chaoskit.faults.spec import CLIENT, FaultBase
+from chaoskit.faults.targets import split_target
+from chaoskit.ha.base import HAManager
+from chaoskit.playbook import schedule
+from chaoskit.playbook.models import Step
+from chaoskit.playbook.record import DrillInputs, DrillRecord
+from chaoskit.playbook.schedule import Do
+from chaoskit.recorder import Recorder
+from chaoskit.timesource import Clock
+
+
+class Steps:
+    """One drill's schedule, item by item (`run`), and what each step left: the faults staged and
+    applied per step (a later action's `target: fault.N` names the host of step N's fault)."""
+
+    def __init__(self, inputs: DrillInputs, record: DrillRecord, fm: FaultManager, ha: HAManager,
+                 recorder: Recorder, clock: Clock) -> None:
+        self.inputs, self.record, self.fm, self.ha = inputs, record, fm, ha
+        self.recorder, self.clock = recorder, clock
+        self.items = schedule.plan(inputs.playbook, record.t0)
+        self.staged: dict[int, list[StagedFault]] = {}
+        self.applied: dict[int, list[InjectedFault]] = {}
+        self._do: dict[Do, Callable[[schedule.Item, Step], None]] = {
+            Do.STAGE: self._stage, Do.TRIGGER: self._trigger, Do.REVERT: self._revert, Do.ACTION: self._act}
+
+    def run(self, look: Callable[[float], None]) -> None:
+        """Every item at its instant, until the playbook's duration is over and nothing is left;
+        between items `look(now)` (the drill's abort rule and progress) at least every 0.25 s."""
+        end = self.record.t0 + self.inputs.playbook.duration
+        while True:
+            now = self.clock.now()
+            while self.items and self.items[0].t <= now:
+                item = self.items.pop(0)
+                self._do[item.what](item, self.inputs.playbook.steps[item.step])
+                now = self.clock.now()
+            if now >= end and not self.items:
+                return
+            look(now)
+            nxt = self.items[0].t if self.items else end
+            self.clock.sleep(max(0.0, min(0.25, nxt - self.clock.now())))
+
+    def _scheduled(self, step: Step) -> float:
+        return self.record.t0 + step.at
+
+    def _spec(self, step: Step) -> FaultBase:
+        assert step.fault is not None
+        return step.fault if step.fault.cluster else step.fault.replace(cluster=self.inputs.playbook.cluster)
+
+    def _stage(self, item: schedule.Item, step: Step) -> None:
+        self.staged[item.step] = self.fm.stage(self._spec(step), t_scheduled=self._scheduled(step))
+        for s in self.staged[item.step]:
+            self.record.event("fault_staged", s.t_staged, id=s.id, host=s.host, step=item.step)
+
+    def _trigger(self, item: schedule.Item, step: Step) -> None:
+        spec, t_sched = self._spec(step), self._scheduled(step)
+        if split_target(spec.target)[0] == CLIENT:
+            faults = self.fm.inject(spec, t_scheduled=t_sched)
+        else:
+            faults = [self.fm.trigger(s) for s in self._ready(item.step, spec, t_sched)]
+        self.applied[item.step] = faults
+        for f in faults:
+            self.recorder.history.keep_around(f.t_effect)
+            f.step = item.step
+            self.record.event("fault_injected", f.t_effect, id=f.id, fault_kind=f.kind, host=f.host, step=item.step,
+                              scheduled=t_sched, sent=f.t_sent, applied_from=f.t_apply_start,
+                              t_effect_host=f.t_effect_host, offset_s=f.offset_s,
+                              uncertainty_s=f.offset_uncertainty_s, duration=spec.duration)
+        if spec.duration:
+            bisect.insort(self.items, schedule.revert_item(item.step, max(f.t_effect for f in faults) + spec.duration))
+
+    def _ready(self, step_no: int, spec: FaultBase, t_sched: float) -> list[StagedFault]:
+        """What was staged for the step, staged again where a role target moved since staging."""
+        ready = self.staged.pop(step_no, [])
+        if ready and split_target(spec.target)[0].startswith("role:"):
+            now_hosts = self.fm.resolve(spec)
+            if sorted(now_hosts) != sorted(s.host for s in ready):
+                self.record.event("fault_restaged", self.clock.now(), step=step_no, was=[s.host for s in ready],
+                                  now=now_hosts)
+                for s in ready:
+                    self.fm.discard(s)
+                ready = self.fm.stage(spec, t_scheduled=t_sched, hosts=now_hosts)
+        return ready or self.fm.stage(spec, t_scheduled=t_sched)
+
+    def _revert(self, item: schedule.Item, step: Step) -> None:
+        for f in self.applied.get(item.step, []):
+            self.fm.revert(f)
+            if f.t_reverted:
+                self.record.event("fault_reverted", f.t_reverted, id=f.id, host=f.host, by=f.reverted_by,
+                                  scheduled=item.t)
+
+    def _act(self, item: schedule.Item, step: Step) -> None:
+        record = self._action(step)
+        record["t_scheduled"] = self._scheduled(step)
+        record["step"] = item.step
+        if record["kind"] == "switchover":
+            self.recorder.history.keep_around(record["t_sent"])
+        self.record.actions.append(record)
+        self.record.event("action", record["t_sent"], action=record["kind"], member=record.get("member"),
+                          ok=record.get("ok"), candidate=record.get("candidate"))
+
+    def _action(self, step: Step) -> dict[str, Any]:
+        action = step.action
+        assert action is not None
+        if action.kind == "switchover":
+            return self.ha.switchover(action.candidate).to_dict()
+        assert action.target
+        target = action.target
+        if target.startswith("fault."):
+            faults = self.applied.get(int(target.split(".")[1]), [])
+            if not faults:
+                raise RuntimeError(f"{target}: that fault was not applied, so there is no host to act on")
+            target = faults[0].host
+        if action.kind == "rejoin":
+            record = self.ha.rejoin(target).to_dict()
+            record["restart"] = self._restart(target)  # whatever of the member is still not running
+            return record
+        t_sent = self.clock.now()
+        res = self._restart(target)
+        return {"kind": "restart", "ok": res["ok"], "t_sent": t_sent, "t_answered": self.clock.now(),
+                "member": target, "answer": res["answer"]}
+
+    def _restart(self, host: str) -> dict[str, Any]:
+        """Start every configured process of the member that is not running (a kill's revert)."""
+        member = next(m for m in self.inputs.cluster.members if m.host == host)
+        scripts = restart_scripts(HostFacts(host=member.host, processes=dict(member.processes)))
+        res = self.fm.pool.get(member.host).shell(
+            journal.oneshot_script(scripts, scripts.revert, root=self.fm.journal_root), check=False, timeout=120)
+        return {"ok": res.exited == 0, "answer": (res.stderr or res.stdout)[-300:]}
