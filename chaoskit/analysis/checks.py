@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from chaoskit.db.base import Driver
-from chaoskit.inventory.models import Cluster, Inventory
+from chaoskit.inventory.models import Cluster
 from chaoskit.topology.probe import ProbeLog, same_component
 
 
@@ -69,11 +70,11 @@ def _component_at(probe: ProbeLog, member: str, t: float) -> str | None:
     return found
 
 
-def gather_convergence(driver: Driver, cluster: Cluster, inventory: Inventory, run_id: str,
+def gather_convergence(driver: Driver, cluster: Cluster, digest: Callable[[Any], tuple[int, int]],
                        within: float) -> dict[str, Any]:
-    """Per member: this run's ledger rows (count, sum of seq) and its role, read directly;
-    repeated (bounded by `within`) until every member answers with the same digest."""
-    sql = driver.q("SELECT COUNT(*), COALESCE(SUM(seq), 0) FROM chaoskit_ledger WHERE run_id = %s")
+    """Per member: the workload's digest of this run's data (`rows`, `seq_sum`: the ledger's row
+    count and sum of sequence numbers) and its role, read directly; repeated (bounded by `within`)
+    until every member answers with the same digest."""
     deadline = time.time() + within
     while True:
         digests: dict[str, Any] = {}
@@ -81,7 +82,7 @@ def gather_convergence(driver: Driver, cluster: Cluster, inventory: Inventory, r
             conn = None
             try:
                 conn = driver.connect_member(member)
-                count, total = driver.query(conn, sql, (run_id,))[0]
+                count, total = digest(conn)
                 digests[member.host] = {"rows": int(count), "seq_sum": int(total),
                                         "role": driver.role(conn)}
             except Exception as exc:  # a member down is reported, not fatal

@@ -32,30 +32,28 @@ class LoadSource(Protocol):
 
 
 def gather_truth(inputs: DrillInputs, run_id: str, load: LoadSource, driver: Driver | None = None) -> dict[str, Any]:
-    """Read the cluster after the run, through its writer (causally) and each member: the ledger's
-    rows present, the update workload's versions, the bank's total, the members' digests. What
-    cannot be read is said in the truth (`writer_error`, a check's `error`), never raised."""
+    """Read the cluster after the run, as the load's workload says its checks need: through the
+    writer (causally) what each check reads (`Workload.truth_readers`), and from each member the
+    workload's digest for `replica_convergence`. What cannot be read is said in the truth
+    (`writer_error`, a reading's `error`), never raised."""
     pb, cluster = inputs.playbook, inputs.cluster
     truth: dict[str, Any] = {}
     base = driver or driver_for(cluster, inputs.inventory)
     driver = base.tuned(connect_timeout=pb.load.connect_timeout, op_timeout=60.0)
+    readers = load.workload.truth_readers(pb.checks, load.before)
     writer = None
     try:
-        writer = driver.connect_writer()
-        driver.causal_reads(writer)
-        if "rpo" in pb.checks and pb.load.workload == "ledger":
-            truth["ledger_present"] = checked(lambda: {"rows": load.workload.present(writer)})
-        if "rpo" in pb.checks and pb.load.workload == "update":
-            truth["versions"] = checked(lambda: {"before": load.before, "after": load.workload.snapshot(writer)})
-        if "bank" in pb.checks:
-            truth["bank"] = checked(lambda: dict(zip(("accounts", "total"), load.workload.total(writer),
-                                                     strict=True)) | {"expected": load.workload.expected_total()})
+        if readers:
+            writer = driver.connect_writer()
+            driver.causal_reads(writer)
+        for key, read in readers.items():
+            truth[key] = checked(read, writer)
     except Exception as exc:
         truth["writer_error"] = f"no writer after the drill: {exc}"
     finally:
         Driver.close_quietly(writer)
-    if "replica_convergence" in pb.checks and pb.load.workload == "ledger":
-        truth["convergence"] = checked(gather_convergence, driver, cluster, inputs.inventory, run_id,
+    if "replica_convergence" in pb.checks:
+        truth["convergence"] = checked(gather_convergence, driver, cluster, load.workload.member_digest,
                                        pb.recovery.within)
     return truth
 
@@ -93,16 +91,8 @@ def analyse(pb: Playbook, run: DrillRecord, rec: Recorder, probe: ProbeLog, trut
     outage_faults = [f for f in faults if f.get("outage")]
     t_fault = outage_faults[0]["t_fault"] if outage_faults else (faults[0]["t_fault"] if faults else None)
     error = truth.get("writer_error")
-    if "rpo" in pb.checks and pb.load.workload == "update":
-        versions = truth.get("versions") or {"valid": "unknown", "error": error}
-        checks["rpo"] = lost_update_check(rec.row_updates, versions["before"], versions["after"],
-                                          pb.slo.rpo_max_writes) if versions.get("before") is not None else versions
-    elif "rpo" in pb.checks:
-        # With several client groups the loss bound is judged per group (each kind of client is an
-        # application of its own; see group_figures and the SLO); the totals still fail on phantoms.
-        bound = None if len(run.groups) > 1 else pb.slo.rpo_max_writes
-        present = truth.get("ledger_present") or {"valid": "unknown", "error": error}
-        checks["rpo"] = rpo_check(rec, present["rows"], t_fault, bound) if "rows" in present else present
+    if "rpo" in pb.checks:
+        checks["rpo"] = _rpo(pb, run, rec, truth, t_fault)
     if "bank" in pb.checks:
         bank = truth.get("bank") or {"valid": "unknown", "error": error}
         checks["bank"] = bank if "total" not in bank else {"valid": bank["total"] == bank["expected"],
@@ -119,6 +109,8 @@ def analyse(pb: Playbook, run: DrillRecord, rec: Recorder, probe: ProbeLog, trut
         said = logged_complaints(run.logs)
         checks["replica_convergence"] = checked(convergence_verdict, truth["convergence"],
                                                 run.preflight.get("primary_before"), run.preflight.get("ha", {}), said)
+    for name in pb.checks:  # a check the playbook asked for is never dropped: unread is unknown
+        checks.setdefault(name, {"valid": "unknown", "error": error or f"nothing was read for the {name} check"})
     groups = group_figures(run.groups, pb, rec, first_at, faults, truth, t_fault)
     slo = _slo(pb, faults, checks, rec, run.ended, groups)
     verdict = merge([c.get("valid", "unknown") for c in checks.values()] + [s["ok"] for s in slo.values()])
@@ -129,6 +121,23 @@ def analyse(pb: Playbook, run: DrillRecord, rec: Recorder, probe: ProbeLog, trut
     if groups:
         out["groups"] = groups
     return out, marks
+
+
+def _rpo(pb: Playbook, run: DrillRecord, rec: Recorder, truth: dict[str, Any], t_fault: float | None
+         ) -> dict[str, Any]:
+    """Acknowledged writes lost, judged on what the workload read: row versions (the update
+    workload: lost updates) or the rows present (the ledger: lost writes)."""
+    error = {"valid": "unknown", "error": truth.get("writer_error")}
+    if "versions" in truth:
+        versions = truth["versions"]
+        if versions.get("before") is None:
+            return versions
+        return lost_update_check(rec.row_updates, versions["before"], versions["after"], pb.slo.rpo_max_writes)
+    # With several client groups the loss bound is judged per group (each kind of client is an
+    # application of its own; see group_figures and the SLO); the totals still fail on phantoms.
+    bound = None if len(run.groups) > 1 else pb.slo.rpo_max_writes
+    present = truth.get("ledger_present") or error
+    return rpo_check(rec, present["rows"], t_fault, bound) if "rows" in present else present
 
 
 def logged_complaints(kept: list[dict[str, Any]]) -> dict[str, list[str]]:

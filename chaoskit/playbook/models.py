@@ -19,7 +19,7 @@ from chaoskit.units import parse_duration
 from chaoskit.validation import FreeText, Name
 from chaoskit.workload import spec
 
-CheckName = Literal["rpo", "bank", "replica_convergence", "split_brain"]
+CheckName = Annotated[str, Field(pattern=r"^[a-z_]{1,40}$")]  # which ones: the load's workload says
 MAX_DRILL_S = 24 * 3600.0
 
 
@@ -201,7 +201,8 @@ class Playbook(Frozen):
     baseline: Seconds = 10.0
     duration: Seconds
     recovery: Recovery = Recovery()
-    checks: tuple[CheckName, ...] = ("rpo", "split_brain", "replica_convergence")
+    # None: the workload's own checks and the cluster's (workload.workloads.default_checks)
+    checks: tuple[CheckName, ...] = Field(None, validate_default=True)  # type: ignore[assignment]
     slo: Slo = Slo()
     abort: Abort = Abort()
     # HA manager settings set for the drill and restored afterwards (journaled like a fault), e.g.
@@ -259,15 +260,26 @@ class Playbook(Frozen):
             raise ValueError(f"slo.group {value.group!r} is not a group of the load ({', '.join(names)})")
         return value
 
+    @field_validator("checks", mode="before")
+    @classmethod
+    def _checks_default(cls, value: Any, info: ValidationInfo) -> Any:
+        """No checks named: the ones the load's workload can judge, and the cluster's."""
+        from chaoskit.workload.workloads import default_checks
+
+        load = info.data.get("load")
+        return (default_checks(load.workload) if load is not None else ()) if value is None else value
+
     @field_validator("checks")
     @classmethod
     def _checks_fit_workload(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        """The workload says which checks it can judge; one it cannot is refused, never dropped."""
+        from chaoskit.workload.workloads import unsupported_check
+
         load = info.data.get("load")
-        workload = load.workload if load else "ledger"
-        if "bank" in value and workload != "bank":
-            raise ValueError("the bank check needs load.workload: bank")
-        if "rpo" in value and workload not in ("ledger", "update"):
-            raise ValueError("the rpo check needs load.workload: ledger (lost writes) or update (lost updates)")
+        for check in value if load is not None else ():
+            why = unsupported_check(load.workload, check)
+            if why:
+                raise ValueError(why)
         return value
 
     @field_validator("steps")

@@ -15,7 +15,7 @@ import random
 import string
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Generator
+from collections.abc import Callable, Collection, Generator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
@@ -62,9 +62,22 @@ class WorkloadParams:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+# Checks judged from the role probe, whatever the workload (no table of its own is read).
+CLUSTER_CHECKS = ("split_brain",)
+
+# What a check reads after the run through the writer: a function of one connection.
+TruthReader = Callable[[Any], dict[str, Any]]
+
+
 class Workload(ABC):
+    """A workload owns its tables and the checks of its data: `checks` names those it can judge
+    after a run (the playbook validator refuses any other), `truth_readers` reads what each needs
+    through the writer, and `member_digest` is what every member must agree on for
+    `replica_convergence`. A load source that cannot give a figure declares no check for it."""
+
     name: ClassVar[str]
     writes: ClassVar[bool] = True
+    checks: ClassVar[tuple[str, ...]] = ()  # the checks of its own data it can judge, in the order they are run
 
     def __init__(self, driver: Driver, params: WorkloadParams, run_id: str) -> None:
         self.driver = driver
@@ -109,6 +122,16 @@ class Workload(ABC):
                 d.rollback(conn)
             raise
 
+    def truth_readers(self, checks: Collection[str], before: Any = None) -> dict[str, TruthReader]:
+        """For each of `checks` this workload judges from what the writer holds after the run, the
+        read (keyed by the truth it produces). `before` is what `snapshot` read before the load."""
+        return {}
+
+    def member_digest(self, conn: Any) -> tuple[int, int]:
+        """This run's data on one member, as (rows, checksum): equal on every member once the
+        replicas converged. Only workloads that declare `replica_convergence` have one."""
+        raise NotImplementedError(f"the {self.name} workload has no per-member digest")
+
     def _fill(self, conn: Any, table: str, columns: str, rows: Any, batch: int = 1000) -> None:
         d = self.driver
         marks = ", ".join(["%s"] * len(columns.split(",")))
@@ -131,6 +154,7 @@ class Ledger(Workload):
 
     name = "ledger"
     TABLE = "chaoskit_ledger"
+    checks = ("rpo", "replica_convergence")
 
     def setup(self, conn: Any) -> None:
         self.driver.execute(conn, (
@@ -155,12 +179,22 @@ class Ledger(Workload):
                                  (self.run_id,))
         return {(int(w), int(s)) for w, s in rows}
 
+    def truth_readers(self, checks: Collection[str], before: Any = None) -> dict[str, TruthReader]:
+        return {"ledger_present": lambda conn: {"rows": self.present(conn)}} if "rpo" in checks else {}
+
+    def member_digest(self, conn: Any) -> tuple[int, int]:
+        """This run's rows on the member: how many, and the sum of their sequence numbers."""
+        sql = self.driver.q(f"SELECT COUNT(*), COALESCE(SUM(seq), 0) FROM {self.TABLE} WHERE run_id = %s")
+        count, total = self.driver.query(conn, sql, (self.run_id,))[0]
+        return int(count), int(total)
+
 
 class Bank(Workload):
     """Transfers between accounts in one transaction; the total never changes."""
 
     name = "bank"
     TABLE = "chaoskit_bank"
+    checks = ("bank",)
 
     def setup(self, conn: Any) -> None:
         d, p = self.driver, self.params
@@ -193,6 +227,12 @@ class Bank(Workload):
         rows = self.driver.query(conn, f"SELECT COUNT(*), SUM(balance) FROM {self.TABLE}")
         return int(rows[0][0]), int(rows[0][1] or 0)
 
+    def truth_readers(self, checks: Collection[str], before: Any = None) -> dict[str, TruthReader]:
+        if "bank" not in checks:
+            return {}
+        return {"bank": lambda conn: dict(zip(("accounts", "total"), self.total(conn), strict=True))
+                | {"expected": self.expected_total()}}
+
 
 class _Keyed(Workload):
     TABLE = "chaoskit_kv"
@@ -216,6 +256,7 @@ class Update(_Keyed):
     only writer of its table during the drill."""
 
     name = "update"
+    checks = ("rpo",)
 
     def prepare(self) -> None:
         self._sql = self.driver.q(f"UPDATE {self.TABLE} SET value = value + 1 WHERE id = %s")
@@ -229,6 +270,11 @@ class Update(_Keyed):
     def snapshot(self, conn: Any) -> dict[int, int]:
         """Every row's version (value) now."""
         return {int(i): int(v) for i, v in self.driver.query(conn, f"SELECT id, value FROM {self.TABLE}")}
+
+    def truth_readers(self, checks: Collection[str], before: Any = None) -> dict[str, TruthReader]:
+        if "rpo" not in checks:
+            return {}
+        return {"versions": lambda conn: {"before": before, "after": self.snapshot(conn)}}
 
 
 class Read(_Keyed):
@@ -324,6 +370,26 @@ def _chars(rng: random.Random, n: int) -> str:
 
 WORKLOADS: dict[str, type[Workload]] = {w.name: w for w in (Ledger, Bank, Update, Read, Oltp, OltpReadOnly,
                                                             OltpWriteOnly)}
+
+
+def default_checks(workload: str) -> tuple[str, ...]:
+    """The checks a playbook runs when it names none: the workload's own, then the cluster's."""
+    own = WORKLOADS[workload].checks if workload in WORKLOADS else ()
+    first = tuple(c for c in own if c != "replica_convergence")
+    return first + CLUSTER_CHECKS + tuple(c for c in own if c == "replica_convergence")
+
+
+def unsupported_check(workload: str, check: str) -> str | None:
+    """Why `workload` cannot run `check` (None: it can), in words a playbook author can act on."""
+    if check in CLUSTER_CHECKS or check in WORKLOADS[workload].checks:
+        return None
+    owners = [name for name, cls in WORKLOADS.items() if check in cls.checks]
+    if not owners:
+        known = sorted({*CLUSTER_CHECKS, *(c for cls in WORKLOADS.values() for c in cls.checks)})
+        return f"unknown check {check[:40]!r}; choose from {', '.join(known)}"
+    own = ", ".join(WORKLOADS[workload].checks + CLUSTER_CHECKS)
+    return (f"the {check} check needs load.workload: {' or '.join(owners)} (the {workload} workload "
+            f"judges {own})")
 
 
 def make_workload(name: str, driver: Driver, params: WorkloadParams, run_id: str) -> Workload:

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 from test_figures import T0, F, outcome1, outcome2, probe, recorder, t1, t2
 
 from chaoskit.analysis.checks import convergence_verdict, gather_convergence, rewind_note
@@ -23,6 +24,7 @@ from chaoskit.inventory.models import Cluster
 from chaoskit.playbook.models import Playbook
 from chaoskit.playbook.record import DrillRecord
 from chaoskit.recorder import OK, error_rate
+from chaoskit.workload.workloads import Bank, Ledger, Update, WorkloadParams
 
 PLAYBOOK = {
     "name": "hand", "cluster": "pg",
@@ -233,6 +235,11 @@ class FakeDriver:
         return "primary" if conn[2] else "replica"
 
 
+def digest(drv: FakeDriver) -> Any:
+    """The ledger's per-member digest, read through the fake members."""
+    return Ledger(drv, WorkloadParams(), "run").member_digest  # type: ignore[arg-type]
+
+
 def cluster() -> Cluster:
     return Cluster.model_validate({"name": "pg", "engine": "postgres", "user": "u",
                                    "members": [{"host": "pg1"}, {"host": "pg2"}, {"host": "pg3"}]})
@@ -241,7 +248,7 @@ def cluster() -> Cluster:
 def test_convergence_waits_for_a_lagging_member_then_judges_the_old_primary() -> None:
     drv = FakeDriver({"pg1": [(10, 55, False)], "pg2": [(10, 55, True)],
                       "pg3": [(9, 45, False), (10, 55, False)]})  # pg3 one row behind on the first read
-    got = gather_convergence(drv, cluster(), None, "run", within=1.5)  # type: ignore[arg-type]
+    got = gather_convergence(drv, cluster(), digest(drv), within=1.5)
     assert got["members"]["pg3"] == {"rows": 10, "seq_sum": 55, "role": "replica"}
     assert 0.4 <= got["waited_s"] < 2.0  # one 0.5 s pause between the two reads
     v = convergence_verdict(got, "pg1", {"manager": "patroni"})
@@ -253,7 +260,7 @@ def test_convergence_waits_for_a_lagging_member_then_judges_the_old_primary() ->
 
 def test_convergence_reports_divergence_and_a_member_down() -> None:
     drv = FakeDriver({"pg1": [(12, 99, False)], "pg2": [(10, 55, True)], "pg3": [ConnectionError("refused\nmore")]})
-    got = gather_convergence(drv, cluster(), None, "run", within=0.0)  # type: ignore[arg-type]
+    got = gather_convergence(drv, cluster(), digest(drv), within=0.0)
     assert got["members"]["pg3"] == {"error": "refused"}
     v = convergence_verdict(got, "pg1", {"manager": "none"})
     assert v["valid"] is False
@@ -332,16 +339,23 @@ class TruthDriver(FakeDriver):
         pass
 
 
-class Workload:
+class FakeLedger(Ledger):
+    """The ledger's own truth readers and digest, over rows that the writer holds here."""
+
+    def __init__(self) -> None:
+        super().__init__(FakeDriver({}), WorkloadParams(), "run")  # type: ignore[arg-type]
+
     def present(self, conn: Any) -> set[tuple[int, int]]:
         assert conn == "writer"
         return {(1, 1), (1, 2)}
 
+
+class FakeBank(Bank):
+    def __init__(self) -> None:
+        super().__init__(FakeDriver({}), WorkloadParams(accounts=100), "run")  # type: ignore[arg-type]
+
     def total(self, conn: Any) -> tuple[int, int]:
         return 100, 99_990
-
-    def expected_total(self) -> int:
-        return 100_000
 
 
 def truth_ctx(checks: list[str], workload: str = "ledger") -> Any:
@@ -359,7 +373,7 @@ def truth_of(inputs: Any, load: Any) -> dict[str, Any]:
 def test_gather_truth_reads_rows_bank_and_convergence(monkeypatch: pytest.MonkeyPatch) -> None:
     from chaoskit.analysis import drill as drill_mod
 
-    runner = type("R", (), {"workload": Workload()})()
+    runner = SimpleNamespace(workload=FakeLedger(), before=None)
     made: list[dict] = []
 
     def driver_for(cluster: Any, inventory: Any, **kw: Any) -> TruthDriver:
@@ -374,10 +388,11 @@ def test_gather_truth_reads_rows_bank_and_convergence(monkeypatch: pytest.Monkey
     assert "bank" not in truth and "writer_error" not in truth
     # read with the load's connect timeout and a long op timeout: the cluster has just recovered
     assert made == [[{"connect_timeout": 1.0, "op_timeout": 60.0}]]
-    truth = truth_of(truth_ctx(["bank"], workload="bank"), runner)
+    truth = truth_of(truth_ctx(["bank"], workload="bank"), SimpleNamespace(workload=FakeBank(), before=None))
     assert truth == {"bank": {"accounts": 100, "total": 99_990, "expected": 100_000}}
-    # convergence is for the ledger workload only
-    assert "convergence" not in truth_of(truth_ctx(["bank", "replica_convergence"], "bank"), runner)
+    # convergence is the ledger workload's: a bank playbook that asks for it is refused
+    with pytest.raises(ValidationError, match=r"replica_convergence check needs load\.workload: ledger"):
+        truth_ctx(["bank", "replica_convergence"], "bank")
 
 
 def test_gather_truth_without_a_writer_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -385,7 +400,7 @@ def test_gather_truth_without_a_writer_says_so(monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.setattr(drill_mod, "driver_for", lambda *a, **k: TruthDriver(
         {"pg1": [(1, 1, True)], "pg2": [(1, 1, False)], "pg3": [(1, 1, False)]}, ConnectionError("no writer\nx")))
-    truth = truth_of(truth_ctx(["rpo", "replica_convergence"]), type("R", (), {"workload": Workload()}))
+    truth = truth_of(truth_ctx(["rpo", "replica_convergence"]), SimpleNamespace(workload=FakeLedger(), before=None))
     assert truth["writer_error"] == "no writer after the drill: no writer\nx"
     assert "ledger_present" not in truth and truth["convergence"]["members"]["pg2"]["role"] == "replica"
 
@@ -426,12 +441,12 @@ def test_recorder_counts_row_updates_across_processes() -> None:
 def test_gather_truth_reads_versions_for_the_update_workload(monkeypatch: pytest.MonkeyPatch) -> None:
     from chaoskit.analysis import drill as drill_mod
 
-    class Versions(Workload):
+    class Versions(Update):
         def snapshot(self, conn: Any) -> dict[int, int]:
             return {1: 5}
 
     monkeypatch.setattr(drill_mod, "driver_for", lambda *a, **k: TruthDriver({}))
-    runner = type("R", (), {"workload": Versions(), "before": {1: 3}})()
+    runner = SimpleNamespace(workload=Versions(FakeDriver({}), WorkloadParams(), "run"), before={1: 3})
     truth = truth_of(truth_ctx(["rpo"], workload="update"), runner)
     assert truth == {"versions": {"before": {1: 3}, "after": {1: 5}}}
 
@@ -573,29 +588,31 @@ def test_gather_truth_reads_through_the_writer_it_closes(monkeypatch: pytest.Mon
         made.append(D({"pg1": [(1, 1, True)], "pg2": [(1, 1, False)], "pg3": [(1, 1, False)]}))
         return made[-1]
 
-    class Versions:
-        def snapshot(self, conn: Any) -> dict[int, int]:
-            assert conn is writer
-            return {1: 4}
-
+    class Rows(Ledger):
         def present(self, conn: Any) -> set:
             assert conn is writer
             return set()
+
+    class Versions(Update):
+        def snapshot(self, conn: Any) -> dict[int, int]:
+            assert conn is writer
+            return {1: 4}
 
     monkeypatch.setattr(drill_mod, "driver_for", driver_for)
     ctx = truth_ctx(["rpo", "replica_convergence"])
     ctx.inventory = "the-inventory"
     Writer.closed = 0
-    truth = truth_of(ctx, type("R", (), {"workload": Versions(), "before": {1: 3}})())
+    # the ledger's digest is read on each member through the drill's connections, with this run's id
+    ledger = Rows(D({}), WorkloadParams(), "run")  # type: ignore[arg-type]
+    truth = truth_of(ctx, SimpleNamespace(workload=ledger, before=None))
     assert seen == [("pg", "the-inventory")] and Writer.closed == 1
     assert made[0].causal == [writer]  # the truth is read causally (a rejoined Galera node may still apply)
     assert truth["ledger_present"] == {"rows": set()} and truth["convergence"]["members"]["pg1"]["rows"] == 1
-    # the update workload without the rpo check reads no versions
-    truth = truth_of(truth_ctx([], workload="update"), type("R", (), {"workload": Versions(),
-                                                                                  "before": {1: 3}})())
-    assert truth == {}
-    truth = truth_of(truth_ctx(["rpo"], workload="update"), type("R", (), {"workload": Versions(),
-                                                                                       "before": {1: 3}})())
+    # the update workload without the rpo check reads nothing, and opens no writer
+    update = SimpleNamespace(workload=Versions(D({}), WorkloadParams(), "run"), before={1: 3})  # type: ignore[arg-type]
+    Writer.closed = 0
+    assert truth_of(truth_ctx(["split_brain"], workload="update"), update) == {} and Writer.closed == 0
+    truth = truth_of(truth_ctx(["rpo"], workload="update"), update)
     assert truth == {"versions": {"before": {1: 3}, "after": {1: 4}}}
 
 
@@ -634,13 +651,13 @@ class ClosingDriver(FakeDriver):
 
 def test_gather_convergence_closes_what_it_opens_and_names_errors() -> None:
     drv = ClosingDriver({"pg1": [(2, 3, True)], "pg2": [(2, 3, False)], "pg3": [ConnectionError("")]})
-    got = gather_convergence(drv, cluster(), None, "run", within=0.0)  # type: ignore[arg-type]
+    got = gather_convergence(drv, cluster(), digest(drv), within=0.0)
     assert got["members"]["pg3"] == {"error": "ConnectionError"}  # no message: the exception's type
     assert drv.closed == 2 and got["waited_s"] == 0.0
     drv = ClosingDriver({"pg1": [(2, 3, True)], "pg2": [(2, 3, False)], "pg3": [RuntimeError("x" * 300)]})
-    assert gather_convergence(drv, cluster(), None, "run", within=0.0)["members"]["pg3"] == {"error": "x" * 200}  # type: ignore[arg-type]
+    assert gather_convergence(drv, cluster(), digest(drv), within=0.0)["members"]["pg3"] == {"error": "x" * 200}
     drv = ClosingDriver({"pg1": [(2, 3, True)], "pg2": [(2, 3, False)], "pg3": [(1, 1, False), (2, 3, False)]})
-    got = gather_convergence(drv, cluster(), None, "run", within=3.0)  # type: ignore[arg-type]
+    got = gather_convergence(drv, cluster(), digest(drv), within=3.0)
     assert 0.4 <= got["waited_s"] < 1.0 and got["waited_s"] == round(got["waited_s"], 3)  # one 0.5 s pause
 
 
@@ -713,6 +730,19 @@ def test_a_check_without_a_verdict_makes_the_drill_undecided() -> None:
     pb = playbook(slo={}, checks=["replica_convergence"])
     results, _ = analyse(Ctx(pb, recorder(), Probe(probe()), [kill()]), {"convergence": {"error": "x"}})
     assert results["checks"]["replica_convergence"] == {"error": "x"} and results["verdict"] == "unknown"
+
+
+def test_a_check_asked_for_is_never_dropped() -> None:
+    """Every check of the playbook has a verdict: one whose truth was never read is unknown (and
+    the drill undecided), with the writer's error where there was one."""
+    pb = playbook(slo={}, checks=["rpo", "split_brain", "replica_convergence"])
+    results, _ = analyse(Ctx(pb, recorder(), Probe(probe()), [kill()]), {"ledger_present": {"rows": ACKED - LOST}})
+    assert results["checks"]["replica_convergence"] == {
+        "valid": "unknown", "error": "nothing was read for the replica_convergence check"}
+    assert results["verdict"] == "unknown" and set(results["checks"]) >= {"rpo", "split_brain"}
+    results, _ = analyse(Ctx(pb, recorder(), Probe(probe()), [kill()]), {"writer_error": "no writer: z"})
+    assert results["checks"]["replica_convergence"] == {"valid": "unknown", "error": "no writer: z"}
+    assert results["checks"]["rpo"] == {"valid": "unknown", "error": "no writer: z"}
 
 
 def test_each_window_ends_at_the_next_disturbance() -> None:

@@ -44,7 +44,14 @@ def test_shipped_playbooks_validate(path: Path) -> None:
     ("at: 12s", "at: .inf", "at: .inf", "steps[0].at", "finite"),
     ("name: pg-kill-primary", "name: \"pg-kill; rm\"", "name:", "name", "String should match"),
     ("checks: [rpo, split_brain, replica_convergence]", "checks: [rpo, bank]", "checks:", "checks",
-     "bank check needs load.workload: bank"),
+     "bank check needs load.workload: bank (the ledger workload judges rpo, replica_convergence, split_brain)"),
+    # the workload says which checks it can judge: convergence of the update workload is refused, not dropped
+    ("workload: ledger", "workload: update", "checks:", "checks",
+     "the replica_convergence check needs load.workload: ledger (the update workload judges rpo, split_brain)"),
+    ("workload: ledger", "workload: read", "checks:", "checks",
+     "the rpo check needs load.workload: ledger or update (the read workload judges split_brain)"),
+    ("checks: [rpo, split_brain, replica_convergence]", "checks: [rpo, lineariz]", "checks:", "checks",
+     "unknown check 'lineariz'; choose from bank, replica_convergence, rpo, split_brain"),
     ("slo: {", "slo: {bogus: 1, ", "slo:", "slo.bogus", "unknown field"),
     # a client route must be the same members reached another way
     ("{profile: pool, workers: 4}", "{profile: pool, workers: 4, route: mariadb}", "groups:",
@@ -64,6 +71,19 @@ def test_errors_name_file_line_field(tmp_path: Path, old: str, new: str, at_line
     err = info.value
     assert (err.source, err.line, err.field) == (str(path), line, field), err.one_line()
     assert message in err.detail, err.one_line()
+
+
+@pytest.mark.parametrize(("workload", "checks"), [
+    ("ledger", ["rpo", "split_brain", "replica_convergence"]), ("update", ["rpo", "split_brain"]),
+    ("bank", ["bank", "split_brain"]), ("read", ["split_brain"]), ("oltp", ["split_brain"])])
+def test_without_checks_a_playbook_runs_what_its_workload_can_judge(tmp_path: Path, workload: str,
+                                                                     checks: list[str]) -> None:
+    text = BASE.replace("checks: [rpo, split_brain, replica_convergence]\n", "").replace(
+        "workload: ledger", f"workload: {workload}")
+    assert "checks:" not in text
+    path = tmp_path / "pb.yaml"
+    path.write_text(text)
+    assert list(load_playbook(path, LAB).playbook.checks) == checks
 
 
 def test_example_staging_inventory_fits_the_shipped_playbooks() -> None:
