@@ -10,7 +10,7 @@ import argparse
 import statistics
 
 from chaoskit.lab import manager
-from chaoskit.lab.spec import DEFAULT_STACKS, STACKS
+from chaoskit.lab.recipes import default_stacks, stack_names
 
 
 def main() -> None:
@@ -18,7 +18,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     manager.down()
-    for label, stacks, target in (("default", DEFAULT_STACKS, 15), ("all", STACKS, 20)):
+    for label, stacks, target in (("default", default_stacks(), 15), ("all", stack_names(), 20)):
         ups, downs = [], []
         for _ in range(args.rounds):
             ups.append(manager.up(stacks=stacks).seconds)

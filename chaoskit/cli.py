@@ -42,8 +42,8 @@ def _fail(exc: ChaoskitError) -> None:
 def _inventory(path: Path, reach: bool = True) -> Any:
     """Load and validate an inventory; with `reach`, a lab inventory whose lab is not up stops
     here, before any packet is sent (commands validate their other inputs first, then reach)."""
-    from chaoskit.guard import refuse_unreachable_lab
     from chaoskit.inventory.loader import load_inventory
+    from chaoskit.inventory.reach import refuse_unreachable_lab
 
     inv = load_inventory(path)
     if reach:
@@ -282,7 +282,8 @@ def fault_inject(
     """Inject one fault and exit, leaving it under its TTL (revert with `fault revert` or `recover`)."""
     from chaoskit.faults.manager import FaultManager
     from chaoskit.faults.targets import validate_target
-    from chaoskit.guard import refuse_production, refuse_unreachable_lab
+    from chaoskit.guard import refuse_production
+    from chaoskit.inventory.reach import refuse_unreachable_lab
 
     try:
         inv = _inventory(inventory, reach=False)
@@ -437,7 +438,7 @@ def run(
     change_ref: Annotated[str | None, typer.Option("--change-ref", help="Change / ticket reference.")] = None,
 ) -> None:
     """Run a drill and write its run directory. Exit 0: SLOs held; 1: an SLO or check failed; 3: aborted."""
-    from chaoskit.guard import refuse_unreachable_lab
+    from chaoskit.inventory.reach import refuse_unreachable_lab
     from chaoskit.playbook.loader import load_playbook
     from chaoskit.report.summary import print_drill_summary
 
@@ -533,7 +534,7 @@ def campaign(
     distribution: min / median / p95 / max, pass rate, a plot. Exit 0 all passed, 1 not, 3 aborted."""
     import time as _t
 
-    from chaoskit.guard import refuse_unreachable_lab
+    from chaoskit.inventory.reach import refuse_unreachable_lab
     from chaoskit.playbook.loader import load_playbook
     from chaoskit.report.campaign import run_figures, summarise, wait_healthy, write_campaign
     from chaoskit.report.rundir import run_dir_name
@@ -597,7 +598,8 @@ def experiment_run(
     from pydantic import ValidationError
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from chaoskit.guard import cluster_hosts, refuse_production, refuse_unreachable_lab
+    from chaoskit.guard import cluster_hosts, refuse_production
+    from chaoskit.inventory.reach import refuse_unreachable_lab
     from chaoskit.playbook.experiment import Experiment, check_required, run_experiment
     from chaoskit.report.experiment import write_experiment
     from chaoskit.report.rundir import RunDirectory

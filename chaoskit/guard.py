@@ -1,12 +1,12 @@
-"""Two refusals made before any packet leaves: production targets, and a lab that is not up.
+"""Refusals made before any packet leaves: production targets, and a lab subnet that is taken.
 
 - Every command that changes anything (`run`, `fault inject`, `experiment run`, `load` with a
   writing workload, actions) passes every host it may touch through `refuse_production`; a host
   or cluster tagged `env: production` (or prod / prd / live, any case) is refused unless
   `--allow-production`, which the evidence records.
-- The lab's inventory points at 10.77.0.0/24. With the lab down those addresses go out through the
-  default route, where on a user's network they may be real machines: any command given an
-  inventory marked `lab:` stops unless the lab's bridge holds that subnet (`refuse_unreachable_lab`).
+- The lab's subnet must be free before the lab takes it (`routed_elsewhere`); a lab inventory used
+  while the lab is down is refused by `chaoskit.inventory.reach`, at every command and again in the
+  SSH transport.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 import subprocess
 from collections.abc import Iterable
 
-from chaoskit.errors import InputError, PreflightError
+from chaoskit.errors import PreflightError
 from chaoskit.inventory.models import Inventory
 
 
@@ -38,43 +38,6 @@ def refuse_production(inv: Inventory, hosts: Iterable[str], clusters: Iterable[s
 
 def cluster_hosts(inv: Inventory, cluster: str) -> list[str]:
     return [m.host for m in inv.clusters[cluster].members]
-
-
-def _addresses_on(interface: str) -> list[str]:
-    res = subprocess.run(["ip", "-j", "addr", "show", "dev", interface], capture_output=True, text=True, check=False)
-    if res.returncode != 0:
-        return []
-    try:
-        data = json.loads(res.stdout or "[]")
-    except ValueError:
-        return []
-    return [f"{a['local']}/{a['prefixlen']}" for link in data for a in link.get("addr_info", [])]
-
-
-def lab_is_up(subnet: str, bridge: str) -> bool:
-    net = ipaddress.ip_network(subnet, strict=False)
-    return any(ipaddress.ip_interface(a).network == net for a in _addresses_on(bridge))
-
-
-def refuse_unreachable_lab(inv: Inventory) -> None:
-    if inv.lab is None:
-        return
-    if not lab_is_up(inv.lab.subnet, inv.lab.bridge):
-        raise InputError(f"the lab is not up ({inv.lab.subnet} is not on bridge {inv.lab.bridge}): run "
-                         "`chaoskit lab up` first; nothing was sent", source=inv.source, field="lab")
-
-
-def lab_hosts_not_running(inv: Inventory) -> frozenset[str]:
-    """The hosts of a lab inventory whose namespace does not exist (their stack is not up): they
-    are left out of every-host operations and refused at once rather than waited for."""
-    if inv.lab is None:
-        return frozenset()
-    from chaoskit.lab.spec import NETNS_PREFIX, SPEC
-
-    res = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
-    existing = {line.split()[0] for line in res.stdout.splitlines() if line.strip()}
-    lab_names = {h.name for h in SPEC.hosts}
-    return frozenset(h for h in inv.hosts if h in lab_names and NETNS_PREFIX + h not in existing)
 
 
 def routed_elsewhere(subnet: str, bridge: str) -> str | None:

@@ -12,7 +12,8 @@ from chaoskit.analysis.checks import convergence_verdict, gather_convergence, sp
 from chaoskit.analysis.durability import lost_update_check, rpo_check
 from chaoskit.analysis.failover import analyse_fault, baseline_tps, client_figures, fault_gaps, role_at
 from chaoskit.analysis.verdict import checked, merge
-from chaoskit.db.base import Driver, driver_for
+from chaoskit.db.base import Driver
+from chaoskit.db.registry import driver_for
 from chaoskit.ha.registry import is_multi_writer
 from chaoskit.inventory.models import Cluster
 from chaoskit.playbook.models import Playbook

@@ -268,21 +268,3 @@ class Driver(ABC):
             return
         with contextlib.suppress(Exception):
             conn.close()
-
-
-def driver_for(cluster: Cluster, inventory: Inventory, **kwargs: Any) -> Driver:
-    """The adapter for a cluster's engine (chosen by config, like Patroni's DCS classes)."""
-    if cluster.engine == "postgres":
-        from chaoskit.db.postgres import PostgresDriver
-
-        return PostgresDriver(cluster, inventory, **kwargs)
-    if cluster.engine == "mysql":
-        from chaoskit.db.mysql import MySQLDriver
-
-        return MySQLDriver(cluster, inventory, **kwargs)
-    if cluster.engine == "dameng":
-        from chaoskit.db.dameng import DamengDriver
-
-        return DamengDriver(cluster, inventory, **kwargs)
-    raise InputError(f"no driver for engine {cluster.engine!r}", source=inventory.source,
-                     field=f"clusters.{cluster.name}.engine")

@@ -46,6 +46,8 @@ def dm_error_code(exc: BaseException) -> tuple[int | None, str]:
 
 
 class DamengDriver(Driver):
+    engine = "dameng"
+
     family = "dameng"
     placeholder = "?"
 

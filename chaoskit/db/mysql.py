@@ -54,6 +54,8 @@ def replica_state_of(conn: Any) -> tuple[str, int | None, float | None] | None:
 
 
 class MySQLDriver(Driver):
+    engine = "mysql"
+
     family = "mysql"
     table_suffix = " ENGINE=InnoDB"
     _no_wsrep = False  # set once a server said it has no @@wsrep_on (MySQL)

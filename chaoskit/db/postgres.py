@@ -57,6 +57,8 @@ def _numbered(sql: str) -> str:
 
 
 class PostgresDriver(Driver):
+    engine = "postgres"
+
     family = "postgres"
 
     def _params(self) -> dict[str, Any]:

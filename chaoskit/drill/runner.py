@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from chaoskit.analysis.drill import LoadSource, analyse, gather_truth
-from chaoskit.db.base import Driver, driver_for
+from chaoskit.db.base import Driver
+from chaoskit.db.registry import driver_for
 from chaoskit.drill.recovery import wait_recovery
 from chaoskit.drill.steps import Steps
 from chaoskit.errors import ChaoskitError

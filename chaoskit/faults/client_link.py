@@ -22,7 +22,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from chaoskit.db.base import Driver, driver_for
+from chaoskit.db.base import Driver
+from chaoskit.db.registry import driver_for
 from chaoskit.faults import delay_proxy
 from chaoskit.faults.spec import FaultBase, ProxySpec, proxy_toxic_args
 from chaoskit.inventory.models import Cluster, Inventory

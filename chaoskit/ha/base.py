@@ -197,7 +197,7 @@ class HAManager(ABC):
 
     def session_driver(self) -> Driver:
         """The driver (and its timeouts) the member sessions connect with."""
-        from chaoskit.db.base import driver_for
+        from chaoskit.db.registry import driver_for
 
         return driver_for(self.cluster, self.inventory).tuned(connect_timeout=2.0, op_timeout=3.0)
 

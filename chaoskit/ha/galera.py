@@ -21,8 +21,9 @@ import re
 import time
 from typing import Any, ClassVar, Literal
 
-from chaoskit.db.base import Driver, driver_for
+from chaoskit.db.base import Driver
 from chaoskit.db.mysql import MySQLDriver
+from chaoskit.db.registry import driver_for
 from chaoskit.ha.base import DOWN, LEADER, REPLICA, HaConfig, HAManager, ManagerEvent, MemberView, Watcher
 from chaoskit.inventory.models import Member
 

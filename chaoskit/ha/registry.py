@@ -1,40 +1,25 @@
 """Which HA managers exist: every module of this package that defines an `HAManager` subclass
-with a `kind` (so a new manager is its module alone), and the cluster -> manager factory."""
+with a `kind` (`chaoskit.plugins`: a new manager is its module alone), and the cluster -> manager
+factory."""
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from chaoskit.ha.base import HaConfig, HAManager
+from chaoskit.plugins import Plugins
 
 if TYPE_CHECKING:
     from chaoskit.inventory.fanout import RemotePool
     from chaoskit.inventory.models import Cluster, Inventory
 
-_SKIP = {"base", "registry"}
-_MANAGERS: dict[str, type[HAManager]] | None = None
+MANAGERS: Plugins[type[HAManager]] = Plugins("chaoskit.ha", HAManager, "kind", "HA manager", skip=("base", "registry"))
 
 
 def managers() -> dict[str, type[HAManager]]:
-    global _MANAGERS
-    if _MANAGERS is None:
-        import chaoskit.ha as pkg
-
-        found: dict[str, type[HAManager]] = {}
-        for info in pkgutil.iter_modules(pkg.__path__):
-            if info.name in _SKIP or info.name.startswith("_"):
-                continue
-            module = importlib.import_module(f"chaoskit.ha.{info.name}")
-            for obj in vars(module).values():
-                if isinstance(obj, type) and issubclass(obj, HAManager) and obj.kind \
-                        and obj.__module__ == module.__name__:
-                    found[obj.kind] = obj
-        _MANAGERS = found
-    return _MANAGERS
+    return MANAGERS.all()
 
 
 def validate_config(value: Any) -> HaConfig:
@@ -48,12 +33,9 @@ def validate_config(value: Any) -> HaConfig:
         value = {"kind": value}
     if not isinstance(value, dict):
         raise ValueError("expected a mapping with kind (e.g. {kind: patroni})")
-    kind = value.get("kind")
-    known = managers()
-    if kind not in known:
-        raise ValueError(f"unknown HA manager {str(kind)[:40]!r}; known: {', '.join(sorted(known))}")
+    manager = MANAGERS.get(value.get("kind"))  # UnknownPlugin is a ValueError naming the known ones
     try:
-        return known[kind].Config.model_validate(value)
+        return manager.Config.model_validate(value)
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
         where = ".".join(str(p) for p in err["loc"])

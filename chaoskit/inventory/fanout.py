@@ -11,6 +11,7 @@ from typing import TypeVar
 
 from chaoskit.errors import HostUnreachable
 from chaoskit.inventory.models import Inventory
+from chaoskit.inventory.reach import lab_hosts_not_running, refuse_unreachable_lab
 from chaoskit.inventory.remote import Remote, SshRemote
 
 T = TypeVar("T")
@@ -22,8 +23,6 @@ class RemotePool:
     def __init__(self, inventory: Inventory, factory: Callable[[str], Remote] | None = None) -> None:
         self.absent: frozenset[str] = frozenset()
         if factory is None:  # real SSH: a lab inventory must not reach out while the lab is down
-            from chaoskit.guard import lab_hosts_not_running, refuse_unreachable_lab
-
             refuse_unreachable_lab(inventory)
             self.absent = lab_hosts_not_running(inventory)
         self.inventory = inventory

@@ -8,8 +8,8 @@ import yaml
 
 from chaoskit.inventory.loader import load_inventory
 from chaoskit.inventory.models import Inventory
-from chaoskit.lab.recipes import recipes
-from chaoskit.lab.spec import BRIDGE, SPEC, SSH_USER, SUBNET_PREFIX, LabSpec, Paths
+from chaoskit.lab.recipes import lab_spec, recipes
+from chaoskit.lab.spec import BRIDGE, SSH_USER, SUBNET_PREFIX, LabSpec, Paths
 
 REPO_LAB_INVENTORY = Path(__file__).resolve().parents[2] / "inventories" / "lab.yaml"
 
@@ -28,7 +28,8 @@ HEADER = """\
 """
 
 
-def render(spec: LabSpec = SPEC) -> str:
+def render(spec: LabSpec | None = None) -> str:
+    spec = spec or lab_spec()
     jump = spec.jump_host.name
     hosts = {}
     for h in spec.hosts:

@@ -35,8 +35,8 @@ from chaoskit.faults.relay import RELAY_ROOT
 from chaoskit.guard import routed_elsewhere
 from chaoskit.lab import daemons, network
 from chaoskit.lab.procs import alive, netns_pids, read_pid_file, sh, terminate
-from chaoskit.lab.recipes import Build, postgres_key, recipe, recipes, wait_tcp
-from chaoskit.lab.spec import BRIDGE, DEFAULT_STACKS, SPEC, SSH_USER, STACKS, STATE_DIR, SUBNET_PREFIX, LabSpec, Paths
+from chaoskit.lab.recipes import Build, default_stacks, lab_spec, postgres_key, recipe, recipes, stack_names, wait_tcp
+from chaoskit.lab.spec import BRIDGE, SSH_USER, STATE_DIR, SUBNET_PREFIX, LabSpec, Paths
 
 USER_COMMENT = "chaoskit lab"
 SECRETS = ("pg_superuser", "pg_replication", "mariadb_chaoskit", "mariadb_repl", "mariadb_mha", "mariadb_check")
@@ -69,14 +69,14 @@ def require_root() -> None:
 
 
 def check_stacks(stacks: tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    unknown = [s for s in stacks if s not in STACKS]
+    unknown = [s for s in stacks if s not in stack_names()]
     if unknown:
-        raise LabError(f"unknown stack {', '.join(unknown)}; choose from {', '.join(STACKS)}")
+        raise LabError(f"unknown stack {', '.join(unknown)}; choose from {', '.join(stack_names())}")
     needs = {"pg_auto_failover": "/usr/bin/pg_autoctl", "repmgr": "/usr/bin/repmgrd"}
     missing = [f"{s} ({p})" for s, p in needs.items() if s in stacks and not Path(p).exists()]
     if missing:
         raise LabError(f"missing packages for {', '.join(missing)}: run .ci/install")
-    return tuple(s for s in STACKS if s in stacks)
+    return tuple(s for s in stack_names() if s in stacks)
 
 
 @contextlib.contextmanager
@@ -106,7 +106,7 @@ def _pid_alive(entry: dict[str, Any]) -> bool:
 def _daemons_alive(state: dict[str, Any], stacks: set[str]) -> bool:
     """Every daemon of these stacks (and the base) runs, judged by its pid file now (a drill may
     have restarted it)."""
-    hosts = {h.name for h in SPEC.of_stacks(stacks)}
+    hosts = {h.name for h in lab_spec().of_stacks(stacks)}
     procs = {k: v for k, v in state.get("daemons", {}).items() if k.split("/")[0] in hosts}
     return bool(procs) and all(_pid_alive(e) for e in procs.values())
 
@@ -149,15 +149,18 @@ def up_stacks() -> tuple[str, ...]:
     return tuple(state.get("stacks", ()))
 
 
-def has_leftovers(spec: LabSpec = SPEC) -> bool:
+def has_leftovers() -> bool:
     return bool(network.existing_netns()) or network.link_exists(BRIDGE) or Paths.state.exists() or \
         any((STATE_DIR / "hosts").glob("*"))
 
 
 # -- up -------------------------------------------------------------------------------------
-def up(flavour: str = "debian", stacks: tuple[str, ...] | list[str] = DEFAULT_STACKS, spec: LabSpec = SPEC,
+def up(flavour: str = "debian", stacks: tuple[str, ...] | list[str] | None = None, spec: LabSpec | None = None,
        timeout: float = 60.0, keep_on_failure: bool = False) -> UpResult:
+    """Build the lab (`stacks`: default the recipes' default stacks; `spec`: default the whole lab)."""
     require_root()
+    stacks = default_stacks() if stacks is None else stacks
+    spec = spec or lab_spec()
     wanted = check_stacks(stacks)
     t0 = time.monotonic()
     with _locked():
@@ -173,7 +176,7 @@ def up(flavour: str = "debian", stacks: tuple[str, ...] | list[str] = DEFAULT_ST
             return UpResult(time.monotonic() - t0, not revived, False, tuple(sorted(have)), revived=revived)
         cleaned = False
         if not reusable:
-            cleaned = has_leftovers(spec)
+            cleaned = has_leftovers()
             if cleaned:
                 _down_locked(spec)
             clash = routed_elsewhere(f"{SUBNET_PREFIX}.0/24", BRIDGE)
@@ -208,7 +211,7 @@ def _build(spec: LabSpec, flavour: str, timeout: float, *, base: bool, stacks: l
     _prepare_dirs(new_hosts)
     _ensure_user()
     b = Build(spec, flavour, deadline, {name: _secret(name) for name in SECRETS})
-    network.build(new_hosts)
+    network.build(new_hosts, spec)
     for host in new_hosts:
         b.launch(f"{host.name}/sshd", daemons.sshd_setup(host), host.dir / "sshd.pid")
     _write_known_hosts(spec.of_stacks(up | set(stacks)))
@@ -294,8 +297,9 @@ def _write_known_hosts(hosts: list[Any]) -> None:
 
 
 # -- health ---------------------------------------------------------------------------------
-def health(spec: LabSpec = SPEC, stacks: tuple[str, ...] | None = None) -> tuple[bool, str]:
+def health(spec: LabSpec | None = None, stacks: tuple[str, ...] | None = None) -> tuple[bool, str]:
     """The lab as built: every stack that is up healthy (the base always)."""
+    spec = spec or lab_spec()
     for name in ("base", *(stacks if stacks is not None else up_stacks())):
         ok, why = recipe(name).health(spec)
         if not ok:
@@ -303,11 +307,12 @@ def health(spec: LabSpec = SPEC, stacks: tuple[str, ...] | None = None) -> tuple
     return True, "ok"
 
 
-def wait_healthy(timeout: float = 90.0, spec: LabSpec = SPEC, stacks: tuple[str, ...] | None = None,
+def wait_healthy(timeout: float = 90.0, spec: LabSpec | None = None, stacks: tuple[str, ...] | None = None,
                  repair_after: float = 15.0, keep_up: Callable[[], object] | None = None) -> None:
     """Wait for the lab as built; a stack still unhealthy after `repair_after` s gets its repair
     (e.g. a diverged Patroni replica is reinitialised); `keep_up`, if given, runs about once a
     second while waiting (a revive starts dead daemons again with it)."""
+    spec = spec or lab_spec()
     start = time.monotonic()
     deadline = start + timeout
     repaired: set[str] = set()
@@ -331,8 +336,9 @@ def wait_healthy(timeout: float = 90.0, spec: LabSpec = SPEC, stacks: tuple[str,
 
 
 # -- down -----------------------------------------------------------------------------------
-def down(spec: LabSpec = SPEC) -> float:
+def down(spec: LabSpec | None = None) -> float:
     require_root()
+    spec = spec or lab_spec()
     t0 = time.monotonic()
     with _locked():
         _down_locked(spec)
@@ -342,7 +348,7 @@ def down(spec: LabSpec = SPEC) -> float:
 def _down_locked(spec: LabSpec) -> None:
     state = _read_state() or {}
     recorded = [p["pid"] for p in state.get("daemons", {}).values() if alive(p["pid"], p.get("start"))]
-    data_dirs = [d for name in ("base", *STACKS) for d in recipe(name).postgres_data(spec)]
+    data_dirs = [d for name in ("base", *stack_names()) for d in recipe(name).postgres_data(spec)]
     postmasters = [pid for d in data_dirs if (pid := read_pid_file(d / "postmaster.pid"))
                    and alive(pid) and _in_lab_netns(pid, spec)]
     in_netns = sorted({pid for ns in network.existing_netns() for pid in netns_pids(ns)})
@@ -398,9 +404,10 @@ def _remove_user() -> None:
 
 
 # -- status ---------------------------------------------------------------------------------
-def status(spec: LabSpec = SPEC) -> dict[str, Any]:
+def status(spec: LabSpec | None = None) -> dict[str, Any]:
     """Hosts (SSH reachable) and every cluster's members with their roles as the HA manager and
     the servers see them, for the stacks that are up."""
+    spec = spec or lab_spec()
     stacks = up_stacks()
     hosts = spec.of_stacks(set(stacks)) if network.existing_netns() else []
     ssh_ok = _ssh_reachable() if hosts else {}
@@ -435,6 +442,6 @@ def _ssh_reachable() -> dict[str, bool]:
     from chaoskit.lab.inventory_file import lab_inventory
 
     inv = lab_inventory()
-    up_hosts = [h.name for h in SPEC.of_stacks(set(up_stacks()))]
+    up_hosts = [h.name for h in lab_spec().of_stacks(set(up_stacks()))]
     results = fan_out(inv, lambda remote: remote.run("true", timeout=5), up_hosts)
     return {name: not isinstance(res, BaseException) for name, res in results.items()}

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from chaoskit.lab.procs import sh
-from chaoskit.lab.spec import BRIDGE, BRIDGE_ADDRESS, NETNS_PREFIX, SPEC, LabHost, LabSpec
+from chaoskit.lab.spec import BRIDGE, BRIDGE_ADDRESS, NETNS_PREFIX, LabHost, LabSpec
 
 NETNS_ETC = Path("/etc/netns")
 
@@ -25,7 +25,7 @@ def link_exists(name: str) -> bool:
     return Path(f"/sys/class/net/{name}").exists()
 
 
-def build(hosts: list[LabHost]) -> None:
+def build(hosts: list[LabHost], spec: LabSpec) -> None:
     """The bridge (if missing) and a namespace + veth for each of these hosts (added beside any
     the lab already has)."""
     if not link_exists(BRIDGE):
@@ -41,7 +41,7 @@ def build(hosts: list[LabHost]) -> None:
             f"link set {host.veth} up",
         ]
     _ip_batch(root_batch)
-    _etc_hosts(SPEC)
+    _etc_hosts(spec)
     for host in hosts:
         _ip_batch([f"addr add {host.address}/24 dev eth0", "link set eth0 up", "link set lo up"],
                   netns=host.netns)

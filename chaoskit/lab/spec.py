@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from chaoskit.inventory.reach import LAB_NETNS_PREFIX
+
 STATE_DIR = Path("/var/lib/chaoskit-lab")
 BRIDGE = "ckbr0"
 SUBNET_PREFIX = "10.77.0"
 BRIDGE_ADDRESS = f"{SUBNET_PREFIX}.1"
-NETNS_PREFIX = "ck-"
+NETNS_PREFIX = LAB_NETNS_PREFIX
 SSH_USER = "ckops"  # the unprivileged login that escalates with sudo
 PG_SCOPE = "chaoskit-lab"
 PG_PORT = 5432
@@ -64,20 +66,6 @@ class LabSpec:
         return self.by_role("dcs")[0]
 
 
-
-
-def __getattr__(name: str) -> object:
-    """SPEC, STACKS and DEFAULT_STACKS come from the recipes (`chaoskit.lab.recipes`: each declares
-    its hosts), assembled on first use: a new stack is its recipe module, nothing here."""
-    if name not in ("SPEC", "STACKS", "DEFAULT_STACKS"):
-        raise AttributeError(name)
-    from chaoskit.lab.recipes import discover
-
-    found = discover()
-    globals().update(SPEC=LabSpec(tuple(h for m in found.values() for h in m.HOSTS)),
-                     STACKS=tuple(n for n in found if n != "base"),
-                     DEFAULT_STACKS=tuple(n for n, m in found.items() if getattr(m, "DEFAULT", False)))
-    return globals()[name]
 
 
 class Paths:

@@ -96,7 +96,7 @@ class Link(Frozen):
 
 class Grid(Frozen):
     delay_ms: tuple[Annotated[float, Field(ge=0, le=60_000)], ...] = (0.0,)
-    workers: tuple[Annotated[int, Field(ge=1, le=4096)], ...] = (8,)
+    workers: tuple[Annotated[int, Field(ge=1, le=4096)], ...] = (load_defaults.THROUGHPUT.workers,)
     workload: tuple[Name, ...] = ("update",)
     synchronous_mode: tuple[bool, ...] = ()
 
@@ -112,8 +112,8 @@ class Experiment(Frozen):
     warmup: Seconds = 2.0
     measure: Seconds = 5.0
     repeats: int = Field(1, ge=1, le=20)
-    table_rows: int = Field(load_defaults.DEFAULT_TABLE_ROWS, ge=10, le=100_000_000)
-    op_timeout: Seconds = 5.0
+    table_rows: int = Field(load_defaults.THROUGHPUT.table_rows, ge=10, le=100_000_000)
+    op_timeout: Seconds = load_defaults.THROUGHPUT.op_timeout_s
     # HA manager settings fixed for the whole experiment (journaled, restored), e.g. {synchronous_mode: true}
     settings: dict[Name, bool | int | float | str] = Field(default_factory=dict)
     # server settings every target must already have, or nothing runs (e.g. durability:

@@ -28,7 +28,7 @@ class GroupConfig(Frozen):
 
     name: Name | None = None  # default: the profile's name
     profile: Literal["deadline", "pool", "per-op"] = "deadline"
-    workers: int = Field(spec.DEFAULT_WORKERS, ge=1, le=2048)
+    workers: int = Field(spec.DRILL.workers, ge=1, le=2048)
     statement_timeout: Seconds | None = None  # pool / per-op: the server-side timeout, if the application sets one
     validation: bool = False  # pool: a validation query before each op (as a pool's test-on-borrow)
     # the inventory cluster whose endpoints this group connects through: the same members reached
@@ -55,14 +55,14 @@ class LoadConfig(Frozen):
     compare chaoskit's careful `deadline` clients with `pool` clients as applications keep them);
     without it, `workers` deadline clients."""
 
-    workload: str = spec.DEFAULT_WORKLOAD
-    workers: int = Field(spec.DEFAULT_WORKERS, ge=1, le=2048)
+    workload: str = spec.DRILL.workload
+    workers: int = Field(spec.DRILL.workers, ge=1, le=2048)
     rate: float | None = Field(None, gt=0, le=1_000_000)
-    warmup: Seconds = spec.DEFAULT_WARMUP_S
-    op_timeout: Seconds = spec.DEFAULT_OP_TIMEOUT_S
-    connect_timeout: Seconds = spec.DEFAULT_CONNECT_TIMEOUT_S
+    warmup: Seconds = spec.DRILL.warmup_s
+    op_timeout: Seconds = spec.DRILL.op_timeout_s
+    connect_timeout: Seconds = spec.DRILL.connect_timeout_s
     processes: int | None = Field(None, ge=1, le=256)
-    table_rows: int = Field(spec.DEFAULT_TABLE_ROWS, ge=10, le=100_000_000)
+    table_rows: int = Field(spec.DRILL.table_rows, ge=10, le=100_000_000)
     groups: tuple[GroupConfig, ...] | None = None
 
     @model_validator(mode="after")

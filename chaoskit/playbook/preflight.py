@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from chaoskit.db.base import Driver, driver_for
+from chaoskit.db.base import Driver
+from chaoskit.db.registry import driver_for
 from chaoskit.errors import PreflightError
 from chaoskit.faults.manager import FaultManager
 from chaoskit.faults.registry import missing_needs

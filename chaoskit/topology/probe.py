@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaoskit.db.base import Driver, driver_for
+from chaoskit.db.base import Driver
+from chaoskit.db.registry import driver_for
 from chaoskit.ha.base import LEADER, UNKNOWN, HAManager, ManagerEvent, Watcher
 from chaoskit.inventory.models import Cluster, Inventory, Member
 

@@ -7,7 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from chaoskit.db.base import Driver, driver_for
+from chaoskit.db.base import Driver
+from chaoskit.db.registry import driver_for
 from chaoskit.inventory.models import Cluster, Inventory, Member
 
 

@@ -37,7 +37,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from chaoskit.db.base import Driver, ErrorClass, driver_for
+from chaoskit.db.base import Driver, ErrorClass
+from chaoskit.db.registry import driver_for
 from chaoskit.inventory.models import Cluster, Inventory
 from chaoskit.lifeline import die_with_parent
 from chaoskit.recorder import FAIL, OK, Recorder

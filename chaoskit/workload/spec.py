@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from chaoskit.db.base import ClientProfile
@@ -16,12 +16,26 @@ if TYPE_CHECKING:
 
 LOOP_WORKERS = 64
 LOOP_FAMILIES = ("postgres", "mysql")  # engines with a non-blocking wire (chaoskit.workload.loop)
-DEFAULT_WORKLOAD = "ledger"
-DEFAULT_WORKERS = 4
-DEFAULT_OP_TIMEOUT_S = 2.0  # the client deadline is this + 0.25 s: long enough for a healthy commit
-DEFAULT_CONNECT_TIMEOUT_S = 1.0
-DEFAULT_WARMUP_S = 5.0
-DEFAULT_TABLE_ROWS = 10_000
+
+
+@dataclass(frozen=True)
+class LoadDefaults:
+    """The load's defaults, declared once. Drills (`DRILL`) measure an outage: few workers, a short
+    op deadline so a stalled op is seen as an error within ~2 s. A command that measures a server's
+    throughput instead names its override here once (`THROUGHPUT`) and nowhere else."""
+
+    workload: str = "ledger"
+    workers: int = 4
+    op_timeout_s: float = 2.0  # the client deadline is this + 0.25 s: long enough for a healthy commit
+    connect_timeout_s: float = 1.0
+    warmup_s: float = 5.0
+    table_rows: int = 10_000
+
+
+DRILL = LoadDefaults()  # playbooks (`load:`) and the client groups
+# `chaoskit load` and experiments (sweep, ramp, compare): they measure throughput and latency, not an
+# outage: twice the workers, and an op deadline that lets a slow op under load count as a latency
+THROUGHPUT = replace(DRILL, workers=8, op_timeout_s=5.0)
 PROFILES = ("deadline", "pool", "per-op")
 
 
@@ -40,7 +54,7 @@ class ClientGroup:
 
     name: str
     profile: str = "deadline"
-    workers: int = DEFAULT_WORKERS
+    workers: int = DRILL.workers
     statement_timeout: float | None = None
     validate: bool = False
     first_worker: int = 1
@@ -65,8 +79,8 @@ class LoadSpec:
     rate: float | None = None  # open loop: total arrivals per second
     think_time: float = 0.0  # closed loop pause between ops
     processes: int | None = None
-    op_timeout: float = DEFAULT_OP_TIMEOUT_S
-    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S
+    op_timeout: float = DRILL.op_timeout_s
+    connect_timeout: float = DRILL.connect_timeout_s
     max_lateness: float = 1.0
     backoff_min: float = 0.05
     backoff_max: float = 0.25

@@ -148,7 +148,7 @@ def test_bandwidth_limit_slows_a_transfer(lab: Inventory, pool: RemotePool, fm: 
 
 
 def test_pause_freezes_and_resumes(lab: Inventory, pool: RemotePool, fm: FaultManager) -> None:
-    from chaoskit.db.base import driver_for
+    from chaoskit.db.registry import driver_for
 
     (fault,) = fm.inject(FaultSpec(kind="pause", target="role:replica", cluster="pg", processes=("postgres",),
                                    ttl=60))
@@ -180,7 +180,7 @@ def test_stop_and_start_mariadb_replica(lab: Inventory, pool: RemotePool, fm: Fa
     assert pool.get("my2").shell(f"kill -0 $(head -1 {pid_file})", check=False).exited != 0
     fm.revert(fault)
     assert fault.revert_verified
-    from chaoskit.db.base import driver_for
+    from chaoskit.db.registry import driver_for
 
     driver = driver_for(lab.clusters["mariadb"], lab)
     member = lab.clusters["mariadb"].members[1]
@@ -376,7 +376,8 @@ def test_unknown_role_member_raises_input_error(lab: Inventory, pool: RemotePool
 
 
 def _streaming_replicas(lab: Inventory, primary: str) -> set[str]:
-    from chaoskit.db.base import Driver, driver_for
+    from chaoskit.db.base import Driver
+    from chaoskit.db.registry import driver_for
 
     cluster = lab.clusters["pg"]
     driver = driver_for(cluster, lab)

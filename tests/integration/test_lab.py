@@ -12,14 +12,15 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from chaoskit.db.base import driver_for
+from chaoskit.db.registry import driver_for
 from chaoskit.inventory.clock import measure_offset
 from chaoskit.inventory.fanout import RemotePool, fan_out_pool
 from chaoskit.inventory.loader import load_inventory
 from chaoskit.inventory.models import Inventory
 from chaoskit.inventory.remote import SshRemote
 from chaoskit.lab import manager
-from chaoskit.lab.spec import SPEC, Paths
+from chaoskit.lab.recipes import lab_spec
+from chaoskit.lab.spec import Paths
 from chaoskit.topology.roles import discover_roles
 
 
@@ -212,7 +213,7 @@ def test_lab_status_json(lab: Inventory) -> None:
     data = json.loads(res.stdout)
     up = set(data["stacks"])
     assert {"patroni", "mariadb"} <= up
-    assert {h["name"] for h in data["hosts"]} == {h.name for h in SPEC.of_stacks(up)}
+    assert {h["name"] for h in data["hosts"]} == {h.name for h in lab_spec().of_stacks(up)}
     assert all(h["ssh"] for h in data["hosts"])
     pg = data["clusters"]["pg"]
     assert pg["ha"] == "patroni"

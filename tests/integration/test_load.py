@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from chaoskit.db.base import Driver, driver_for
+from chaoskit.db.base import Driver
+from chaoskit.db.registry import driver_for
 from chaoskit.inventory.fanout import RemotePool
 from chaoskit.inventory.models import Inventory
 from chaoskit.recorder import INFO, Recorder

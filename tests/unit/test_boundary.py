@@ -15,9 +15,10 @@ from pydantic import ValidationError
 
 from chaoskit.errors import ChaoskitError, InputError, PreflightError
 from chaoskit.faults.spec import parse_fault
-from chaoskit.guard import production_targets, refuse_production, refuse_unreachable_lab
+from chaoskit.guard import production_targets, refuse_production
 from chaoskit.inventory.loader import load_inventory
 from chaoskit.inventory.models import Host, Inventory
+from chaoskit.inventory.reach import refuse_unreachable_lab
 from chaoskit.playbook.loader import load_playbook
 from chaoskit.yamlsrc import parse_yaml
 

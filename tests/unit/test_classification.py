@@ -9,10 +9,11 @@ import pymysql
 import pytest
 from psycopg import errors as pgerr
 
-from chaoskit.db.base import ErrorClass, driver_for
+from chaoskit.db.base import ErrorClass
 from chaoskit.db.dameng import DamengDriver
 from chaoskit.db.mysql import MySQLDriver
 from chaoskit.db.postgres import PostgresDriver
+from chaoskit.db.registry import driver_for
 from chaoskit.inventory.models import Cluster, Host, Inventory
 from chaoskit.recorder import FAIL, INFO
 from chaoskit.workload.runner import outcome_for
@@ -141,7 +142,8 @@ def test_commit_phase_errors_are_info(cls: ErrorClass, phase: str, interrupted: 
 def test_a_tuned_driver_shares_everything_but_its_timeouts() -> None:
     import pytest
 
-    from chaoskit.db.base import ClientProfile, driver_for
+    from chaoskit.db.base import ClientProfile
+    from chaoskit.db.registry import driver_for
     from chaoskit.inventory.models import Inventory
 
     inv = Inventory.model_validate({"hosts": {"pg1": {"name": "pg1", "address": "127.0.0.1"}},

@@ -325,7 +325,7 @@ def test_profiles_reach_each_driver_as_connection_settings(tmp_path: Any) -> Non
     PostgreSQL and MariaDB; DM only here: no DM server exists in the lab)."""
     import textwrap
 
-    from chaoskit.db.base import driver_for
+    from chaoskit.db.registry import driver_for
     from chaoskit.errors import InputError
     from chaoskit.inventory import load_inventory
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from chaoskit.lab import recipes as lab_recipes
 from chaoskit.lab import spec as lab_spec
 from chaoskit.lab.recipes import galera
 
@@ -20,7 +21,7 @@ CRASHED = f"# GALERA saved state\nversion: 2.1\nuuid:    {UUID}\nseqno:   -1\nsa
 def _node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, grastate: str,
           recover_log: str | None) -> tuple[galera.LabHost, list[list[str]]]:
     monkeypatch.setattr(lab_spec, "STATE_DIR", tmp_path)
-    host = lab_spec.SPEC.host("galera2")
+    host = lab_recipes.lab_spec().host("galera2")
     (host.dir / "mysql").mkdir(parents=True)
     (host.dir / "mysql" / "grastate.dat").write_text(grastate)
     calls: list[list[str]] = []

@@ -14,7 +14,6 @@ import chaoskit.ha
 import chaoskit.lab.recipes
 from chaoskit.errors import InputError
 from chaoskit.ha import registry
-from chaoskit.lab import spec as lab_spec
 
 MANAGER = '''
 """toyha: a manager that exists only in this test."""
@@ -75,27 +74,24 @@ def toy_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (recipe_dir / "toystack.py").write_text(textwrap.dedent(RECIPE))
     monkeypatch.setattr(chaoskit.ha, "__path__", [*chaoskit.ha.__path__, str(ha_dir)])
     monkeypatch.setattr(chaoskit.lab.recipes, "__path__", [*chaoskit.lab.recipes.__path__, str(recipe_dir)])
-    monkeypatch.setattr(registry, "_MANAGERS", None)
-    monkeypatch.setattr(chaoskit.lab.recipes, "_FOUND", None)
-    for name in ("SPEC", "STACKS", "DEFAULT_STACKS"):  # assembled again from the recipes
-        monkeypatch.delitem(vars(lab_spec), name, raising=False)
+    registry.MANAGERS.forget()  # found again with the toy manager and recipe
+    chaoskit.lab.recipes.RECIPES.forget()
     yield
-    registry._MANAGERS = None
-    chaoskit.lab.recipes._FOUND = None
-    for name in ("SPEC", "STACKS", "DEFAULT_STACKS"):
-        vars(lab_spec).pop(name, None)
+    registry.MANAGERS.forget()
+    chaoskit.lab.recipes.RECIPES.forget()
 
 
 def test_a_new_stack_is_its_manager_its_recipe_and_its_playbooks(toy_stack: None, tmp_path: Path) -> None:
     assert "toyha" in registry.managers()
-    assert lab_spec.STACKS[-1] == "toystack" and "toystack" not in lab_spec.DEFAULT_STACKS
-    assert [h.name for h in lab_spec.SPEC.of_stacks({"toystack"})] == ["dcs1", "ty1", "ty2"]
+    assert chaoskit.lab.recipes.stack_names()[-1] == "toystack"
+    assert "toystack" not in chaoskit.lab.recipes.default_stacks()
+    assert [h.name for h in chaoskit.lab.recipes.lab_spec().of_stacks({"toystack"})] == ["dcs1", "ty1", "ty2"]
 
     from chaoskit.inventory.loader import load_inventory
     from chaoskit.lab.inventory_file import render
 
     inv_file = tmp_path / "lab.yaml"
-    inv_file.write_text(render(lab_spec.SPEC))
+    inv_file.write_text(render(chaoskit.lab.recipes.lab_spec()))
     inv = load_inventory(inv_file)
     toy = inv.clusters["toy"]
     assert toy.ha.kind == "toyha" and toy.ha.quorum == 3  # the manager's own config model validated it

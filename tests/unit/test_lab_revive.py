@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from chaoskit.lab import manager
-from chaoskit.lab.spec import SPEC
+from chaoskit.lab.recipes import lab_spec
 
 
 @pytest.fixture()
@@ -53,7 +53,7 @@ def test_a_daemon_that_can_start_only_after_25_s_is_revived(monkeypatch: pytest.
     monkeypatch.setattr(manager, "health", lambda spec, stacks: (running(), "repmgr: 1 of 3 answer"))
     monkeypatch.setattr(manager, "recipe", lambda name: types.SimpleNamespace(health=lambda spec: (running(), "")))
 
-    assert manager._revive(_state(script), {"repmgr"}, SPEC, 60.0) == ""
+    assert manager._revive(_state(script), {"repmgr"}, lab_spec(), 60.0) == ""
     assert min(t for t in launched if t >= 25.0) < 27.0  # launched again about once a second
     assert clock[0] < 45.0
 
@@ -65,5 +65,5 @@ def test_a_revive_that_gives_up_names_the_daemons_not_running(monkeypatch: pytes
     monkeypatch.setattr(manager, "health", lambda spec, stacks: (False, "repmgr: 1 of 3 answer, primaries []"))
     monkeypatch.setattr(manager, "recipe", lambda name: types.SimpleNamespace(health=lambda spec: (False, "")))
 
-    why = manager._revive(_state(script), {"repmgr"}, SPEC, 60.0)
+    why = manager._revive(_state(script), {"repmgr"}, lab_spec(), 60.0)
     assert why == "lab not healthy after 45s: repmgr: 1 of 3 answer, primaries []; not running: rm1/postgres"

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from chaoskit.errors import LabError
-from chaoskit.lab.recipes import mha
-from chaoskit.lab.spec import SPEC
+from chaoskit.lab.recipes import lab_spec, mha
 
 
 def _slave_status(master: str | None) -> str:
@@ -31,7 +30,7 @@ def _script(monkeypatch: pytest.MonkeyPatch, sources: dict[str, str | None]) -> 
 def test_the_node_the_others_follow_is_the_primary(monkeypatch: pytest.MonkeyPatch) -> None:
     # mha2 was promoted by an earlier failover: mha1 and mha3 follow 10.77.0.62
     _script(monkeypatch, {"mha1": "10.77.0.62", "mha2": None, "mha3": "10.77.0.62"})
-    assert mha.restarted_primary(SPEC).name == "mha2"
+    assert mha.restarted_primary(lab_spec()).name == "mha2"
 
 
 @pytest.mark.parametrize("sources", [
@@ -42,4 +41,4 @@ def test_the_node_the_others_follow_is_the_primary(monkeypatch: pytest.MonkeyPat
 ])
 def test_no_primary_unless_the_nodes_agree(monkeypatch: pytest.MonkeyPatch, sources: dict[str, str | None]) -> None:
     _script(monkeypatch, sources)
-    assert mha.restarted_primary(SPEC) is None
+    assert mha.restarted_primary(lab_spec()) is None

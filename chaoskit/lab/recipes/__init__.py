@@ -15,8 +15,6 @@ Every recipe module defines:
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import shlex
 import socket
 import subprocess
@@ -30,23 +28,29 @@ from typing import Any
 from chaoskit.errors import LabError
 from chaoskit.lab.procs import run_launcher, start_time
 from chaoskit.lab.spec import LabHost, LabSpec, Paths
+from chaoskit.plugins import Plugins
 
-_FOUND: dict[str, ModuleType] | None = None
+RECIPES: Plugins[ModuleType] = Plugins(__name__, ModuleType, "NAME", "lab stack")
 
 
 def discover() -> dict[str, ModuleType]:
     """Every recipe module of this package by NAME, base first, then by lowest host address."""
-    global _FOUND
-    if _FOUND is None:
-        import chaoskit.lab.recipes as pkg
+    return dict(sorted(RECIPES.all().items(), key=lambda kv: (kv[0] != "base", min(h.octet for h in kv[1].HOSTS))))
 
-        found = {}
-        for info in pkgutil.iter_modules(pkg.__path__):
-            module = importlib.import_module(f"{pkg.__name__}.{info.name}")
-            if hasattr(module, "NAME") and hasattr(module, "HOSTS"):
-                found[module.NAME] = module
-        _FOUND = dict(sorted(found.items(), key=lambda kv: (kv[0] != "base", min(h.octet for h in kv[1].HOSTS))))
-    return _FOUND
+
+def lab_spec() -> LabSpec:
+    """The whole lab: every host of every recipe."""
+    return LabSpec(tuple(h for m in discover().values() for h in m.HOSTS))
+
+
+def stack_names() -> tuple[str, ...]:
+    """The stacks `lab up --stack` takes, in their fixed order."""
+    return tuple(n for n in discover() if n != "base")
+
+
+def default_stacks() -> tuple[str, ...]:
+    """The stacks `lab up` brings without `--stack` (recipes with `DEFAULT = True`)."""
+    return tuple(n for n, m in discover().items() if getattr(m, "DEFAULT", False))
 
 
 def recipe(name: str) -> ModuleType:
