@@ -17,6 +17,10 @@ from rich.table import Table
 from rich.text import Text
 
 from chaoskit.errors import ChaoskitError, InputError, escaped
+from chaoskit.faults.registry import REGISTRY as FAULT_KINDS
+from chaoskit.lab.recipes import default_stacks, stack_names
+from chaoskit.workload.spec import THROUGHPUT
+from chaoskit.workload.workloads import WORKLOADS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Failover and latency drills for replicated databases.")
@@ -63,8 +67,8 @@ def _controller(evidence: bool = False) -> None:
 @lab_app.command("up")
 def lab_up(
     patroni: Annotated[str, typer.Option(help="Patroni to run: debian (package) or pypi.")] = "debian",
-    stack: Annotated[str, typer.Option(help="Comma list of stacks: patroni, mariadb, pg_auto_failover, repmgr "
-                                            "(added beside those already up).")] = "patroni,mariadb",
+    stack: Annotated[str, typer.Option(help=f"Comma list of stacks: {', '.join(stack_names())} (added beside those "
+                                            "already up).")] = ",".join(default_stacks()),
     keep_on_failure: Annotated[bool, typer.Option(help="Leave a failed lab in place to read its logs.")] = False,
 ) -> None:
     """Build the lab: namespaces, an sshd per host, etcd and a standalone PostgreSQL on dcs1, and the
@@ -172,13 +176,14 @@ def _duration(value: str, flag: str) -> float:
 def load(
     inventory: InventoryOpt,
     cluster: Annotated[str, typer.Option(help="Cluster name in the inventory.")],
-    workload: Annotated[str, typer.Option(help="ledger|bank|update|read|oltp|oltp-ro|oltp-wo")] = "ledger",
-    workers: Annotated[int, typer.Option(min=1, max=4096, help="Concurrent workers (one connection each).")] = 8,
+    workload: Annotated[str, typer.Option(help="|".join(WORKLOADS))] = THROUGHPUT.workload,
+    workers: Annotated[int, typer.Option(min=1, max=4096, help="Concurrent workers (one connection each).")
+                       ] = THROUGHPUT.workers,
     rate: Annotated[float | None, typer.Option(help="Open loop: total arrivals per second.")] = None,
     duration: Annotated[str, typer.Option(help="How long, e.g. 60s.")] = "60s",
     processes: Annotated[int | None, typer.Option(help="Worker processes (default: one per core).")] = None,
-    op_timeout: Annotated[str, typer.Option(help="Per-op deadline.")] = "5s",
-    table_rows: Annotated[int, typer.Option(min=10, help="Rows in update/read/oltp tables.")] = 10_000,
+    op_timeout: Annotated[str, typer.Option(help="Per-op deadline.")] = f"{THROUGHPUT.op_timeout_s:g}s",
+    table_rows: Annotated[int, typer.Option(min=10, help="Rows in update/read/oltp tables.")] = THROUGHPUT.table_rows,
     out_dir: Annotated[Path | None, typer.Option("--out", help="Directory for timeline.csv.")] = None,
     allow_production: Annotated[bool, typer.Option("--allow-production",
                                                    help="Allow a writing load on production-tagged targets.")] = False,
@@ -235,28 +240,61 @@ def load(
         out.print(f"timeline: {out_dir / 'timeline.csv'}")
 
 
-def _fault_spec(**fields: object) -> Any:
+def _fault_spec(settings: list[str], **fields: object) -> Any:
+    """The kind's spec from the named options and `--set FIELD=VALUE` (any field of the kind, the
+    value read as one YAML scalar or flow collection); errors name the option as typed."""
+    import yaml
     from pydantic import ValidationError
 
     from chaoskit.faults.spec import parse_fault
 
     data = {k: v for k, v in fields.items() if v not in (None, (), [])}
+    flags = {k: "--" + k.replace("_", "-") for k in data}
+    for item in settings:
+        name, sep, text = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise InputError(f"expected FIELD=VALUE, got {item[:60]!r}", source="command line", field="--set")
+        try:
+            value = yaml.safe_load(text) if text else ""
+        except yaml.YAMLError:
+            raise InputError(f"not a YAML value: {text[:60]!r}", source="command line", field=f"--set {name}") from None
+        if name in data:
+            raise InputError(f"{name} is given twice", source="command line", field=f"--set {name}")
+        data[name], flags[name] = value, f"--set {name}"
     try:
         return parse_fault(data)
     except ValidationError as exc:
         e = exc.errors(include_url=False)[0]
         loc = [p for p in e["loc"] if p != data.get("kind")]
-        name = "--" + str(loc[0]).replace("_", "-") if loc else "--kind"
+        name = flags.get(str(loc[0]), "--" + str(loc[0]).replace("_", "-")) if loc else "--kind"
         msg = "not an option of this fault kind" if e["type"] == "extra_forbidden" else \
             e["msg"].removeprefix("Value error, ")
         raise InputError(msg, source="command line", field=name) from None
 
 
+@fault_app.command("kinds")
+def fault_kinds(as_json: JsonOpt = False) -> None:
+    """Every fault kind: its family, what its host needs, and its fields with their defaults (each is
+    settable in a playbook step and with `fault inject --set FIELD=VALUE`)."""
+    rows = []
+    for kind in FAULT_KINDS.values():
+        fields = {name: "required" if f.is_required() else f.get_default(call_default_factory=True)
+                  for name, f in kind.spec.model_fields.items() if name != "kind"}
+        rows.append({"kind": kind.name, "family": kind.family, "needs": sorted(kind.needs), "fields": fields})
+    if as_json:
+        sys.stdout.write(json.dumps(rows, indent=2, default=str) + "\n")
+        return
+    table = Table("kind", "family", "host needs", "fields (default)")
+    for r in rows:
+        table.add_row(r["kind"], r["family"], ", ".join(r["needs"]),
+                      Text(", ".join(f"{k}" if v is None else f"{k} ({v})" for k, v in r["fields"].items())))
+    out.print(table)
+
+
 @fault_app.command("inject")
 def fault_inject(
     inventory: InventoryOpt,
-    kind: Annotated[str, typer.Option(
-        help="kill|crash|pause|stop|partition|loss|bandwidth|netem|latency|proxy|stress")],
+    kind: Annotated[str, typer.Option(help="|".join(FAULT_KINDS) + " (each kind's fields: chaoskit fault kinds)")],
     target: Annotated[str, typer.Option(help="host, or role:primary|replica|sync_standby|any[@one|@all|@minority]")],
     cluster: Annotated[str | None, typer.Option(help="Cluster for role targets and process lookup.")] = None,
     ttl: Annotated[str, typer.Option(help="The host reverts the fault itself after this long at the latest.")] = "30s",
@@ -274,6 +312,8 @@ def fault_inject(
     rate: Annotated[str | None, typer.Option(help="bandwidth/proxy rate, e.g. 1mbit.")] = None,
     cpu: Annotated[int | None, typer.Option(help="stress: CPU workers.")] = None,
     io: Annotated[int | None, typer.Option(help="stress: IO workers.")] = None,
+    field: Annotated[list[str] | None, typer.Option("--set", help="Any field of the kind, as FIELD=VALUE (repeat; "
+                                                    "YAML values: --set down=true --set corrupt_pct=5).")] = None,
     allow_production: Annotated[bool, typer.Option("--allow-production", help="Allow production-tagged hosts.")
                                 ] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the staging script per host; touch nothing.")
@@ -287,8 +327,8 @@ def fault_inject(
 
     try:
         inv = _inventory(inventory, reach=False)
-        spec = _fault_spec(kind=kind, target=target, cluster=cluster, ttl=ttl, duration=duration, signal=signal,
-                           processes=tuple(p for p in (processes or "").split(",") if p),
+        spec = _fault_spec(field or [], kind=kind, target=target, cluster=cluster, ttl=ttl, duration=duration,
+                           signal=signal, processes=tuple(p for p in (processes or "").split(",") if p),
                            peers=tuple(p for p in (peers or "").split(",") if p), peer_port=peer_port,
                            direction=direction, action=action, interface=interface, delay_ms=delay_ms,
                            jitter_ms=jitter_ms, loss_pct=loss_pct, rate=rate, cpu_workers=cpu, io_workers=io)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from chaoskit.errors import HostUnreachable, InputError, PreflightError, RemoteCommandError
 from chaoskit.faults import journal
 from chaoskit.faults.hostscript import HostFacts
-from chaoskit.faults.registry import REGISTRY, missing_needs, scripts_for
+from chaoskit.faults.registry import REGISTRY, kind_of, scripts_for
 from chaoskit.faults.relay import stats_script
 from chaoskit.faults.spec import ALL_HOSTS, CLIENT, FaultBase
 from chaoskit.faults.targets import RoleView, member_of, resolve_hosts, split_target, validate_target
@@ -217,13 +217,9 @@ class FaultManager:
     def preflight(self, spec: FaultBase, hosts: list[str]) -> None:
         """Refuse faults a host cannot carry, naming the host and what it lacks."""
         for host in hosts:
-            caps = self.host_capabilities(host)
-            missing = missing_needs(spec, caps.have)
-            if "netem" in missing:
-                raise PreflightError(f"{host}: this kernel has no sch_netem ({caps.netem_reason}); netem faults "
-                                     "cannot run here (use kind loss/bandwidth, or the latency proxy)")
-            if missing:
-                raise PreflightError(f"{host}: a {spec.kind} fault needs {', '.join(missing)}, which this host lacks")
+            why = kind_of(spec).refusal(host, f"a {spec.kind} fault", self.host_capabilities(host))
+            if why:
+                raise PreflightError(why)
 
     def offset(self, host: str) -> ClockOffset:
         if host not in self.offsets:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from chaoskit.faults.hostscript import FaultScripts, HostFacts, lines_file
+from chaoskit.faults.kinds import fault_kind
 from chaoskit.faults.spec import BandwidthSpec, LossSpec, NetemSpec, PartitionSpec
 
 _TC_ARGS = re.compile(r"^[a-z0-9.% ]+$")
@@ -224,3 +225,12 @@ def netem_scripts(fault_id: str, spec: NetemSpec, facts: HostFacts) -> FaultScri
     return FaultScripts(inject=QDISC_INJECT, revert=QDISC_REVERT, active=QDISC_ACTIVE, prepare=NETEM_PEERS_PREPARE,
                         env={**env, "CHILD": f"{int(handle, 16) + 1:x}"},
                         files={"peers": lines_file(facts.peer_addresses)})
+
+
+FAMILY = "network"
+FAULT_KINDS = (
+    fault_kind("partition", {"iptables"}, partition_scripts),
+    fault_kind("loss", {"iptables"}, loss_scripts),
+    fault_kind("bandwidth", {"tc"}, bandwidth_scripts),
+    fault_kind("netem", {"tc", "netem"}, netem_scripts, instead="use the latency proxy, or loss/bandwidth"),
+)

@@ -9,6 +9,7 @@ hosts share one process table, and a real host may run several instances.
 from __future__ import annotations
 
 from chaoskit.faults.hostscript import FaultScripts, HostFacts, process_files
+from chaoskit.faults.kinds import fault_kind
 from chaoskit.faults.spec import CrashSpec, KillSpec, PauseSpec, StopSpec
 
 # Staging checks and records the pids (and, for crash and pause, the process tree); the instant
@@ -154,3 +155,12 @@ def restart_scripts(facts: HostFacts) -> FaultScripts:
     same shell as a kill's revert, so a restart in a drill is the same start as a heal)."""
     names = list(facts.processes)
     return _scripts("", RESTART_REVERT, RESTART_ACTIVE, names, facts, prepare="")
+
+
+FAMILY = "process"
+FAULT_KINDS = (
+    fault_kind("kill", set(), kill_scripts),
+    fault_kind("crash", set(), crash_scripts),
+    fault_kind("pause", set(), pause_scripts),
+    fault_kind("stop", set(), stop_scripts),
+)

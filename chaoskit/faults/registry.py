@@ -1,51 +1,46 @@
-"""Every fault kind in one table: its spec model, the host capabilities it needs, its scripts.
-
-`fault inject`, the drill's preflight and experiments all read `needs` from here, so a drill that
-would abort at a step because the host lacks stress-ng or tc is refused before it starts. A new
-kind is one entry here plus its spec model and its scripts (in the module of its family).
-"""
+"""Every fault kind, found in the modules of this package that declare a `FAMILY` and its
+`FAULT_KINDS` (`chaoskit.plugins`). A new kind is its spec model (`chaoskit.faults.spec`) and its
+declaration with its scripts in its family's module; a new family is one module."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterator, Mapping
+from types import ModuleType
 
-from chaoskit.faults import network, process, relay, replication, stress
 from chaoskit.faults.hostscript import FaultScripts, HostFacts
+from chaoskit.faults.kinds import FaultKind
 from chaoskit.faults.spec import KINDS, FaultBase
+from chaoskit.plugins import Plugins
 
-# what every fault needs on its host: the journal, the dead-man and the process checks
-JOURNAL_NEEDS = frozenset({"base64", "sha256sum", "setsid", "awk", "ps"})
-
-
-@dataclass(frozen=True)
-class FaultKind:
-    name: str
-    spec: type[FaultBase]
-    needs: frozenset[str]
-    scripts: Callable[[str, Any, HostFacts], FaultScripts]
+FAMILIES: Plugins[ModuleType] = Plugins("chaoskit.faults", ModuleType, "FAMILY", "fault family",
+                                        skip=("delay_proxy",))
 
 
-def _kind(name: str, needs: set[str], scripts: Callable[[str, Any, HostFacts], FaultScripts]) -> FaultKind:
-    return FaultKind(name, KINDS[name], frozenset(needs) | JOURNAL_NEEDS, scripts)
+class _Kinds(Mapping[str, FaultKind]):
+    """Kind name -> FaultKind, gathered from the families on first use."""
+
+    def __init__(self) -> None:
+        self._kinds: dict[str, FaultKind] | None = None
+
+    def _all(self) -> dict[str, FaultKind]:
+        if self._kinds is None:
+            kinds = {k.name: k for module in FAMILIES.all().values() for k in module.FAULT_KINDS}
+            if set(kinds) != set(KINDS):
+                raise RuntimeError(f"fault kinds without a family: {sorted(set(KINDS) - set(kinds))}")
+            self._kinds = {name: kinds[name] for name in KINDS}  # in the spec's order
+        return self._kinds
+
+    def __getitem__(self, name: str) -> FaultKind:
+        return self._all()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
 
 
-REGISTRY: dict[str, FaultKind] = {k.name: k for k in (
-    _kind("kill", set(), process.kill_scripts),
-    _kind("crash", set(), process.crash_scripts),
-    _kind("pause", set(), process.pause_scripts),
-    _kind("stop", set(), process.stop_scripts),
-    _kind("partition", {"iptables"}, network.partition_scripts),
-    _kind("loss", {"iptables"}, network.loss_scripts),
-    _kind("bandwidth", {"tc"}, network.bandwidth_scripts),
-    _kind("netem", {"tc", "netem"}, network.netem_scripts),
-    _kind("latency", {"iptables", "python3.7", "ss", "setpriv"}, relay.relay_scripts),
-    _kind("proxy", {"iptables", "python3.7", "ss", "setpriv"}, relay.relay_scripts),
-    _kind("stress", {"stress-ng"}, stress.stress_scripts),
-    _kind("replica_stop", {"mariadb-client"}, replication.replica_stop_scripts),
-)}
-assert set(REGISTRY) == set(KINDS), "every spec model has a registry entry"
+REGISTRY: Mapping[str, FaultKind] = _Kinds()
 
 
 def kind_of(spec: FaultBase) -> FaultKind:
@@ -54,7 +49,3 @@ def kind_of(spec: FaultBase) -> FaultKind:
 
 def scripts_for(fault_id: str, spec: FaultBase, facts: HostFacts) -> FaultScripts:
     return REGISTRY[spec.kind].scripts(fault_id, spec, facts)
-
-
-def missing_needs(spec: FaultBase, have: frozenset[str] | set[str]) -> list[str]:
-    return sorted(REGISTRY[spec.kind].needs - set(have))

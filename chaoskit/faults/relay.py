@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 from chaoskit.faults.hostscript import FaultScripts, HostFacts, lines_file
+from chaoskit.faults.kinds import fault_kind
 from chaoskit.faults.network import chain_name
 from chaoskit.faults.spec import LatencySpec, ProxySpec, proxy_toxic_args
 from chaoskit.faults.ttl import RELAY_EXTRA_S
@@ -136,3 +137,10 @@ def stats_script(fault_id: str) -> str:
         raise ValueError(fault_id)
     return (f"(for f in {RELAY_ROOT}/{fault_id}/stats-*.json; do "
             "[ -f \"$f\" ] && cat \"$f\" && echo; done; true)")
+
+
+FAMILY = "relay"
+FAULT_KINDS = (
+    fault_kind("latency", {"iptables", "python3.7", "ss", "setpriv"}, relay_scripts),
+    fault_kind("proxy", {"iptables", "python3.7", "ss", "setpriv"}, relay_scripts),
+)

@@ -5,6 +5,7 @@ is data (env); the statements are fixed text chosen by the spec's `thread`."""
 from __future__ import annotations
 
 from chaoskit.faults.hostscript import FaultScripts, HostFacts
+from chaoskit.faults.kinds import fault_kind
 from chaoskit.faults.spec import ReplicaStopSpec
 
 CLIENT = r"""
@@ -43,3 +44,7 @@ def replica_stop_scripts(fault_id: str, spec: ReplicaStopSpec, facts: HostFacts)
     stop, start, field = STATEMENTS[spec.thread]
     return FaultScripts(inject=INJECT, revert=REVERT, active=ACTIVE,
                         env={"SOCKET": facts.db_socket or "", "STOP": stop, "START": start, "FIELD": field})
+
+
+FAMILY = "replication"
+FAULT_KINDS = (fault_kind("replica_stop", {"mariadb-client"}, replica_stop_scripts),)

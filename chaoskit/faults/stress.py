@@ -4,6 +4,7 @@ its own --timeout a little after the fault's TTL)."""
 from __future__ import annotations
 
 from chaoskit.faults.hostscript import FaultScripts, HostFacts
+from chaoskit.faults.kinds import fault_kind
 from chaoskit.faults.spec import StressSpec
 
 STRESS_INJECT = r"""
@@ -34,3 +35,7 @@ def stress_scripts(fault_id: str, spec: StressSpec, facts: HostFacts) -> FaultSc
     return FaultScripts(inject=STRESS_INJECT, revert=STRESS_REVERT, active=STRESS_ACTIVE,
                         env={"CPU": str(spec.cpu_workers), "IO": str(spec.io_workers), "VM": str(spec.vm_workers),
                              "VM_BYTES": spec.vm_bytes, "TIMEOUT": str(int(spec.ttl) + 5)})
+
+
+FAMILY = "stress"
+FAULT_KINDS = (fault_kind("stress", {"stress-ng"}, stress_scripts),)

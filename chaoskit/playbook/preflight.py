@@ -16,7 +16,7 @@ from chaoskit.db.base import Driver
 from chaoskit.db.registry import driver_for
 from chaoskit.errors import PreflightError
 from chaoskit.faults.manager import FaultManager
-from chaoskit.faults.registry import missing_needs
+from chaoskit.faults.registry import kind_of
 from chaoskit.faults.spec import CLIENT
 from chaoskit.faults.targets import split_target
 from chaoskit.guard import cluster_hosts, refuse_production
@@ -70,13 +70,9 @@ def run_preflight(pb: Playbook, inv: Inventory, pool: RemotePool, ha: HAManager,
             continue
         base = split_target(step.fault.target)[0]
         for host in ([base] if base in inv.hosts else cluster_hosts(inv, step.fault.cluster or pb.cluster)):
-            missing = missing_needs(step.fault, caps[host].have)  # type: ignore[union-attr]
-            if "netem" in missing:
-                raise PreflightError(f"{host}: this kernel has no sch_netem ({caps[host].netem_reason}); "  # type: ignore[union-attr]
-                                     f"steps[{i}] needs it (use the latency proxy, or loss/bandwidth)")
-            if missing:
-                raise PreflightError(f"{host}: steps[{i}] ({step.fault.kind}) needs {', '.join(missing)}, "
-                                     "which this host lacks")
+            why = kind_of(step.fault).refusal(host, f"steps[{i}] ({step.fault.kind})", caps[host])  # type: ignore[arg-type]
+            if why:
+                raise PreflightError(why)
     ok, why = ha.health()
     if not ok:
         raise PreflightError(f"cluster {cluster.name}: the HA manager ({ha.kind}) reports it unhealthy: {why}")

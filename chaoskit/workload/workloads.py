@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
 from chaoskit.db.base import Driver
+from chaoskit.plugins import Plugins
 
 
 class Stmt(NamedTuple):
@@ -368,8 +369,8 @@ def _chars(rng: random.Random, n: int) -> str:
     return "".join(rng.choices(string.digits, k=n))
 
 
-WORKLOADS: dict[str, type[Workload]] = {w.name: w for w in (Ledger, Bank, Update, Read, Oltp, OltpReadOnly,
-                                                            OltpWriteOnly)}
+# every Workload subclass of this module with a name (`chaoskit.plugins`): a new one is its class
+WORKLOADS: dict[str, type[Workload]] = Plugins(__name__, Workload, "name", "workload").all()
 
 
 def default_checks(workload: str) -> tuple[str, ...]:

@@ -306,6 +306,10 @@ def test_fault_revert_by_id(lab: Inventory, pool: RemotePool) -> None:
     # a rate is checked in the form the host gets: no space inside, ASCII digits
     (["--kind", "bandwidth", "--target", "pg1", "--rate", "10 mbit"], "--rate: not a rate"),
     (["--kind", "bandwidth", "--target", "pg1", "--rate", "\uff11mbit"], "--rate: not a rate"),
+    # every field is reachable with --set, and refused there as typed
+    (["--kind", "proxy", "--target", "pg1", "--peers", "pg2", "--set", "peer_port=5432", "--set", "bogus=1"],
+     "--set bogus: not an option of this fault kind"),
+    (["--kind", "stress", "--target", "pg1", "--set", "vm_bytes=$(reboot)"], "--set vm_bytes: not a valid size"),
     # what the planner refuses from spec and inventory (dcs1 belongs to no cluster with processes)
     (["--kind", "kill", "--target", "mham"], "mham: no processes configured"),
 ])
