@@ -22,7 +22,7 @@ from chaoskit.faults.targets import RoleView, split_target
 from chaoskit.faults.ttl import DRILL_HEAL_MARGIN_S
 from chaoskit.ha.base import HAManager
 from chaoskit.ha.registry import manager_for
-from chaoskit.ha.settings import SettingsChange, change_settings
+from chaoskit.healing import Undo
 from chaoskit.hostlogs import LogWindow, window_for
 from chaoskit.interrupts import stop_signals_interrupt
 from chaoskit.inventory.fanout import RemotePool
@@ -110,7 +110,7 @@ class Drill:
         self.recorder: Recorder | None = None
         self.runner: LoadRunner | None = None
         self.probe: RoleProbe | None = None
-        self.settings: list[SettingsChange] = []
+        self.undo: Undo | None = None  # what the heal undoes: faults and settings changes
 
     @contextlib.contextmanager
     def finishing(self) -> Iterator[None]:
@@ -137,6 +137,7 @@ class Drill:
             self.ha = self.parts.ha(self.cluster, self.inputs.inventory, pool)
             self.fm = FaultManager(self.inputs.inventory, pool, roles=self._live_roles,
                                    journal_root=self.parts.journal_root, clock=self.clock.now)
+            self.undo = Undo(self.fm, self.ha, self.inputs.inventory_path)
             yield
 
     def preflight(self) -> None:
@@ -260,10 +261,9 @@ class Drill:
         """The HA settings the playbook asks for, journaled on the hosts (with their dead-man) and set."""
         if not self.pb.settings:
             return
-        assert self.ha is not None
+        assert self.ha is not None and self.undo is not None
         ttl = self.pb.duration + self.pb.recovery.within + DRILL_HEAL_MARGIN_S
-        change = change_settings(self.ha, self.inputs.inventory_path, dict(self.pb.settings), ttl)
-        self.settings.append(change)
+        change = self.undo.change_settings(dict(self.pb.settings), ttl)
         self.record.settings_changed = {"applied": dict(self.pb.settings), "previous": change.previous,
                                         "journal": str(change.path)}
         self.record.event("settings_changed", self.clock.now(), manager=self.ha.kind, values=dict(self.pb.settings),
@@ -287,22 +287,21 @@ class Drill:
         Steps(self.inputs, self.record, self.fm, self.ha, recorder, self.clock).run(look)
 
     def _heal(self) -> None:
-        assert self.fm is not None and self.ha is not None
+        assert self.fm is not None and self.undo is not None
         fm, record = self.fm, self.record
-        failed = fm.revert_all()
+        report = self.undo.undo()
         record.faults = list(fm.injected)
         record.heal = {"reverted": [f.id for f in fm.injected if f.revert_verified],
-                       "not_verified": [{"id": f.id, "host": f.host, "error": f.revert_error} for f in failed]}
+                       "not_verified": [{"id": f.id, "host": f.host, "error": f.revert_error}
+                                        for f in report.not_verified]}
         for f in fm.injected:
             if f.t_reverted and not any(e.get("id") == f.id and e["kind"] == "fault_reverted" for e in record.events):
                 record.event("fault_reverted", f.t_reverted, id=f.id, host=f.host, by=f.reverted_by)
-        for change in self.settings:
-            try:
-                restored = change.restore(self.ha)
-                record.event("settings_restored", self.clock.now(), values=restored)
-            except Exception as exc:  # the journal entry stays; its dead-man and `recover` retry
-                record.heal["settings_error"] = f"{type(exc).__name__}: {exc}"
-                record.event("settings_restore_failed", self.clock.now(), error=record.heal["settings_error"])
+        for restored in report.restored:
+            record.event("settings_restored", self.clock.now(), values=restored)
+        for error in report.errors:
+            record.heal["settings_error"] = error
+            record.event("settings_restore_failed", self.clock.now(), error=error)
 
     def _live_roles(self, cluster: Cluster) -> tuple[RoleView, set[str]]:
         """Roles for resolving a fault's target: the drill's own probe where it watches the cluster."""

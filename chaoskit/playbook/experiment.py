@@ -20,7 +20,7 @@ from chaoskit.faults.client_link import ClientLink
 from chaoskit.faults.manager import FaultManager
 from chaoskit.faults.spec import LatencySpec
 from chaoskit.ha.registry import manager_for
-from chaoskit.ha.settings import SettingsChange, change_settings
+from chaoskit.healing import Undo
 from chaoskit.interrupts import stop_signals_interrupt
 from chaoskit.inventory.models import Inventory
 from chaoskit.models import Frozen
@@ -231,59 +231,53 @@ def _run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progre
     started = time.time()
     settings: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
-    changes: list[SettingsChange] = []
     ha = manager_for(inv.clusters[exp.cluster], inv)
     ttl = 3600.0 * 24
     interrupted = None
     targets = exp.targets or (exp.cluster,)
     required = check_required(exp, inv)  # before anything is touched
-    try:
-        with FaultManager(inv) as fm:
-            try:
-                for t in targets:
-                    settings[t] = {"server": read_settings(inv.clusters[t], inv),
-                                   "ha": describe_ha(manager_for(inv.clusters[t], inv))}
-                if exp.settings:
-                    changes.append(change_settings(ha, inventory_path, dict(exp.settings), ttl))
-                modes: tuple[bool | None, ...] = exp.grid.synchronous_mode or (None,)
-                if exp.kind == "compare":
-                    plan = [(t, wl, w, 0.0, None) for _ in range(exp.repeats) for t in targets
-                            for wl in exp.grid.workload for w in exp.grid.workers]
-                else:  # the mode outermost: one reconfiguration per mode and repeat
-                    plan = [(exp.cluster, wl, w, d, m) for _ in range(exp.repeats)
-                            for m, wl, w, d in itertools.product(modes, exp.grid.workload, exp.grid.workers,
-                                                                 exp.grid.delay_ms)]
-                per_cell = exp.warmup + exp.measure + 2
-                current: bool | None = None
-                for i, (target, wl, w, d, m) in enumerate(plan):
-                    if m is not None and m != current:
-                        # the first switch is journaled with the original value; later ones only flip it
-                        if current is None:
-                            changes.append(change_settings(ha, inventory_path, {"synchronous_mode": m}, ttl))
-                        else:
-                            ha.apply_settings({"synchronous_mode": m})
-                        current = m
-                        settings[f"{exp.cluster} synchronous_mode={str(m).lower()}"] = {
-                            "server": read_settings(inv.clusters[exp.cluster], inv), "ha": describe_ha(ha)}
-                    if progress is not None:
-                        mode = "" if m is None else (" sync" if m else " async")
-                        progress(i, len(plan), per_cell * (len(plan) - i), f"{target} {wl} x{w} delay {d:g} ms{mode}")
-                    sync_on = m is True or (m is None and exp.settings.get("synchronous_mode") is True)
-                    cell = measure_cell(inv, target, fm, workload=wl, workers=w, delay_ms=d, link=exp.link,
-                                        warmup=exp.warmup, measure=exp.measure, table_rows=exp.table_rows,
-                                        op_timeout=exp.op_timeout, sync_standby=ha if sync_on else None)
-                    if m is not None:
-                        cell["synchronous_mode"] = m
-                    rows.append({"target": target, "repeat": i // max(1, len(plan) // exp.repeats), **cell})
-            except KeyboardInterrupt:
-                interrupted = "interrupted (Ctrl-C or SIGTERM); faults reverted, settings restored"
-    finally:
-        restore_errors = []
-        for change in reversed(changes):
-            try:
-                change.restore(ha)
-            except Exception as exc:  # its dead-man and `recover` retry
-                restore_errors.append(str(exc))
+    with FaultManager(inv) as fm:
+        undo = Undo(fm, ha, inventory_path)
+        try:
+            for t in targets:
+                settings[t] = {"server": read_settings(inv.clusters[t], inv),
+                               "ha": describe_ha(manager_for(inv.clusters[t], inv))}
+            if exp.settings:
+                undo.change_settings(dict(exp.settings), ttl)
+            modes: tuple[bool | None, ...] = exp.grid.synchronous_mode or (None,)
+            if exp.kind == "compare":
+                plan = [(t, wl, w, 0.0, None) for _ in range(exp.repeats) for t in targets
+                        for wl in exp.grid.workload for w in exp.grid.workers]
+            else:  # the mode outermost: one reconfiguration per mode and repeat
+                plan = [(exp.cluster, wl, w, d, m) for _ in range(exp.repeats)
+                        for m, wl, w, d in itertools.product(modes, exp.grid.workload, exp.grid.workers,
+                                                             exp.grid.delay_ms)]
+            per_cell = exp.warmup + exp.measure + 2
+            current: bool | None = None
+            for i, (target, wl, w, d, m) in enumerate(plan):
+                if m is not None and m != current:
+                    # the first switch is journaled with the original value; later ones only flip it
+                    if current is None:
+                        undo.change_settings({"synchronous_mode": m}, ttl)
+                    else:
+                        ha.apply_settings({"synchronous_mode": m})
+                    current = m
+                    settings[f"{exp.cluster} synchronous_mode={str(m).lower()}"] = {
+                        "server": read_settings(inv.clusters[exp.cluster], inv), "ha": describe_ha(ha)}
+                if progress is not None:
+                    mode = "" if m is None else (" sync" if m else " async")
+                    progress(i, len(plan), per_cell * (len(plan) - i), f"{target} {wl} x{w} delay {d:g} ms{mode}")
+                sync_on = m is True or (m is None and exp.settings.get("synchronous_mode") is True)
+                cell = measure_cell(inv, target, fm, workload=wl, workers=w, delay_ms=d, link=exp.link,
+                                    warmup=exp.warmup, measure=exp.measure, table_rows=exp.table_rows,
+                                    op_timeout=exp.op_timeout, sync_standby=ha if sync_on else None)
+                if m is not None:
+                    cell["synchronous_mode"] = m
+                rows.append({"target": target, "repeat": i // max(1, len(plan) // exp.repeats), **cell})
+        except KeyboardInterrupt:
+            interrupted = "interrupted (Ctrl-C or SIGTERM); faults reverted, settings restored"
+        finally:
+            restore_errors = undo.undo().errors
     keys: tuple[str, ...] = ("target", "workload", "workers") if exp.kind == "compare" \
         else ("workload", "workers", "delay_ms")
     if exp.grid.synchronous_mode and exp.kind != "compare":
