@@ -33,7 +33,6 @@ from chaoskit.recorder import Recorder, error_rate
 from chaoskit.timesource import SYSTEM_CLOCK, Clock, Held
 from chaoskit.topology.probe import RoleProbe
 from chaoskit.workload.runner import LoadRunner
-from chaoskit.workload.spec import load_spec_from_playbook
 
 # what the live view is shown about once a tick: the record so far, the roles now, the last second's load
 Progress = Callable[[DrillRecord, dict[str, str], dict[str, Any]], None]
@@ -193,7 +192,7 @@ class Drill:
         """The recorder, the client groups and the workload's schema (nothing runs yet)."""
         assert self.load_route is not None
         self.recorder = Recorder(base=self.clock.now(), interval=0.1)
-        spec = load_spec_from_playbook(self.pb)
+        spec = self.pb.load.to_spec()
         self.record.run_id = spec.run_id
         self.record.groups = {g.name: {"profile": g.profile, "workers": list(g.worker_ids),
                                        "statement_timeout": g.statement_timeout, "validation": g.validate,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
+from chaoskit.db.roles import sql_roles
 from chaoskit.ha.base import DOWN, LEADER, REPLICA, HaConfig, HAManager, MemberView
 
 
@@ -24,8 +25,6 @@ class NoManager(HAManager):
 def sql_member_views(cluster: Any, inventory: Any) -> list[MemberView]:
     """Each member's role as the server itself says (writable: leader), for a cluster without a
     manager (MHA asks the same of each server on its kept sessions, `HAManager.sessions`)."""
-    from chaoskit.topology.roles import sql_roles
-
     return [sql_member_view(member, role, error) for member, (role, error) in sql_roles(cluster, inventory).items()]
 
 

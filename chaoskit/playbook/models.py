@@ -18,6 +18,7 @@ from chaoskit.models import Frozen
 from chaoskit.units import parse_duration
 from chaoskit.validation import FreeText, Name
 from chaoskit.workload import spec
+from chaoskit.workload.workloads import WorkloadParams
 
 CheckName = Annotated[str, Field(pattern=r"^[a-z_]{1,40}$")]  # which ones: the load's workload says
 MAX_DRILL_S = 24 * 3600.0
@@ -100,6 +101,19 @@ class LoadConfig(Frozen):
         if value not in WORKLOADS:
             raise ValueError(f"unknown workload {value[:40]!r}; choose from {', '.join(WORKLOADS)}")
         return value
+
+    def to_spec(self) -> spec.LoadSpec:
+        """The load this says, as the load runner takes it: client groups numbered in order (a
+        worker's id says its group), one `deadline` group "main" when none is named."""
+        groups: list[spec.ClientGroup] = []
+        first = 1
+        for g in self.groups or ():
+            groups.append(spec.ClientGroup(g.group_name, g.profile, g.workers, g.statement_timeout, g.validation,
+                                           first, g.route))
+            first += g.workers
+        return spec.LoadSpec(workload=self.workload, workers=self.workers, rate=self.rate, processes=self.processes,
+                             op_timeout=self.op_timeout, connect_timeout=self.connect_timeout,
+                             params=WorkloadParams(table_rows=self.table_rows), groups=tuple(groups))
 
 
 class ProbeConfig(Frozen):

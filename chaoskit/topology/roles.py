@@ -3,13 +3,12 @@ reported; they can disagree during a failover."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from chaoskit.db.base import Driver
-from chaoskit.db.registry import driver_for
-from chaoskit.inventory.models import Cluster, Inventory, Member
+from chaoskit.db.roles import sql_roles
+from chaoskit.inventory.models import Cluster, Inventory
 
 
 @dataclass(frozen=True)
@@ -25,27 +24,6 @@ class MemberRole:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def sql_role(driver: Driver, member: Member) -> tuple[str, str | None]:
-    conn = None
-    try:
-        conn = driver.connect_member(member)
-        return driver.role(conn), None
-    except Exception as exc:  # a member that cannot answer is reported down, with why
-        return "down", driver.failure(exc)
-    finally:
-        Driver.close_quietly(conn)
-
-
-def sql_roles(cluster: Cluster, inventory: Inventory,
-              driver: Driver | None = None) -> dict[str, tuple[str, str | None]]:
-    """Every member's writability asked of the server itself, in parallel."""
-    driver = (driver or driver_for(cluster, inventory)).tuned(connect_timeout=2.0, op_timeout=3.0)
-    driver.password()  # an unresolvable reference is the cluster's error, not every member's
-    with ThreadPoolExecutor(max_workers=max(1, len(cluster.members))) as ex:
-        found = list(ex.map(lambda m: sql_role(driver, m), cluster.members))
-    return {m.host: r for m, r in zip(cluster.members, found, strict=True)}
 
 
 def writer_roles(cluster: Cluster, inventory: Inventory) -> dict[str, str]:

@@ -1,18 +1,15 @@
-"""One load specification: the defaults live here once, and the playbook, the CLI and experiments
-are converted to it in one place each (`load_spec_from_*`)."""
+"""One load specification: the defaults live here once (`DRILL`, `THROUGHPUT`); a playbook's `load:`
+becomes one on the playbook's side (`playbook.models.LoadConfig.to_spec`), the CLI and experiments
+build theirs from their own options."""
 
 from __future__ import annotations
 
 import os
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 from chaoskit.db.base import ClientProfile
 from chaoskit.workload.workloads import WorkloadParams
-
-if TYPE_CHECKING:
-    from chaoskit.playbook.models import LoadConfig, Playbook
 
 LOOP_WORKERS = 64
 LOOP_FAMILIES = ("postgres", "mysql")  # engines with a non-blocking wire (chaoskit.workload.loop)
@@ -118,19 +115,3 @@ class LoadSpec:
         else:
             n = os.cpu_count() or 1
         return max(1, min(n, self.workers))
-
-
-def load_spec_from_config(load: LoadConfig) -> LoadSpec:
-    groups: list[ClientGroup] = []
-    first = 1
-    for g in load.groups or ():
-        groups.append(ClientGroup(g.group_name, g.profile, g.workers, g.statement_timeout, g.validation, first,
-                                  g.route))
-        first += g.workers
-    return LoadSpec(workload=load.workload, workers=load.workers, rate=load.rate, processes=load.processes,
-                    op_timeout=load.op_timeout, connect_timeout=load.connect_timeout,
-                    params=WorkloadParams(table_rows=load.table_rows), groups=tuple(groups))
-
-
-def load_spec_from_playbook(pb: Playbook) -> LoadSpec:
-    return load_spec_from_config(pb.load)

@@ -26,7 +26,7 @@ from chaoskit.playbook.models import LoadConfig, Playbook
 from chaoskit.playbook.record import DrillRecord
 from chaoskit.recorder import FAIL, INFO, OK, Recorder
 from chaoskit.workload.runner import _Worker
-from chaoskit.workload.spec import ClientGroup, LoadSpec, load_spec_from_config
+from chaoskit.workload.spec import ClientGroup, LoadSpec
 
 GROUPS = {"deadline": {"profile": "deadline", "workers": [1]}, "pool": {"profile": "pool", "workers": [2]}}
 ACKED = {(1, k + 1) for k in range(240) if outcome1(k) == OK} | {(2, k + 1) for k in range(240) if outcome2(k) == OK}
@@ -165,12 +165,12 @@ def test_load_groups_in_the_playbook() -> None:
                                                 {"name": "app", "profile": "pool", "workers": 2,
                                                  "statement_timeout": "30s", "validation": True},
                                                 {"profile": "per-op", "workers": 1}]})
-    spec = load_spec_from_config(cfg)
+    spec = cfg.to_spec()
     assert cfg.workers == spec.workers == 6
     assert [(g.name, g.profile, list(g.worker_ids)) for g in spec.client_groups()] == [
         ("deadline", "deadline", [1, 2, 3]), ("app", "pool", [4, 5]), ("per-op", "per-op", [6])]
     assert spec.client_groups()[1].client_profile() == ClientProfile("pool", 30.0, True)
-    assert load_spec_from_config(LoadConfig(workers=5)).client_groups() == (ClientGroup("main", "deadline", 5),)
+    assert LoadConfig(workers=5).to_spec().client_groups() == (ClientGroup("main", "deadline", 5),)
     for bad, message in [
         ({"workers": 3, "groups": [{"workers": 2}]}, "must be the sum of the groups' workers (2)"),
         ({"groups": [{"profile": "pool"}, {"profile": "pool"}]}, "two groups named 'pool'"),
@@ -389,10 +389,9 @@ def test_with_groups_the_loss_bound_is_judged_per_group() -> None:
 
 def test_a_group_takes_its_route_through_to_the_load() -> None:
     from chaoskit.playbook.models import LoadConfig
-    from chaoskit.workload.spec import load_spec_from_config
 
     cfg = LoadConfig.model_validate({"groups": [{"name": "endpoints", "workers": 2},
                                                 {"name": "haproxy", "workers": 3, "route": "mha-haproxy"}]})
-    groups = load_spec_from_config(cfg).client_groups()
+    groups = cfg.to_spec().client_groups()
     assert [(g.name, g.route, list(g.worker_ids)) for g in groups] == [("endpoints", None, [1, 2]),
                                                                       ("haproxy", "mha-haproxy", [3, 4, 5])]
