@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Generic, TypeVar
 
@@ -22,9 +23,11 @@ class UnknownPlugin(ValueError):
 class Plugins(Generic[T]):
     """The plugins of one family: `where` is a package (every module in it, less `skip`) or one
     module; `base` their base class (or `ModuleType`: the module is the plugin); `key` the attribute
-    naming each (a string, or a tuple of strings for a plugin that answers to several names)."""
+    naming each (a string, or a tuple of strings for a plugin that answers to several names), or a
+    function of the plugin that returns that (a pydantic model's field default)."""
 
-    def __init__(self, where: str, base: type, key: str, what: str, skip: tuple[str, ...] = ()) -> None:
+    def __init__(self, where: str, base: type, key: str | Callable[[Any], Any], what: str,
+                 skip: tuple[str, ...] = ()) -> None:
         self.where, self.base, self.key, self.what, self.skip = where, base, key, what, skip
         self._found: dict[str, T] | None = None
 
@@ -33,7 +36,7 @@ class Plugins(Generic[T]):
             found: dict[str, T] = {}
             for module in self._modules():
                 for obj in self._candidates(module):
-                    names = getattr(obj, self.key, None)
+                    names = self.key(obj) if callable(self.key) else getattr(obj, self.key, None)
                     for name in (names,) if isinstance(names, str) else names or ():
                         if not name:  # an abstract member of the family
                             continue

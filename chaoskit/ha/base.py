@@ -37,10 +37,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import model_validator
-
-from chaoskit.models import Frozen
-from chaoskit.secrets import refuse_secret_fields
+from chaoskit.inventory.haconfig import HaConfig
 
 if TYPE_CHECKING:
     from chaoskit.db.base import Driver
@@ -49,18 +46,6 @@ if TYPE_CHECKING:
     from chaoskit.inventory.models import Cluster, Inventory
 
 LEADER, REPLICA, DOWN, UNKNOWN = "leader", "replica", "down", "unknown"
-
-
-class HaConfig(Frozen):
-    """Base of every manager's inventory section; `kind` picks the manager."""
-
-    kind: str
-
-    @model_validator(mode="before")
-    @classmethod
-    def _credentials_by_reference(cls, data: Any) -> Any:
-        """A manager setting named like a secret takes a reference only, whatever its type says."""
-        return refuse_secret_fields(data)
 
 
 @dataclass(frozen=True)
@@ -175,7 +160,6 @@ class HAManager(ABC):
     # nothing is promoted (t_promoted is null; the clients' first write ends the outage)
     multi_writer: ClassVar[bool] = False
     changeable_settings: ClassVar[frozenset[str]] = frozenset()
-    engines: ClassVar[frozenset[str]] = frozenset({"postgres", "mysql", "dameng"})
 
     def __init__(self, cluster: Cluster, inventory: Inventory, pool: RemotePool | None = None) -> None:
         self.cluster = cluster

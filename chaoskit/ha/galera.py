@@ -37,6 +37,7 @@ NO_VIEW = "18446744073709551615"  # wsrep_cluster_conf_id of a node outside any 
 
 class GaleraConfig(HaConfig):
     kind: Literal["galera"] = "galera"
+    engines: ClassVar[frozenset[str]] = frozenset({"mysql"})
 
 
 def parse_options(text: str) -> dict[str, str]:
@@ -91,7 +92,6 @@ def assign_roles(found: list[tuple[MemberView, str | None, bool]]) -> list[Membe
 class GaleraManager(HAManager):
     kind = "galera"
     Config = GaleraConfig
-    engines = frozenset({"mysql"})
     multi_writer: ClassVar[bool] = True
     view_is_own: ClassVar[bool] = False  # the leader is chaoskit's rule; Galera's own signal is the view change
 

@@ -54,6 +54,7 @@ STATUS = re.compile(r"is running\((?P<code>\d+):(?P<word>[A-Z_]+)\), master:(?P<
 
 class MhaConfig(HaConfig):
     kind: Literal["mha"] = "mha"
+    engines: ClassVar[frozenset[str]] = frozenset({"mysql"})
     manager_host: Name  # the inventory host masterha_manager runs on
     conf: SafePath = "/etc/masterha/app1.cnf"
     log: SafePath | None = None  # the manager_log; default: read from the config
@@ -100,7 +101,6 @@ def parse_conf(text: str) -> dict[str, dict[str, str]]:
 class MhaManager(HAManager):
     kind = "mha"
     Config = MhaConfig
-    engines: ClassVar[frozenset[str]] = frozenset({"mysql"})
     view_is_own: ClassVar[bool] = False  # roles come from the servers; MHA speaks through its log
 
     @property

@@ -153,6 +153,7 @@ class EtcdConfig(Frozen):
 
 class PatroniConfig(HaConfig):
     kind: Literal["patroni"] = "patroni"
+    engines: ClassVar[frozenset[str]] = frozenset({"postgres"})
     api: PatroniApiConfig = PatroniApiConfig()
     dcs: EtcdConfig | None = None
 
@@ -162,7 +163,6 @@ class PatroniManager(HAManager):
     Config = PatroniConfig
     changeable_settings: ClassVar[frozenset[str]] = frozenset({"synchronous_mode", "synchronous_mode_strict",
                                                                "maximum_lag_on_failover"})
-    engines: ClassVar[frozenset[str]] = frozenset({"postgres"})
     healthy_states: ClassVar[frozenset[str]] = frozenset({"running", "streaming"})
 
     # -- REST --------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ GUCS = ("health_check_period", "health_check_timeout", "health_check_max_retries
 
 class PgafConfig(HaConfig):
     kind: Literal["pg_auto_failover"] = "pg_auto_failover"
+    engines: ClassVar[frozenset[str]] = frozenset({"postgres"})
     monitor: Endpoint  # the monitor's PostgreSQL, host:port
     database: SqlName = "pg_auto_failover"
     user: SqlName = "autoctl_node"
@@ -120,7 +121,6 @@ def classify_events(rows: list[tuple], names: dict[str, str],
 class PgAutoFailoverManager(HAManager):
     kind = "pg_auto_failover"
     Config = PgafConfig
-    engines: ClassVar[frozenset[str]] = frozenset({"postgres"})
     healthy_states: ClassVar[frozenset[str]] = frozenset({"primary", "secondary", "single", "wait_primary"})
 
     @property

@@ -4,11 +4,9 @@ factory."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
-
-from chaoskit.ha.base import HaConfig, HAManager
+from chaoskit.ha.base import HAManager
 from chaoskit.plugins import Plugins
 
 if TYPE_CHECKING:
@@ -20,27 +18,6 @@ MANAGERS: Plugins[type[HAManager]] = Plugins("chaoskit.ha", HAManager, "kind", "
 
 def managers() -> dict[str, type[HAManager]]:
     return MANAGERS.all()
-
-
-def validate_config(value: Any) -> HaConfig:
-    """The manager's own config model from an inventory's `ha:` mapping; errors as ValueError
-    naming the field inside `ha`."""
-    if isinstance(value, HaConfig):
-        return value
-    if value is None:
-        value = {"kind": "none"}
-    if isinstance(value, str):
-        value = {"kind": value}
-    if not isinstance(value, dict):
-        raise ValueError("expected a mapping with kind (e.g. {kind: patroni})")
-    manager = MANAGERS.get(value.get("kind"))  # UnknownPlugin is a ValueError naming the known ones
-    try:
-        return manager.Config.model_validate(value)
-    except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in err["loc"])
-        msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
-        raise ValueError(f"{where}: {msg}" if where else msg) from None
 
 
 def is_multi_writer(cluster: Cluster) -> bool:

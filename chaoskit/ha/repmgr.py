@@ -102,6 +102,7 @@ CONF_KEYS = ("failover", "reconnect_attempts", "reconnect_interval", "monitor_in
 
 class RepmgrConfig(HaConfig):
     kind: Literal["repmgr"] = "repmgr"
+    engines: ClassVar[frozenset[str]] = frozenset({"postgres"})
     database: SqlName = "repmgr"
     user: SqlName = "repmgr"
     password: Secret | None = None  # where pg_hba asks for one
@@ -171,7 +172,6 @@ def role_of(node_type: str, active: bool) -> str:
 class RepmgrManager(HAManager):
     kind = "repmgr"
     Config = RepmgrConfig
-    engines: ClassVar[frozenset[str]] = frozenset({"postgres"})
 
     @property
     def cfg(self) -> RepmgrConfig:

@@ -7,8 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, SerializeAsAny, StringConstraints, field_validator, model_validator
 
-from chaoskit.ha.base import HaConfig
 from chaoskit.inventory import tags as tag_rules
+from chaoskit.inventory.haconfig import HaConfig, validate_config
 from chaoskit.models import Frozen
 from chaoskit.secrets import Secret, SecretRef
 from chaoskit.validation import (
@@ -153,17 +153,12 @@ class Cluster(Frozen):
     @field_validator("ha", mode="before")
     @classmethod
     def _manager_config(cls, value: object) -> object:
-        from chaoskit.ha.registry import validate_config
-
         return validate_config(value)
 
     @model_validator(mode="after")
     def _manager_fits_engine(self) -> Cluster:
-        from chaoskit.ha.registry import managers
-
-        manager = managers()[self.ha.kind]
-        if self.engine not in manager.engines:
-            raise ValueError(f"ha: {self.ha.kind} manages {'/'.join(sorted(manager.engines))}, not {self.engine}")
+        if self.engine not in self.ha.engines:
+            raise ValueError(f"ha: {self.ha.kind} manages {'/'.join(sorted(self.ha.engines))}, not {self.engine}")
         return self
 
     @model_validator(mode="after")
@@ -195,8 +190,6 @@ class Cluster(Frozen):
 
 
 def _default_ha() -> HaConfig:
-    from chaoskit.ha.registry import validate_config
-
     return validate_config({"kind": "none"})
 
 

@@ -14,6 +14,7 @@ import chaoskit.ha
 import chaoskit.lab.recipes
 from chaoskit.errors import InputError
 from chaoskit.ha import registry
+from chaoskit.inventory.haconfig import HA_CONFIGS, validate_config
 
 MANAGER = '''
 """toyha: a manager that exists only in this test."""
@@ -74,11 +75,11 @@ def toy_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (recipe_dir / "toystack.py").write_text(textwrap.dedent(RECIPE))
     monkeypatch.setattr(chaoskit.ha, "__path__", [*chaoskit.ha.__path__, str(ha_dir)])
     monkeypatch.setattr(chaoskit.lab.recipes, "__path__", [*chaoskit.lab.recipes.__path__, str(recipe_dir)])
-    registry.MANAGERS.forget()  # found again with the toy manager and recipe
-    chaoskit.lab.recipes.RECIPES.forget()
+    for plugins in (registry.MANAGERS, HA_CONFIGS, chaoskit.lab.recipes.RECIPES):
+        plugins.forget()  # found again with the toy manager and recipe
     yield
-    registry.MANAGERS.forget()
-    chaoskit.lab.recipes.RECIPES.forget()
+    for plugins in (registry.MANAGERS, HA_CONFIGS, chaoskit.lab.recipes.RECIPES):
+        plugins.forget()
 
 
 def test_a_new_stack_is_its_manager_its_recipe_and_its_playbooks(toy_stack: None, tmp_path: Path) -> None:
@@ -114,4 +115,4 @@ def test_a_new_stack_is_its_manager_its_recipe_and_its_playbooks(toy_stack: None
 
 def test_a_wrong_field_in_the_new_managers_config_is_one_line(toy_stack: None, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"^quorum: Input should be a valid integer"):
-        registry.validate_config({"kind": "toyha", "quorum": "many"})
+        validate_config({"kind": "toyha", "quorum": "many"})
