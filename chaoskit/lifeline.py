@@ -29,6 +29,8 @@ def controller_user() -> str:
 
 
 def process_start_time(pid: int) -> int | None:
+    """Kernel start time of a pid (clock ticks since boot), or None if it does not exist: with the
+    pid, it names one process for good (a pid is reused, its start time is not)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:

@@ -14,18 +14,11 @@ import subprocess
 import time
 from pathlib import Path
 
+from chaoskit.lifeline import process_start_time
+
 
 def sh(cmd: list[str], *, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, check=check, timeout=timeout)
-
-
-def start_time(pid: int) -> int | None:
-    """Kernel start time of a pid (clock ticks since boot), or None if it does not exist."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
 
 
 def alive(pid: int, started: int | None = None) -> bool:
@@ -37,7 +30,7 @@ def alive(pid: int, started: int | None = None) -> bool:
     state = next((ln.split()[1] for ln in status.splitlines() if ln.startswith("State:")), "?")
     if state in ("Z", "X"):
         return False
-    return started is None or start_time(pid) == started
+    return started is None or process_start_time(pid) == started
 
 
 def read_pid_file(path: Path) -> int | None:

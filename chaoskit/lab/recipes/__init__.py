@@ -26,8 +26,9 @@ from types import ModuleType
 from typing import Any
 
 from chaoskit.errors import LabError
-from chaoskit.lab.procs import run_launcher, start_time
+from chaoskit.lab.procs import run_launcher
 from chaoskit.lab.spec import LabHost, LabSpec, Paths
+from chaoskit.lifeline import process_start_time
 from chaoskit.plugins import Plugins
 
 RECIPES: Plugins[ModuleType] = Plugins(__name__, ModuleType, "NAME", "lab stack")
@@ -94,7 +95,7 @@ class Build:
     def launch(self, key: str, script: Path, pid_file: Path) -> int:
         pid = run_launcher(script, pid_file)
         with self.lock:
-            self.started[key] = {"pid": pid, "start": start_time(pid) or 0, "pid_file": str(pid_file),
+            self.started[key] = {"pid": pid, "start": process_start_time(pid) or 0, "pid_file": str(pid_file),
                                 "script": str(script)}
         return pid
 
