@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from chaoskit.errors import ChaoskitError, InputError, escaped
-from chaoskit.faults.registry import REGISTRY as FAULT_KINDS
+from chaoskit.faults.spec import KINDS as FAULT_KINDS  # the kinds' names for help (the registry loads SSH)
 from chaoskit.lab.recipes import default_stacks, stack_names
 from chaoskit.workload.spec import THROUGHPUT
 from chaoskit.workload.workloads import WORKLOADS
@@ -276,8 +276,10 @@ def _fault_spec(settings: list[str], **fields: object) -> Any:
 def fault_kinds(as_json: JsonOpt = False) -> None:
     """Every fault kind: its family, what its host needs, and its fields with their defaults (each is
     settable in a playbook step and with `fault inject --set FIELD=VALUE`)."""
+    from chaoskit.faults.registry import REGISTRY
+
     rows = []
-    for kind in FAULT_KINDS.values():
+    for kind in REGISTRY.values():
         fields = {name: "required" if f.is_required() else f.get_default(call_default_factory=True)
                   for name, f in kind.spec.model_fields.items() if name != "kind"}
         rows.append({"kind": kind.name, "family": kind.family, "needs": sorted(kind.needs), "fields": fields})
