@@ -15,7 +15,7 @@ import random
 import resource
 import time
 
-from chaoskit.recorder import FAIL, INFO, OK, Recorder
+from chaoskit.recorder import FAIL, INFO, OK, SEQUENCE, Recorder
 
 
 def rss_mb() -> float:
@@ -41,9 +41,9 @@ def produce(seconds: int, rate: int, workers: int, base: float, out: mp.Queue) -
             t = t0 + i / rate
             if outage:
                 outcome = INFO if i % 7 == 0 else FAIL
-                child.record(w, "write", t - 0.002, t, outcome, "connection_lost", "lost", ledger_seq=seqs[w])
+                child.record(w, "write", t - 0.002, t, outcome, "connection_lost", "lost", key=seqs[w], keyed=SEQUENCE)
             else:
-                child.record(w, "write", t - 0.002, t + rng.random() * 0.002, OK, ledger_seq=seqs[w])
+                child.record(w, "write", t - 0.002, t + rng.random() * 0.002, OK, key=seqs[w], keyed=SEQUENCE)
         if tick % 2 == 1:
             out.put(child.drain(t0 + 0.1))
     out.put(child.drain(base + seconds + 1, final=True))

@@ -33,6 +33,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
 OK, FAIL, INFO = "ok", "fail", "info"
+# How a workload's op key reads (`Workload.keyed`): each acknowledged op added one row numbered
+# `key` for its worker (the ledger), or incremented the version of row `key` (the update workload)
+SEQUENCE, VERSION = "sequence", "version"
 STALL = "stall"  # a gap's class when an op was acknowledged only after the stall bound
 ERROR_CLASSES = [c.value for c in ErrorClass]
 COLUMNS = ["ok", "fail", "info", "write_ok", "read_ok", "missed", *[f"err_{c}" for c in ERROR_CLASSES]]
@@ -208,9 +211,14 @@ class Recorder:
         return slot
 
     def record(self, worker: int, kind: str, t_invoke: float, t_done: float, outcome: str,
-               error_class: str | None = None, message: str = "", ledger_seq: int | None = None,
-               node: str | None = None, row: int | None = None) -> None:
-        """One op: `kind` is write|read; the op is booked in the interval where it completed."""
+               error_class: str | None = None, message: str = "", key: int | None = None,
+               node: str | None = None, keyed: str | None = None) -> None:
+        """One op: `kind` is write|read; the op is booked in the interval where it completed.
+        `key` is what it wrote, read as its workload declares (`keyed`): SEQUENCE, the number of
+        the one row it added for this worker (lost writes are counted per key); VERSION, the id of
+        the row whose version it incremented (lost updates are counted per row)."""
+        ledger_seq = key if keyed == SEQUENCE else None
+        row = key if keyed == VERSION else None
         if self.keep_ops:
             self.ops.append((t_invoke, t_done, worker, kind, outcome, ledger_seq, node,
                              None if outcome == OK else error_class or ErrorClass.other.value, row))

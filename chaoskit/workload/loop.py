@@ -215,7 +215,7 @@ class ConnLoop:
             fut.add_done_callback(self._wake)
             return
         ctx = slot.ctx
-        ctx.phase, ctx.ledger_seq, ctx.row = "pre", None, None
+        ctx.phase, ctx.key = "pre", None
         slot.kind = self.default_kind
         slot.error = None
         slot.gen = self.workload.steps(ctx)
@@ -338,8 +338,8 @@ class ConnLoop:
         now = time.time()
         slot.state = IDLE
         slot.gen = None
-        self.recorder.record(slot.wid, kind, slot.t_invoke, now, OK, ledger_seq=slot.ctx.ledger_seq, node=slot.node,
-                             row=slot.ctx.row)
+        self.recorder.record(slot.wid, kind, slot.t_invoke, now, OK, key=slot.ctx.key, node=slot.node,
+                             keyed=self.workload.keyed)
         slot.backoff = self.spec.backoff_min
         self._after_op(slot, now)
 
@@ -350,7 +350,7 @@ class ConnLoop:
         gave_up = interrupted or self.driver.client_gave_up(exc)
         outcome = outcome_for(cls, ctx.phase, gave_up) if self.workload.writes else FAIL
         self.recorder.record(slot.wid, slot.kind, slot.t_invoke, now, outcome, cls.value, first_line(exc),
-                             ledger_seq=ctx.ledger_seq, node=slot.node, row=ctx.row)
+                             key=ctx.key, node=slot.node, keyed=self.workload.keyed)
         if slot.gen is not None:
             slot.gen.close()
             slot.gen = None

@@ -147,7 +147,7 @@ class _Worker:
 
     def _one_op(self, t_invoke: float) -> None:
         ctx = self.ctx
-        ctx.phase, ctx.ledger_seq, ctx.row = "pre", None, None
+        ctx.phase, ctx.key = "pre", None
         self.interrupted = False
         self.inflight_since = time.time()
         kind = "write" if self.workload.writes else "read"
@@ -155,7 +155,7 @@ class _Worker:
             kind = self.workload.run(self.conn, ctx)
             t_done = time.time()
             self.inflight_since = None
-            self._record(self.wid, kind, t_invoke, t_done, OK, ledger_seq=ctx.ledger_seq, node=self.node, row=ctx.row)
+            self._record(self.wid, kind, t_invoke, t_done, OK, key=ctx.key, node=self.node, keyed=self.workload.keyed)
         except Exception as exc:
             t_done = time.time()
             self.inflight_since = None
@@ -165,7 +165,7 @@ class _Worker:
             gave_up = self.interrupted or self.driver.client_gave_up(exc)
             outcome = outcome_for(cls, ctx.phase, gave_up) if self.workload.writes else FAIL
             self._record(self.wid, kind, t_invoke, t_done, outcome, cls.value, first_line(exc),
-                         ledger_seq=ctx.ledger_seq, node=self.node, row=ctx.row)
+                         key=ctx.key, node=self.node, keyed=self.workload.keyed)
             if cls in DROP_CONNECTION or self.interrupted:
                 self._drop()
 

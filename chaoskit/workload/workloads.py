@@ -21,6 +21,7 @@ from typing import Any, ClassVar, NamedTuple
 
 from chaoskit.db.base import Driver
 from chaoskit.plugins import Plugins
+from chaoskit.recorder import SEQUENCE, VERSION
 
 
 class Stmt(NamedTuple):
@@ -45,8 +46,7 @@ class OpContext:
     workers: int = 1  # how many workers share the tables (for disjoint key choices)
     seq: int = 0  # ledger: the last sequence number this worker allocated
     phase: str = "pre"  # pre | commit
-    ledger_seq: int | None = None
-    row: int | None = None  # update: the row this op increments (lost-update check)
+    key: int | None = None  # what this op wrote, as its workload's `keyed` says (None: nothing to track)
 
     def committing(self) -> None:
         self.phase = "commit"
@@ -79,6 +79,7 @@ class Workload(ABC):
     name: ClassVar[str]
     writes: ClassVar[bool] = True
     checks: ClassVar[tuple[str, ...]] = ()  # the checks of its own data it can judge, in the order they are run
+    keyed: ClassVar[str | None] = None  # how an op's `key` reads (recorder.SEQUENCE / VERSION)
 
     def __init__(self, driver: Driver, params: WorkloadParams, run_id: str) -> None:
         self.driver = driver
@@ -156,6 +157,7 @@ class Ledger(Workload):
     name = "ledger"
     TABLE = "chaoskit_ledger"
     checks = ("rpo", "replica_convergence")
+    keyed = SEQUENCE  # an op's key: the sequence number of the row it inserts for its worker
 
     def setup(self, conn: Any) -> None:
         self.driver.execute(conn, (
@@ -170,7 +172,7 @@ class Ledger(Workload):
 
     def steps(self, ctx: OpContext) -> Steps:
         ctx.seq += 1
-        ctx.ledger_seq = ctx.seq
+        ctx.key = ctx.seq
         ctx.committing()  # autocommit: the INSERT is the commit
         yield Stmt(self._insert, (self.run_id, ctx.worker, ctx.seq, time.time(), self._payload))
         return "write"
@@ -258,14 +260,15 @@ class Update(_Keyed):
 
     name = "update"
     checks = ("rpo",)
+    keyed = VERSION  # an op's key: the row whose version (value) it increments
 
     def prepare(self) -> None:
         self._sql = self.driver.q(f"UPDATE {self.TABLE} SET value = value + 1 WHERE id = %s")
 
     def steps(self, ctx: OpContext) -> Steps:
-        ctx.row = ctx.rng.randint(1, self.params.table_rows)
+        ctx.key = row = ctx.rng.randint(1, self.params.table_rows)
         ctx.committing()
-        yield Stmt(self._sql, (ctx.row,))
+        yield Stmt(self._sql, (row,))
         return "write"
 
     def snapshot(self, conn: Any) -> dict[int, int]:

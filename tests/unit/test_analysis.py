@@ -8,7 +8,7 @@ from chaoskit.analysis.checks import split_brain
 from chaoskit.analysis.failover import analyse_fault, baseline_tps
 from chaoskit.analysis.verdict import checked, merge
 from chaoskit.ha.base import ManagerEvent
-from chaoskit.recorder import FAIL, INFO, OK, Recorder
+from chaoskit.recorder import FAIL, INFO, OK, SEQUENCE, Recorder
 from chaoskit.topology.probe import ProbeLog
 
 T0 = 1_800_000_000.0
@@ -25,13 +25,13 @@ def history() -> tuple[Recorder, ProbeLog]:
             seq[w] += 1
             tw = t + w * 0.003
             if tw < FAULT + 0.004:
-                rec.record(w, "write", tw - 0.002, tw, OK, ledger_seq=seq[w])
+                rec.record(w, "write", tw - 0.002, tw, OK, key=seq[w], keyed=SEQUENCE)
             elif tw < T0 + 29.6 + w * 0.1:
                 outcome = INFO if abs(tw - (FAULT + 0.006)) < 0.005 else FAIL
                 rec.record(w, "write", tw - 0.002, tw, outcome, "connection_lost" if outcome == INFO else
-                           "connect_refused", ledger_seq=seq[w])
+                           "connect_refused", key=seq[w], keyed=SEQUENCE)
             else:
-                rec.record(w, "write", tw - 0.002, tw, OK, ledger_seq=seq[w])
+                rec.record(w, "write", tw - 0.002, tw, OK, key=seq[w], keyed=SEQUENCE)
     rec.finish()
     probe = ProbeLog()
     for i in range(450):

@@ -24,7 +24,7 @@ from chaoskit.faults.manager import InjectedFault
 from chaoskit.history import OpHistory
 from chaoskit.playbook.models import LoadConfig, Playbook
 from chaoskit.playbook.record import DrillRecord
-from chaoskit.recorder import FAIL, INFO, OK, Recorder
+from chaoskit.recorder import FAIL, INFO, OK, SEQUENCE, Recorder
 from chaoskit.workload.runner import _Worker
 from chaoskit.workload.spec import ClientGroup, LoadSpec
 
@@ -39,7 +39,8 @@ def recorder(keep: bool = True) -> Recorder:
     for k in range(240):
         for w, t, outcome in ((1, t1(k), outcome1(k)), (2, t2(k), outcome2(k))):
             cls = None if outcome == OK else "connection_lost" if outcome == INFO else "connect_refused"
-            rec.record(w, "write", t - 0.01, t, outcome, cls, ledger_seq=k + 1, node="pg1" if t < 1013 else "pg2")
+            rec.record(w, "write", t - 0.01, t, outcome, cls, key=k + 1, keyed=SEQUENCE,
+                       node="pg1" if t < 1013 else "pg2")
     rec.history.keep_around(F)
     rec.finish()
     return rec
@@ -224,6 +225,7 @@ class FakeDriver:
 
 class FakeWorkload:
     writes = True
+    keyed = SEQUENCE
 
     def __init__(self, driver: FakeDriver) -> None:
         self.driver = driver
@@ -235,7 +237,7 @@ class FakeWorkload:
                 time.sleep(0.005)
             if conn["dead"].is_set():
                 raise ConnectionResetError("interrupted")
-        ctx.ledger_seq = (ctx.ledger_seq or 0) + 1
+        ctx.key = (ctx.key or 0) + 1
         return "write"
 
 
@@ -299,10 +301,10 @@ def test_an_op_acknowledged_after_the_stall_bound_is_an_outage() -> None:
     """A pool client's write frozen for 20 s and then acknowledged: its gap runs from the moment it
     exceeded the bound (2.25 s, the deadline client's) to the acknowledgement."""
     rec = Recorder(100.0, interval=0.1, stall_s=2.25)
-    rec.record(5, "write", 109.990, 109.995, OK, ledger_seq=1)
-    rec.record(5, "write", 109.996, 130.0, OK, ledger_seq=2)  # frozen at 110.0, woke at 130.0
-    rec.record(5, "write", 130.001, 130.002, OK, ledger_seq=3)
-    rec.record(5, "write", 130.003, 132.0, OK, ledger_seq=4)  # 1.997 s: under the bound, no gap
+    rec.record(5, "write", 109.990, 109.995, OK, key=1, keyed=SEQUENCE)
+    rec.record(5, "write", 109.996, 130.0, OK, key=2, keyed=SEQUENCE)  # frozen at 110.0, woke at 130.0
+    rec.record(5, "write", 130.001, 130.002, OK, key=3, keyed=SEQUENCE)
+    rec.record(5, "write", 130.003, 132.0, OK, key=4, keyed=SEQUENCE)  # 1.997 s: under the bound, no gap
     rec.finish()
     assert [(g.worker, g.last_ok_before, g.first_err, g.first_err_class, g.first_ok_after, g.errors)
             for g in rec.gaps] == [(5, 109.995, 109.996 + 2.25, "stall", 130.0, 0)]

@@ -23,7 +23,7 @@ from chaoskit.faults.manager import InjectedFault
 from chaoskit.inventory.models import Cluster
 from chaoskit.playbook.models import Playbook
 from chaoskit.playbook.record import DrillRecord
-from chaoskit.recorder import OK, error_rate
+from chaoskit.recorder import OK, SEQUENCE, VERSION, error_rate
 from chaoskit.workload.workloads import Bank, Ledger, Update, WorkloadParams
 
 PLAYBOOK = {
@@ -430,9 +430,9 @@ def test_recorder_counts_row_updates_across_processes() -> None:
 
     kid, parent = Recorder(0.0, keep_ops=True), Recorder(0.0)
     for t, row, outcome in ((1.0, 7, OK), (1.1, 7, OK), (1.2, 7, INFO), (1.3, 8, FAIL), (1.4, 8, OK)):
-        kid.record(1, "write", t - 0.01, t, outcome, None if outcome == OK else "timeout", row=row)
+        kid.record(1, "write", t - 0.01, t, outcome, None if outcome == OK else "timeout", key=row, keyed=VERSION)
     parent.merge(kid.drain(2.0))
-    kid.record(1, "write", 2.5, 2.6, OK, row=7)
+    kid.record(1, "write", 2.5, 2.6, OK, key=7, keyed=VERSION)
     parent.merge(kid.drain(3.0, final=True))
     assert parent.row_updates == {7: [3, 1], 8: [1, 0]}  # a failed update counts for nothing
     assert [op[8] for op in kid.history.kept] == []  # the child ships its ops; the parent keeps windows
@@ -534,9 +534,9 @@ def test_the_baseline_leaves_the_warm_up_out() -> None:
 
     rec = Recorder(T0, interval=0.125)
     for k in range(240):
-        rec.record(1, "write", t1(k) - 0.01, t1(k), OK, ledger_seq=k + 1)
+        rec.record(1, "write", t1(k) - 0.01, t1(k), OK, key=k + 1, keyed=SEQUENCE)
         if t2(k) >= 1005.0:
-            rec.record(2, "write", t2(k) - 0.01, t2(k), OK, ledger_seq=k + 1)
+            rec.record(2, "write", t2(k) - 0.01, t2(k), OK, key=k + 1, keyed=SEQUENCE)
     rec.finish()
     pb = playbook(load={**PLAYBOOK["load"], "warmup": "5s"}, slo={}, checks=[])
     results, _ = analyse(Ctx(pb, rec, Probe(probe()), []), {})
@@ -703,7 +703,7 @@ def test_bank_update_and_convergence_checks_through_analyse() -> None:
     # update: rows 1 and 2 incremented; row 1 lost one of its two acknowledged increments
     rec = Recorder(T0, interval=0.125)
     for t, row in ((1001.0, 1), (1001.5, 1), (1002.0, 2)):
-        rec.record(1, "write", t - 0.01, t, OK, row=row)
+        rec.record(1, "write", t - 0.01, t, OK, key=row, keyed=VERSION)
     rec.finish()
     pb = playbook(load={**PLAYBOOK["load"], "workload": "update"}, checks=["rpo"], slo={"rpo_max_writes": 0})
     results, _ = analyse(Ctx(pb, rec, Probe(probe()), [kill()]),

@@ -13,7 +13,7 @@ import pytest
 from chaoskit.analysis.catchup import standby_catchup
 from chaoskit.analysis.failover import analyse_fault, fault_outcome, nearest_rank
 from chaoskit.ha.base import ManagerEvent
-from chaoskit.recorder import FAIL, OK, Recorder
+from chaoskit.recorder import FAIL, OK, SEQUENCE, Recorder
 from chaoskit.topology.probe import ProbeLog
 
 NULL_PHASES = {"detection_s": None, "promotion_s": None, "reconnect_s": None, "stabilisation_s": None}
@@ -27,7 +27,7 @@ def history(failing: set[int], last: int = 59) -> Recorder:
     rec = Recorder(100.0, interval=0.5)
     for k in range(last + 1):
         rec.record(1, "write", t(k) - 0.01, t(k), FAIL if k in failing else OK,
-                   None if k not in failing else "connect_refused", ledger_seq=k + 1)
+                   None if k not in failing else "connect_refused", key=k + 1, keyed=SEQUENCE)
     rec.finish()
     return rec
 

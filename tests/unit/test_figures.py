@@ -21,7 +21,7 @@ import pytest
 from chaoskit.analysis.durability import rpo_check
 from chaoskit.analysis.failover import analyse_fault, baseline_tps
 from chaoskit.ha.base import ManagerEvent
-from chaoskit.recorder import FAIL, INFO, OK, LedgerColumn, Recorder
+from chaoskit.recorder import FAIL, INFO, OK, SEQUENCE, LedgerColumn, Recorder
 from chaoskit.topology.probe import ProbeLog
 
 T0, F, IV = 1000.0, 1010.0, 0.125
@@ -48,7 +48,7 @@ def recorder() -> Recorder:
     for k in range(240):
         for w, t, outcome in ((1, t1(k), outcome1(k)), (2, t2(k), outcome2(k))):
             cls = None if outcome == OK else "connection_lost" if outcome == INFO else "connect_refused"
-            rec.record(w, "write", t - 0.01, t, outcome, cls, ledger_seq=k + 1)
+            rec.record(w, "write", t - 0.01, t, outcome, cls, key=k + 1, keyed=SEQUENCE)
     rec.finish()
     return rec
 
@@ -172,8 +172,8 @@ def test_split_process_recording_keeps_an_outage_open_at_the_end() -> None:
     for k in range(120):
         for w, t, outcome in ((1, t1(k), outcome1(k)), (2, t2(k), FAIL if k >= 100 else OK)):
             cls = None if outcome == OK else "timeout"
-            direct.record(w, "write", t - 0.01, t, outcome, cls, ledger_seq=k + 1)
-            kids[w].record(w, "write", t - 0.01, t, outcome, cls, ledger_seq=k + 1)
+            direct.record(w, "write", t - 0.01, t, outcome, cls, key=k + 1, keyed=SEQUENCE)
+            kids[w].record(w, "write", t - 0.01, t, outcome, cls, key=k + 1, keyed=SEQUENCE)
         if k % 16 == 15:
             for kid in kids.values():
                 parent.merge(kid.drain(t1(k)))

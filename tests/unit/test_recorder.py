@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from chaoskit.recorder import FAIL, INFO, OK, Recorder
+from chaoskit.recorder import FAIL, INFO, OK, SEQUENCE, Recorder
 
 BASE = 1_000_000.0
 
@@ -59,7 +59,7 @@ def test_ledger_ranges_and_ack_times() -> None:
     outcomes = {1: OK, 2: OK, 3: INFO, 4: FAIL, 5: OK}
     for seq, outcome in outcomes.items():
         r.record(7, "write", BASE + seq, BASE + seq + 0.0123, outcome, None if outcome == OK else "timeout",
-                 ledger_seq=seq)
+                 key=seq, keyed=SEQUENCE)
     r.finish()
     assert r.ledger_acknowledged() == {7: [(1, 2), (5, 5)]}
     state, t = r.ledger_outcome(7, 2)
@@ -76,9 +76,9 @@ def test_drain_and_merge_equal_direct_recording() -> None:
     child_a, child_b, parent = Recorder(BASE), Recorder(BASE), Recorder(BASE)
     for w, seq, t, outcome in ops:
         cls = None if outcome == OK else "timeout"
-        direct.record(w, "write", t - 0.002, t, outcome, cls, ledger_seq=seq)
+        direct.record(w, "write", t - 0.002, t, outcome, cls, key=seq, keyed=SEQUENCE)
         child = child_a if w == 1 else child_b
-        child.record(w, "write", t - 0.002, t, outcome, cls, ledger_seq=seq)
+        child.record(w, "write", t - 0.002, t, outcome, cls, key=seq, keyed=SEQUENCE)
         if int((t - BASE) * 1000) % 1000 < 40:  # drain now and then, as the runner does
             parent.merge(child.drain(t))
     parent.merge(child_a.drain(BASE + 100, final=True))
@@ -197,7 +197,7 @@ def test_drain_ships_closed_intervals_below_its_watermark_and_new_ledger_only() 
 
     rec = Recorder(0.0, interval=0.1)
     for t in (1.05, 1.15, 1.25):  # intervals 10, 11, 12
-        rec.record(1, "write", t - 0.001, t, OK, ledger_seq=round(t * 100) - 104)  # seqs 1, 11, 21
+        rec.record(1, "write", t - 0.001, t, OK, key=round(t * 100) - 104, keyed=SEQUENCE)  # seqs 1, 11, 21
     b = rec.drain(1.25)  # index(1.25) = 12: intervals below 11 are complete
     assert b.watermark == 11 and [i for i, _, _ in b.intervals] == [10]
     assert [(w, first) for w, first, _ in b.ledger] == [(1, 1)]
@@ -261,10 +261,10 @@ def test_ledger_outcome_at_its_bounds() -> None:
     from chaoskit.recorder import FAIL, INFO, OK, Recorder
 
     rec = Recorder(1000.0, interval=0.125)
-    rec.record(1, "write", 1000.9, 1001.0, OK, ledger_seq=1)
-    rec.record(1, "write", 1001.0, 1001.1, FAIL, "timeout", ledger_seq=2)
-    rec.record(1, "write", 1001.1, 1001.2, INFO, "connection_lost", ledger_seq=3)
-    rec.record(1, "write", 1001.4, 1001.5, OK, ledger_seq=5)  # seq 4 never recorded
+    rec.record(1, "write", 1000.9, 1001.0, OK, key=1, keyed=SEQUENCE)
+    rec.record(1, "write", 1001.0, 1001.1, FAIL, "timeout", key=2, keyed=SEQUENCE)
+    rec.record(1, "write", 1001.1, 1001.2, INFO, "connection_lost", key=3, keyed=SEQUENCE)
+    rec.record(1, "write", 1001.4, 1001.5, OK, key=5, keyed=SEQUENCE)  # seq 4 never recorded
     assert rec.ledger_outcome(1, 1) == ("ok", 1001.0)  # 1000 ms after the base
     assert rec.ledger_outcome(1, 2) == ("fail", None) and rec.ledger_outcome(1, 3) == ("info", None)
     assert rec.ledger_outcome(1, 4) == ("unknown", None) and rec.ledger_outcome(1, 5) == ("ok", 1001.5)
@@ -298,8 +298,8 @@ def test_history_ops_carry_the_error_class_of_failures_only() -> None:
     from chaoskit.recorder import FAIL, OK, Recorder
 
     rec = Recorder(0.0, keep_ops=True)
-    rec.record(1, "write", 0.9, 1.0, OK, ledger_seq=1, node="pg1")
-    rec.record(1, "write", 1.0, 1.1, FAIL, None, ledger_seq=2, node="pg1")
-    rec.record(1, "write", 1.1, 1.2, FAIL, "timeout", ledger_seq=3)
+    rec.record(1, "write", 0.9, 1.0, OK, key=1, keyed=SEQUENCE, node="pg1")
+    rec.record(1, "write", 1.0, 1.1, FAIL, None, key=2, keyed=SEQUENCE, node="pg1")
+    rec.record(1, "write", 1.1, 1.2, FAIL, "timeout", key=3, keyed=SEQUENCE)
     assert [(op[4], op[7]) for op in rec.ops] == [("ok", None), ("fail", "other"), ("fail", "timeout")]
     assert rec.errors[0][5] == ""  # no message given: empty, not a placeholder

@@ -27,7 +27,7 @@ from chaoskit.inventory.fanout import RemotePool
 from chaoskit.inventory.models import Cluster, Inventory
 from chaoskit.playbook.models import Playbook
 from chaoskit.playbook.record import DrillInputs, DrillRecord
-from chaoskit.recorder import FAIL, OK, Recorder
+from chaoskit.recorder import FAIL, OK, SEQUENCE, Recorder
 from chaoskit.testing.clock import FakeClock
 from chaoskit.testing.remote import Reply, ScriptedRemote, is_revert, is_stage, is_trigger
 from chaoskit.topology.probe import ProbeLog
@@ -154,7 +154,7 @@ class Lab:
                     t = time.time()
                     with self.lock:
                         recorder.record(1, "write", t - 0.005, t, FAIL if lab.failing_load else OK,
-                                        "connect_refused" if lab.failing_load else None, ledger_seq=seq)
+                                        "connect_refused" if lab.failing_load else None, key=seq, keyed=SEQUENCE)
                         recorder.close_before(recorder.index(t))
 
             def start(self) -> float:
