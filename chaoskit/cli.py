@@ -243,10 +243,10 @@ def load(
 def _fault_spec(settings: list[str], **fields: object) -> Any:
     """The kind's spec from the named options and `--set FIELD=VALUE` (any field of the kind, the
     value read as one YAML scalar or flow collection); errors name the option as typed."""
-    import yaml
     from pydantic import ValidationError
 
     from chaoskit.faults.spec import parse_fault
+    from chaoskit.yamlsrc import parse_yaml
 
     data = {k: v for k, v in fields.items() if v not in (None, (), [])}
     flags = {k: "--" + k.replace("_", "-") for k in data}
@@ -254,10 +254,10 @@ def _fault_spec(settings: list[str], **fields: object) -> Any:
         name, sep, text = item.partition("=")
         if not sep or not name.isidentifier():
             raise InputError(f"expected FIELD=VALUE, got {item[:60]!r}", source="command line", field="--set")
-        try:
-            value = yaml.safe_load(text) if text else ""
-        except yaml.YAMLError:
-            raise InputError(f"not a YAML value: {text[:60]!r}", source="command line", field=f"--set {name}") from None
+        try:  # the same hardened reader as playbooks and inventories (depth, aliases, sizes bounded)
+            value = parse_yaml(text, "--set").data if text else ""
+        except InputError as exc:
+            raise InputError(f"not a YAML value: {exc.detail}", source="command line", field=f"--set {name}") from None
         if name in data:
             raise InputError(f"{name} is given twice", source="command line", field=f"--set {name}")
         data[name], flags[name] = value, f"--set {name}"

@@ -55,6 +55,7 @@ def test_every_field_of_every_kind_is_reachable_with_set(kind: str) -> None:
     ("stress", ["vm_bytes=$(reboot)"], "--set vm_bytes", "not a valid size"),
     ("stress", ["noequals"], "--set", "expected FIELD=VALUE"),
     ("stress", ["cpu_workers=[1"], "--set cpu_workers", "not a YAML value"),
+    ("stress", ["cpu_workers=" + "[" * 3000], "--set cpu_workers", "nested deeper"),  # the hardened reader
     ("netem", ["corrupt_pct=101"], "--set corrupt_pct", "less than or equal to 100"),
     ("kill", ["signal=KILL; reboot"], "--set signal", "unsupported signal"),
 ])
