@@ -61,6 +61,7 @@ if ! mkdir "$J/$ID.lock" 2>/dev/null; then
   if [ -f "$J/done/$ID" ]; then echo "reverted $(cat "$J/done/$ID")"; exit 0; fi
   mkdir "$J/$ID.lock" 2>/dev/null || { echo "fault $ID: another revert holds the lock" >&2; exit 5; }
 fi
+if [ -f "$J/done/$ID" ] && [ ! -f "$J/$ID.active" ]; then rmdir "$J/$ID.lock"; echo "reverted $(cat "$J/done/$ID")"; exit 0; fi
 @BODY@
 if [ ! -f "$J/$ID.active" ]; then echo "fault $ID: no is-active check: state unknown" >&2; rmdir "$J/$ID.lock"; exit 5; fi
 sh "$J/$ID.active" >/dev/null 2>&1 && rc=0 || rc=$?
@@ -213,14 +214,17 @@ def trigger_script(fault_id: str, root: str = ROOT, jdir: str = "", shell: str =
 def revert_script(fault_id: str, by: str = "controller", root: str = ROOT) -> str:
     """Revert one journaled fault. Prints `reverted <host time> <by>`, or `already <host time> <by>`
     when it had been reverted before (the host's record); exit 4 when this host never had it, 1
-    still in effect, 5 unknown."""
+    still in effect, 5 unknown. A revert that races another (the dead-man firing at the planned end
+    as the controller heals) ends with the winner's record: the loser may find the journal entry
+    removed under it (its script already open, or its prelude gone), and then the `done` record
+    the winner wrote before removing the entry decides, never the loser's failure."""
     _check_id(fault_id)
     if by not in ("controller", "recover"):
         raise ValueError(by)
-    return (f'(J={journal_dir(root)}; ID={fault_id}; '
-            f'if [ -f "$J/$ID.revert" ]; then exec sh "$J/$ID.revert" {by}; fi; '
-            'if [ -f "$J/done/$ID" ]; then echo "already $(cat "$J/done/$ID")"; exit 0; fi; '
-            'echo "no journaled fault $ID here" >&2; exit 4)')
+    return (f'(J={journal_dir(root)}; ID={fault_id}; rc=4; '
+            f'if [ -f "$J/$ID.revert" ]; then sh "$J/$ID.revert" {by} && exit 0 || rc=$?; fi; '
+            'if [ -f "$J/done/$ID" ] && [ ! -f "$J/$ID.active" ]; then echo "already $(cat "$J/done/$ID")"; exit 0; fi; '
+            '[ "$rc" = 4 ] && echo "no journaled fault $ID here" >&2; exit "$rc")')
 
 
 def active_script(fault_id: str, root: str = ROOT) -> str:

@@ -250,6 +250,46 @@ def test_deadman_reverts_at_the_planned_end_and_records_it(stubbed: dict, tmp_pa
 
 
 @ROOT_ONLY
+def test_a_revert_that_loses_the_race_reads_the_winners_record(stubbed: dict, tmp_path: Path) -> None:
+    """The dead-man fires at the planned end as the controller heals: the loser has opened the
+    revert script (or is about to) when the winner removes the journal entry. It must answer with
+    the winner's record, not 'state unknown' (this raced once in CI: the dead-man test got no
+    `reverted` line), and leave no lock behind."""
+    env, root = stubbed["env"], stubbed["root"]
+    target = subprocess.Popen(["sleep", "60"])
+    (tmp_path / "pid").write_text(f"{target.pid}\n")
+    try:
+        facts = HostFacts(host="h", processes={"p": ProcessRef(pid_file=str(tmp_path / "pid"), comm="sleep")})
+        files = journal.journal_files(FID, scripts_for(FID, spec_of("pause", processes=("p",)), facts), {"id": FID},
+                                      None)
+        assert sh(journal.stage_script(FID, files, 120, root=root), env).returncode == 0
+        journal.parse_applied(sh(journal.trigger_script(FID, root=root), env).stdout)
+        jdir = next(Path(root).glob("faults/*"))
+        kept = {f.name: f.read_bytes() for f in jdir.glob(f"{FID}.*") if f.is_file()}
+        won = sh(f"sh {jdir}/{FID}.revert deadman", env)  # the dead-man wins
+        assert won.returncode == 0 and journal.parse_reverted(won.stdout)[1] == "deadman"
+        # the loser had the revert script and its prelude open: it finds the winner's record
+        for name in (f"{FID}.revert", f"{FID}.lib", f"{FID}.env"):
+            (jdir / name).write_bytes(kept[name])
+        late = sh(f"sh {jdir}/{FID}.revert controller", env)
+        assert late.returncode == 0, late.stderr
+        assert journal.parse_reverted(late.stdout) == journal.parse_reverted(won.stdout)
+        assert not (jdir / f"{FID}.lock").exists()
+        # the loser had only the revert script: its prelude fails, the record still decides
+        for name in (f"{FID}.lib", f"{FID}.env"):
+            (jdir / name).unlink()
+        late = sh(journal.revert_script(FID, root=root), env)
+        assert late.returncode == 0, late.stderr
+        assert late.stdout.split()[0] == "already"
+        assert journal.parse_reverted(late.stdout) == journal.parse_reverted(won.stdout)
+        # a host that never had the fault still says so (exit 4), and a failing revert keeps its code
+        assert sh(journal.revert_script("0" * 12, root=root), env).returncode == 4
+    finally:
+        target.kill()
+        target.wait()
+
+
+@ROOT_ONLY
 def test_revert_fails_closed(stubbed: dict, tmp_path: Path) -> None:
     """No is-active check: unknown (exit 5), never 'reverted'; still active after revert: exit 1."""
     env, root = stubbed["env"], stubbed["root"]
