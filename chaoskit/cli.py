@@ -580,6 +580,7 @@ def campaign(
     from chaoskit.playbook.loader import load_playbook
     from chaoskit.report.campaign import run_figures, summarise, wait_healthy, write_campaign
     from chaoskit.report.rundir import run_dir_name
+    from chaoskit.report.vocabulary import shown, verdict_word
     from chaoskit.topology.roles import writer_roles
     from chaoskit.units import parse_duration
 
@@ -608,15 +609,18 @@ def campaign(
         aborted = sealed.aborted
         runs.append(run_figures(sealed.path, sealed.evidence))
         r = runs[-1]
-        out.print(f"run {i + 1}/{repeat}: {r['verdict']}, RTO {r['rto_s']}, lost {r['lost']}", highlight=False)
+        out.print(f"run {i + 1}/{repeat}: {verdict_word(r['verdict'])}, all clients back "
+                  f"{shown('rto_all_clients_s', r['rto_all_clients_s'])}, {shown('lost_acknowledged', r['lost'])} lost",
+                  highlight=False)
         if aborted:
             break
     summary = summarise(loaded.playbook.name, runs)
     write_campaign(summary, root)
     _seal(root, None)
-    d = summary["rto_s"]
-    out.print(f"{summary['passed']} of {len(runs)} runs passed; RTO min {d.get('min')} / median {d.get('median')} / "
-              f"p95 {d.get('p95')} / max {d.get('max')} s; report: {root / 'campaign.html'}", highlight=False)
+    d = summary["rto_all_clients_s"]
+    out.print(f"{summary['passed']} of {len(runs)} runs passed; all clients back min {d.get('min')} / median "
+              f"{d.get('median')} / p95 {d.get('p95')} / max {d.get('max')} s; report: {root / 'campaign.html'}",
+              highlight=False)
     if aborted:
         raise typer.Exit(3)
     raise typer.Exit(0 if summary["passed"] == repeat else 1)
@@ -794,7 +798,8 @@ def history_cmd(
     out_dir: Annotated[Path | None, typer.Option("--out", help="Write history.html and history.json here.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Per cluster and playbook: how often it was drilled, when last, the pass rate and the RTO trend."""
+    """Per cluster and playbook: how often it was drilled, when last, the pass rate and the trend of
+    all clients back."""
     from chaoskit.report.runs import history, write_history
     from chaoskit.report.writer import _ts
 
@@ -805,12 +810,13 @@ def history_cmd(
         print(json.dumps(data, indent=2, default=str))
     else:
         table = Table(title=f"drills under {root}")
-        for col in ("cluster", "playbook", "runs", "last drilled", "last verdict", "pass rate", "RTO trend s"):
+        for col in ("cluster", "playbook", "runs", "last drilled", "last verdict", "pass rate",
+                    "all clients back, trend s"):
             table.add_column(col)
         for e in data["playbooks"].values():
             table.add_row(str(e["cluster"]), e["playbook"], str(len(e["runs"])), _ts(e["last_drilled"]),
                           str(e["last_verdict"]), "—" if e["pass_rate"] is None else f"{e['pass_rate']:.0%}",
-                          " ".join("—" if v is None else f"{v:.2f}" for v in e["rto_trend_s"][-8:]))
+                          " ".join("—" if v is None else f"{v:.2f}" for v in e["rto_all_clients_trend_s"][-8:]))
         out.print(table)
     if out_dir is not None:
         write_history(data, out_dir)

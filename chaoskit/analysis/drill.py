@@ -22,6 +22,7 @@ from chaoskit.recorder import OK, Recorder, error_rate
 from chaoskit.topology.probe import ProbeLog, writer_view
 
 MARKS = ("t_fault", "t_detect", "t_promoted", "t_first_ok", "t_recovered")
+RTO_FIGURES = ("rto_first_client_s", "rto_all_clients_s", "write_gap_s")  # a group's worst over its outages
 
 
 class LoadSource(Protocol):
@@ -154,10 +155,11 @@ def logged_complaints(kept: list[dict[str, Any]]) -> dict[str, list[str]]:
 def group_figures(groups: dict[str, dict[str, Any]], pb: Playbook, rec: Recorder, disturbances: list[dict[str, Any]],
                   faults: list[dict[str, Any]], truth: dict[str, Any], t_fault: float | None) -> dict[str, Any]:
     """Each client group's own figures (results.groups.<name>): per fault what its clients saw
-    (outage edges, RTO, write gap, per-client RTO), and its RPO: the acknowledged writes of its
-    workers that are gone, when they were acknowledged relative to the fault and on which node.
-    The group's `rto_s` / `write_gap_s` are the worst over the faults that caused it an outage
-    (null if one of them never ended for it)."""
+    (outage edges, first client back, all clients back, write gap, per-client RTO), and its RPO:
+    the acknowledged writes of its workers that are gone, when they were acknowledged relative to
+    the fault and on which node. The group's `rto_first_client_s`, `rto_all_clients_s` and
+    `write_gap_s` are the worst over the faults that caused it an outage (null if one of them
+    never ended for it)."""
     rows = (truth.get("ledger_present") or {}).get("rows")
     nodes = {(o.worker, o.seq): o.node for o in rec.history.kept
              if o.outcome == OK and o.seq is not None and o.node is not None}
@@ -170,7 +172,8 @@ def group_figures(groups: dict[str, dict[str, Any]], pb: Playbook, rec: Recorder
                 continue
             gaps = fault_gaps(rec, dist, fa["window_end"], workers)
             figures = client_figures(gaps, fa["t_fault"]) if gaps else {
-                "outage": False, "rto_s": None, "write_gap_s": None, "per_client_rto_s": {}}
+                "outage": False, "rto_first_client_s": None, "rto_all_clients_s": None, "write_gap_s": None,
+                "per_client_rto_s": {}}
             per_fault.append({"id": fa["id"], "t_fault": fa["t_fault"], **figures})
         outages = [f for f in per_fault if f["outage"]]
         applies = pb.slo.group in (None, name)
@@ -180,8 +183,7 @@ def group_figures(groups: dict[str, dict[str, Any]], pb: Playbook, rec: Recorder
                             nodes=nodes)
         out[name] = {
             "profile": group["profile"], "workers": sorted(workers),
-            "rto_s": _worst([f["rto_s"] for f in outages]), "write_gap_s": _worst([f["write_gap_s"] for f in outages]),
-            "rpo": rpo, "faults": per_fault}
+            **{key: _worst([f[key] for f in outages]) for key in RTO_FIGURES}, "rpo": rpo, "faults": per_fault}
     return out
 
 
@@ -227,17 +229,18 @@ def expectations(pb: Playbook, faults: list[dict[str, Any]], actions: list[dict[
 def _slo(pb: Playbook, faults: list[dict[str, Any]], checks: dict[str, Any], rec: Recorder,
          ended: float, groups: dict[str, Any] | None = None) -> dict[str, Any]:
     """Each SLO against the worst of the client groups it applies to (every group unless
-    `slo.group` names one); without groups, against the totals."""
+    `slo.group` names one); without groups, against the totals. `rto_max` judges all clients back:
+    the moment the last client that lost service wrote again, per group and overall."""
     out: dict[str, Any] = {}
     scope = {n: g for n, g in (groups or {}).items() if pb.slo.group in (None, n)}
     if pb.slo.rto_max is not None:
         if scope:
-            by_group = {n: g["rto_s"] for n, g in scope.items()}
+            by_group = {n: g["rto_all_clients_s"] for n, g in scope.items()}
             worst = _worst(list(by_group.values()))
         else:
             by_group = None
-            worst = _worst([f.get("rto_s") for f in faults if f.get("outage")])
-        out["rto_max"] = {"target": pb.slo.rto_max, "measured": worst,
+            worst = _worst([f.get("rto_all_clients_s") for f in faults if f.get("outage")])
+        out["rto_max"] = {"target": pb.slo.rto_max, "measured": worst, "judges": "rto_all_clients_s",
                           "ok": worst is not None and worst <= pb.slo.rto_max}
         if by_group is not None:
             out["rto_max"]["by_group"] = by_group
@@ -277,8 +280,7 @@ def recovery_start(outages: list[dict[str, Any]]) -> tuple[float | None, str]:
         return max(f["t_recovered"] for f in outages), "t_recovered"
     backs = []
     for f in outages:
-        per_client = f.get("per_client_rto_s") or {}
-        if f.get("t_fault") is None or not per_client or any(v is None for v in per_client.values()):
+        if f.get("t_fault") is None or f.get("rto_all_clients_s") is None:
             return None, "a client never wrote again"
-        backs.append(f["t_recovered"] or f["t_fault"] + max(per_client.values()))
+        backs.append(f["t_recovered"] or f["t_fault"] + f["rto_all_clients_s"])
     return max(backs), "every client writing again (throughput did not reach the recovery threshold)"

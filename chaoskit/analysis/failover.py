@@ -12,6 +12,9 @@ defines them (control clock).
   first successful write (which is itself proof of a writer); which node and which evidence
   are recorded.
 - t_recovered: throughput (1 s rolling) back to >= fraction x baseline median, held for `hold`.
+- RTO, said two ways and named the same everywhere: first client back (rto_first_client_s =
+  t_first_ok - t_fault) and all clients back (rto_all_clients_s: the last client in the outage to
+  write again, null while one never did). The write gap belongs to a client group (drill.py).
 """
 
 from __future__ import annotations
@@ -69,7 +72,9 @@ def fault_gaps(rec: Recorder, fault: dict[str, Any], window_end: float,
 
 def client_figures(gaps: list[Any], t_fault: float) -> dict[str, Any]:
     """What the clients saw of one fault, from their gaps (each worker's first one counts): the
-    outage edges, RTO, write gap and per-client RTO. One formula for the totals and every group."""
+    outage edges, the two RTOs (first client back, all clients back), the write gap and the
+    per-client RTOs. One formula for the totals and every group; the caller keeps the write gap
+    of a client group only (a gap across groups is an instant no single client saw)."""
     first_gap: dict[int, Any] = {}
     for g in sorted(gaps, key=lambda g: g.first_err):
         first_gap.setdefault(g.worker, g)
@@ -81,17 +86,23 @@ def client_figures(gaps: list[Any], t_fault: float) -> dict[str, Any]:
     per_client = {str(w): (g.first_ok_after - t_fault if g.first_ok_after else None)
                   for w, g in sorted(first_gap.items())}
     rtos = sorted(v for v in per_client.values() if v is not None)
+    not_back = sum(1 for v in per_client.values() if v is None)
     gap = _diff(t_first_ok, t_last_ok)
     # outages that never overlapped (the clients of an isolated primary went on writing while the
     # others failed over) leave no instant without a write: no common gap, never a negative one
     overlap = gap is None or gap >= 0
     return {"outages_overlap": overlap, "first_err_after_fault_s": round(t_first_err - t_fault, 6), "outage": True,
             "t_last_ok": t_last_ok,
-            "t_first_err": t_first_err, "t_first_ok": t_first_ok, "rto_s": _diff(t_first_ok, t_fault),
+            "t_first_err": t_first_err, "t_first_ok": t_first_ok,
+            "rto_first_client_s": _diff(t_first_ok, t_fault),
+            "rto_all_clients_s": round(rtos[-1], 6) if rtos and not not_back else None,
             "write_gap_s": gap if overlap else 0.0, "per_client_rto_s": per_client,
-            "per_client_rto_percentiles_s": {f"p{p}": nearest_rank(rtos, p) for p in (50, 90, 99, 100)} if rtos else {},
+            "per_client_rto_percentiles_s": {f"p{p}": nearest_rank(rtos, p) for p in (50, 90, 99)} if rtos else {},
             "workers_in_outage": len(first_gap),
-            "workers_not_recovered": sum(1 for v in per_client.values() if v is None)}
+            "workers_not_recovered": not_back}
+
+
+GROUP_ONLY = ("write_gap_s", "outages_overlap")  # figures of one client group, never of all clients together
 
 
 def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, baseline: float | None,
@@ -106,17 +117,14 @@ def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, base
     null_phases = {"detection_s": None, "promotion_s": None, "reconnect_s": None, "stabilisation_s": None}
     if not gaps:
         out.update({"outage": False, "t_last_ok": None, "t_first_err": None, "t_detect": None, "t_promoted": None,
-                    "t_first_ok": None, "t_recovered": None, "phases": null_phases, "rto_s": None,
-                    "write_gap_s": None, "per_client_rto_s": {}})
+                    "t_first_ok": None, "t_recovered": None, "phases": null_phases, "rto_first_client_s": None,
+                    "rto_all_clients_s": None, "per_client_rto_s": {}})
         out.update(fault_outcome(probe, t_fault, window_end, outage=False))
         out["notes"].append("no write outage observed: no phases; effect is the throughput change below")
         out["effect"] = _effect(rec, t_fault, fault.get("t_reverted") or window_end, baseline)
         return out
-    clients = client_figures(gaps, t_fault)
+    clients = {k: v for k, v in client_figures(gaps, t_fault).items() if k not in GROUP_ONLY}
     t_last_ok, t_first_ok = clients["t_last_ok"], clients["t_first_ok"]
-    if not clients["outages_overlap"]:
-        out["notes"].append(f"the clients' outages did not overlap (one wrote again at +{t_first_ok - t_fault:.3f}s, "
-                            f"another last wrote at +{t_last_ok - t_fault:.3f}s): write gap 0")
 
     outcome = fault_outcome(probe, t_fault, window_end, outage=True)
     old_primary, new_primary = outcome["primary_at_fault"], outcome.get("new_primary")

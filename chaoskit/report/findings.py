@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from chaoskit.report.vocabulary import slo_sentence
+
 # data loss, two writers, or a change left on a host outrank a slow recovery
 SEVERITY = {"rpo": "high", "rpo_max_writes": "high", "split_brain": "high", "bank": "high", "heal": "high",
             "replica_convergence": "medium", "expected_outcome": "medium", "rto_max": "medium",
@@ -22,8 +24,7 @@ def findings(evidence: dict[str, Any]) -> list[dict[str, Any]]:
 
     for name, s in (res.get("slo") or {}).items():
         if s.get("ok") is not True:
-            add(name, f"SLO {name} not met: measured {s.get('measured')} against target {s.get('target')}",
-                f"run.json results.slo.{name}")
+            add(name, f"SLO not met: {slo_sentence(name, s)}", f"run.json results.slo.{name}")
     for name, c in (res.get("checks") or {}).items():
         valid = c.get("valid")
         if valid is not True:

@@ -12,6 +12,7 @@ from typing import Any
 
 from chaoskit.errors import InputError
 from chaoskit.report.campaign import pass_rate
+from chaoskit.report.legacy import upgrade
 from chaoskit.report.writer import CSP, template_env
 
 # what may explain a difference between two runs of one playbook
@@ -20,7 +21,7 @@ CONTEXT = ("tool", "cluster", "ha_manager", "ha_version", "server_version", "set
 
 def read_run(d: Path) -> dict[str, Any]:
     try:
-        return json.loads((d / "run.json").read_text())
+        return upgrade(json.loads((d / "run.json").read_text()))
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot read run.json: {exc}", source=str(d), field="RUN_DIR") from None
 
@@ -54,7 +55,8 @@ def compare_rows(run_dirs: list[Path]) -> tuple[list[dict[str, Any]], list[str]]
                                                              "target") if k in cell)
                 rows.append({"run": d.name, "name": exp.get("name"), "type": f"experiment ({exp.get('kind')})",
                              "verdict": "aborted" if ev.get("aborted") else "done", "what": what,
-                             "tps": cell.get("tps"), "p99_ms": cell.get("p99_ms"), "rto_s": None, "lost": None,
+                             "tps": cell.get("tps"), "p99_ms": cell.get("p99_ms"), "rto_first_client_s": None,
+                             "rto_all_clients_s": None, "lost": None,
                              **ctx})
             continue
         res = ev.get("results") or {}
@@ -63,7 +65,9 @@ def compare_rows(run_dirs: list[Path]) -> tuple[list[dict[str, Any]], list[str]]
             ph = f.get("phases") or {}
             rows.append({"run": d.name, "name": ev["playbook"]["content"]["name"], "type": "drill",
                          "verdict": res.get("verdict"), "what": f"{f.get('kind', '')} {f.get('target_host', '')}",
-                         "tps": res.get("baseline_tps"), "p99_ms": None, "rto_s": f.get("rto_s"),
+                         "tps": res.get("baseline_tps"), "p99_ms": None,
+                         "rto_first_client_s": f.get("rto_first_client_s"),
+                         "rto_all_clients_s": f.get("rto_all_clients_s"),
                          "detection_s": ph.get("detection_s"), "promotion_s": ph.get("promotion_s"),
                          "lost": rpo.get("lost_acknowledged"), "phantoms": rpo.get("phantoms"), **ctx})
     differing = [k for k in CONTEXT if len({json.dumps(c.get(k)) for c in contexts}) > 1]
@@ -88,19 +92,19 @@ def history(root: Path) -> dict[str, Any]:
     groups: dict[str, dict[str, Any]] = {}
     for run_json in sorted(root.glob("*/run.json")):
         try:
-            ev = json.loads(run_json.read_text())
+            ev = upgrade(json.loads(run_json.read_text()))
         except (OSError, ValueError):
             continue
         if "experiment" in ev or not isinstance(ev.get("playbook"), dict) or "content" not in ev["playbook"]:
             continue
         res = ev.get("results") or {}
-        rtos = [f.get("rto_s") for f in res.get("faults") or [] if f.get("outage")]
+        rtos = [f.get("rto_all_clients_s") for f in res.get("faults") or [] if f.get("outage")]
         key = f"{(ev.get('cluster') or {}).get('name')}/{ev['playbook']['content']['name']}"
         entry = groups.setdefault(key, {"cluster": (ev.get("cluster") or {}).get("name"),
                                         "playbook": ev["playbook"]["content"]["name"], "runs": []})
         entry["runs"].append({"run": run_json.parent.name, "started": ev.get("started"),
                               "verdict": "refused" if ev.get("refused") else res.get("verdict"),
-                              "rto_s": None if not rtos or None in rtos else max(rtos),
+                              "rto_all_clients_s": None if not rtos or None in rtos else max(rtos),
                               "lost": (res.get("rpo") or {}).get("lost_acknowledged")})
     for entry in groups.values():
         runs = sorted(entry["runs"], key=lambda r: r["started"] or 0)
@@ -108,7 +112,7 @@ def history(root: Path) -> dict[str, Any]:
         entry["last_drilled"] = runs[-1]["started"]
         entry["last_verdict"] = runs[-1]["verdict"]
         entry["pass_rate"] = pass_rate([r["verdict"] for r in runs])
-        entry["rto_trend_s"] = [r["rto_s"] for r in runs]
+        entry["rto_all_clients_trend_s"] = [r["rto_all_clients_s"] for r in runs]
     return {"root": str(root), "generated": time.time(), "playbooks": dict(sorted(groups.items()))}
 
 
@@ -117,9 +121,11 @@ def write_history(data: dict[str, Any], out_dir: Path) -> None:
     (out_dir / "history.json").write_text(json.dumps(data, indent=2, default=str))
     rows = [{"cluster": e["cluster"], "playbook": e["playbook"], "runs": len(e["runs"]),
              "last drilled": e["last_drilled"], "last verdict": e["last_verdict"], "pass rate": e["pass_rate"],
-             "RTO trend (s)": ", ".join("—" if v is None else f"{v:.2f}" for v in e["rto_trend_s"])}
+             "all clients back, trend (s)": ", ".join("—" if v is None else f"{v:.2f}"
+                                                      for v in e["rto_all_clients_trend_s"])}
             for e in data["playbooks"].values()]
-    columns = ["cluster", "playbook", "runs", "last drilled", "last verdict", "pass rate", "RTO trend (s)"]
+    columns = ["cluster", "playbook", "runs", "last drilled", "last verdict", "pass rate",
+               "all clients back, trend (s)"]
     html = template_env().get_template("runs.html.j2").render(title=f"drill history of {data['root']}", rows=rows,
                                                               columns=columns, differing=[], csp=CSP)
     (out_dir / "history.html").write_text(html)

@@ -17,13 +17,15 @@ import chaoskit
 from chaoskit.errors import escaped
 from chaoskit.playbook.record import DrillResult
 from chaoskit.recorder import Recorder
+from chaoskit.report import vocabulary
 from chaoskit.report.findings import findings
+from chaoskit.report.legacy import CURRENT, upgrade
 from chaoskit.report.plots import latency_histogram, timeline_plot
 from chaoskit.report.rundir import RunDirectory, clean
 from chaoskit.topology.probe import ProbeLog
 from chaoskit.workload.outcomes import client_deadline
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = CURRENT  # 3: two RTOs (first client back, all clients back); see legacy.py
 # what a browser may do with a report: show inline styles and embedded images, fetch nothing, run nothing
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 
@@ -126,7 +128,8 @@ def _plots(rec: Recorder, t0: float, faults: list[dict[str, Any]], name: str, ru
 
 def render(run_dir: Path) -> None:
     """report.html, summary.md and junit.xml from run.json (also used by `chaoskit report`)."""
-    ev = json.loads((run_dir / "run.json").read_text())
+    ev = upgrade(json.loads((run_dir / "run.json").read_text()))
+    ev["findings"] = findings(ev)  # from the results as they read now, never a stale list
     images = {}
     for png in sorted((run_dir / "plots").glob("*.png")):
         images[png.stem] = base64.b64encode(png.read_bytes()).decode()
@@ -156,16 +159,22 @@ def template_env() -> jinja2.Environment:
     must never become markup)."""
     env = jinja2.Environment(loader=jinja2.PackageLoader("chaoskit.report", "templates"), autoescape=True,
                              finalize=_shown_in_html)
+    _vocabulary(env)
+    return env
+
+
+def _vocabulary(env: jinja2.Environment) -> None:
+    """Filters and helpers both kinds of template share: one name and unit per figure."""
     env.filters["ts"] = _ts
     env.filters["sec"] = _sec
-    return env
+    env.globals.update(label=vocabulary.label, shown=vocabulary.shown, slo_figure=vocabulary.slo_figure,
+                       verdict_word=vocabulary.verdict_word)
 
 
 def markdown_env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.PackageLoader("chaoskit.report", "templates"), autoescape=False,
                              finalize=_shown)
-    env.filters["ts"] = _ts
-    env.filters["sec"] = _sec
+    _vocabulary(env)
     return env
 
 
@@ -201,16 +210,23 @@ def _ts(t: float | None) -> str:
 
 
 def _junit(ev: dict[str, Any], path: Path) -> None:
+    """One case per SLO (named by the figure it judges: "SLO all clients back <= 30.00 s"), per check
+    and per fault revert; a failure says the value, comparator and unit."""
     res = ev.get("results") or {}
     name = ev["playbook"]["content"]["name"]
     suite = ET.Element("testsuite", name=f"chaoskit.{name}")
     cases = []
     for slo, v in (res.get("slo") or {}).items():
-        cases.append((f"slo.{slo}", v.get("ok"), f"target {v.get('target')} measured {v.get('measured')}"))
+        cases.append((vocabulary.slo_test_name(slo, v), v.get("ok"), vocabulary.slo_sentence(slo, v)))
     for check, v in (res.get("checks") or {}).items():
-        cases.append((f"check.{check}", v.get("valid"), json.dumps({k: v.get(k) for k in list(v)[:8]}, default=str)))
+        text = v.get("text") or v.get("error") or json.dumps({k: v.get(k) for k in list(v)[:8]}, default=str)
+        cases.append((f"check {check}", v.get("valid"), text))
+    for f in ev.get("faults_injected") or []:
+        reverted = f.get("t_reverted") is not None
+        cases.append((f"fault {f.get('kind')} on {f.get('host')} reverted", reverted,
+                      "reverted" if reverted else "no revert recorded"))
     if ev.get("aborted"):
-        cases.append(("run.completed", False, ev["aborted"]))
+        cases.append(("run completed", False, ev["aborted"]))
     failures = 0
     for case_name, ok, text in cases:
         tc = ET.SubElement(suite, "testcase", classname=f"chaoskit.{name}", name=case_name)

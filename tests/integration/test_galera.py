@@ -46,7 +46,8 @@ def test_killed_writer_node_moves_clients_after_the_view_change(galera: Inventor
     assert f["detect_signal"].startswith("wsrep-poll: view ") and "size 3 -> 2" in f["detect_signal"]
     assert SUSPECT_S - 0.2 <= f["phases"]["detection_s"] <= SUSPECT_S + 4
     groups = ev["results"]["groups"]
-    assert all(SUSPECT_S - 0.2 <= g["rto_s"] < 15 for g in groups.values()), groups
+    assert all(SUSPECT_S - 0.2 <= g["rto_first_client_s"] < 15 for g in groups.values()), groups
+    assert all(g["rto_first_client_s"] <= g["rto_all_clients_s"] for g in groups.values()), groups
     check(ev, galera, "galera2")
 
 
@@ -80,5 +81,7 @@ def test_cut_off_writer_leaves_for_the_majority(galera: Inventory, tmp_path: Pat
     assert (f["outcome"], f["old_primary"], f["new_primary"]) == ("failover", "galera1", "galera2"), res.stdout
     assert [s["member"] for s in f["non_primary"]] == ["galera1"]
     groups = ev["results"]["groups"]
-    assert set(groups) == {"endpoints", "haproxy"} and all(0 < g["rto_s"] < 15 for g in groups.values()), groups
+    assert set(groups) == {"endpoints", "haproxy"}
+    assert all(0 < g["rto_first_client_s"] < 15 for g in groups.values()), groups
+    assert all(g["rto_first_client_s"] <= g["rto_all_clients_s"] for g in groups.values()), groups
     check(ev, galera, "galera2")

@@ -40,7 +40,9 @@ def test_primary_killed_fails_over_on_both_routes_and_is_rejoined(mha: Inventory
                 if e.get("event") == "promoted" and e.get("source") == "mha-log"]
     assert promoted and promoted[0]["member"] == f["new_primary"]
     groups = ev["results"]["groups"]
-    assert set(groups) == {"endpoints", "haproxy"} and all(0 < g["rto_s"] < 30 for g in groups.values())
+    assert set(groups) == {"endpoints", "haproxy"}
+    assert all(0 < g["rto_first_client_s"] <= g["rto_all_clients_s"] for g in groups.values())
+    assert all(g["rto_first_client_s"] < 30 for g in groups.values())
     assert ev["results"]["rpo"]["lost_acknowledged"] == 0 and ev["results"]["rpo"]["phantoms"] == 0
     (rejoin,) = ev["actions"]
     assert rejoin["ok"] and "monitoring again" in rejoin["answer"], rejoin
@@ -102,7 +104,7 @@ def test_partition_is_split_brain_for_endpoint_clients_only(mha: Inventory, tmp_
     endpoints, haproxy = ev["results"]["groups"]["endpoints"], ev["results"]["groups"]["haproxy"]
     assert endpoints["rpo"]["lost_acknowledged"] > 0
     assert set(endpoints["rpo"]["lost_by_node"]) == {f["target_host"]}  # acknowledged by the isolated primary
-    assert haproxy["rpo"]["lost_acknowledged"] == 0 and haproxy["rto_s"] < 30
+    assert haproxy["rpo"]["lost_acknowledged"] == 0 and haproxy["rto_first_client_s"] < 30
     # the rejoin picked the primary MHA promoted, not the isolated one that was still writable
     (rejoin,) = ev["actions"]
     assert rejoin["ok"] and rejoin["member"] == f["target_host"], rejoin

@@ -61,8 +61,8 @@ def test_phases_are_exact_and_ordered() -> None:
     assert r["t_first_ok"] == pytest.approx(T0 + 29.701, abs=0.011)
     order = [r[k] for k in ("t_fault", "t_detect", "t_promoted", "t_first_ok", "t_recovered")]
     assert order == sorted(order)
-    assert r["rto_s"] == pytest.approx(r["t_first_ok"] - FAULT, abs=1e-6)  # reported to the microsecond
-    assert r["write_gap_s"] == pytest.approx(r["t_first_ok"] - r["t_last_ok"], abs=1e-6)
+    assert r["rto_first_client_s"] == pytest.approx(r["t_first_ok"] - FAULT, abs=1e-6)  # to the microsecond
+    assert "write_gap_s" not in r  # a gap across all clients is an instant no client saw: groups only
     assert set(r["per_client_rto_s"]) == {"1", "2"}
     assert r["t_recovered"] == pytest.approx(r["t_first_ok"] + 1.0, abs=0.15)  # rolling 1 s window refills
 
@@ -74,7 +74,7 @@ def test_no_manager_signal_gives_null_detect_with_reason() -> None:
                       manager_observable=False)
     assert r["t_detect"] is None and r["phases"]["detection_s"] is None and r["phases"]["promotion_s"] is None
     assert any("no HA manager in this cluster" in n for n in r["notes"])
-    assert r["rto_s"] is not None
+    assert r["rto_first_client_s"] is not None
 
 
 def test_fault_without_outage_has_no_phases() -> None:
@@ -82,7 +82,7 @@ def test_fault_without_outage_has_no_phases() -> None:
     fault = {"id": "f2", "kind": "kill", "host": "pg3", "t_effect": T0 + 5, "t_reverted": T0 + 8}
     r = analyse_fault(fault, rec, probe, baseline=200, window_end=T0 + 10, tps_fraction=0.9, hold=3,
                       manager_observable=True)
-    assert r["outage"] is False and r["rto_s"] is None and all(v is None for v in r["phases"].values())
+    assert r["outage"] is False and r["rto_first_client_s"] is None and all(v is None for v in r["phases"].values())
     assert r["effect"]["baseline_tps"] == 200 and "dip_depth" in r["effect"]
 
 
@@ -126,16 +126,17 @@ def test_errors_just_before_t_fault_belong_to_the_fault() -> None:
     r = analyse_fault(fault, rec, probe, baseline=None, window_end=FAULT + 10, tps_fraction=0.9, hold=1,
                       manager_observable=False)
     assert set(r["per_client_rto_s"]) == {"1", "2"}
-    assert r["t_first_ok"] == pytest.approx(FAULT + 3.001) and r["rto_s"] == pytest.approx(3.001, abs=1e-6)
+    assert r["t_first_ok"] == pytest.approx(FAULT + 3.001) and r["rto_first_client_s"] == pytest.approx(3.001, abs=1e-6)
+    assert r["rto_all_clients_s"] == pytest.approx(3.501, abs=1e-6)  # worker 2, the last one back
     assert r["t_first_err"] == pytest.approx(FAULT - 0.002)
 
 
 def test_error_rate_slo_starts_where_service_is_back() -> None:
     from chaoskit.analysis.drill import recovery_start as _recovery_start
 
-    recovered = {"t_fault": 100.0, "t_recovered": 112.0, "per_client_rto_s": {"1": 3.0, "2": 4.0}}
-    slow = {"t_fault": 100.0, "t_recovered": None, "per_client_rto_s": {"1": 3.0, "2": 4.5}}
-    stuck = {"t_fault": 100.0, "t_recovered": None, "per_client_rto_s": {"1": 3.0, "2": None}}
+    recovered = {"t_fault": 100.0, "t_recovered": 112.0, "rto_all_clients_s": 4.0}
+    slow = {"t_fault": 100.0, "t_recovered": None, "rto_all_clients_s": 4.5}
+    stuck = {"t_fault": 100.0, "t_recovered": None, "rto_all_clients_s": None}  # a client never back
     assert _recovery_start([recovered]) == (112.0, "t_recovered")
     start, anchor = _recovery_start([slow])  # throughput never back to 90 %: judge errors from all clients back
     assert start == 104.5 and anchor.startswith("every client writing again")

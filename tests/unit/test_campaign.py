@@ -19,16 +19,16 @@ def test_distribution_by_nearest_rank() -> None:
 
 
 def test_summary_pass_rate_counts_judged_runs() -> None:
-    runs = [{"run": "a", "verdict": True, "rto_s": 10.0, "lost": 0},
-            {"run": "b", "verdict": False, "rto_s": 31.0, "lost": 2},
-            {"run": "c", "verdict": "aborted", "rto_s": None, "lost": None}]
+    runs = [{"run": "a", "verdict": True, "rto_all_clients_s": 10.0, "lost": 0},
+            {"run": "b", "verdict": False, "rto_all_clients_s": 31.0, "lost": 2},
+            {"run": "c", "verdict": "aborted", "rto_all_clients_s": None, "lost": None}]
     s = summarise("pg-kill-primary", runs)
     assert (s["repeat"], s["passed"], s["pass_rate"]) == (3, 1, 0.5)  # 1 of the 2 judged runs
-    assert s["rto_s"]["median"] == 20.5 and s["lost"]["max"] == 2
+    assert s["rto_all_clients_s"]["median"] == 20.5 and s["lost"]["max"] == 2
 
 
 def test_write_campaign(tmp_path: Path) -> None:
-    s = summarise("x", [{"run": "a", "verdict": True, "rto_s": 1.5, "lost": 0}])
+    s = summarise("x", [{"run": "a", "verdict": True, "rto_all_clients_s": 1.5, "lost": 0}])
     write_campaign(s, tmp_path)
     assert (tmp_path / "campaign_rto.png").read_bytes()[:4] == b"\x89PNG"
     assert "1 of 1 runs passed" in (tmp_path / "campaign.html").read_text()

@@ -91,9 +91,10 @@ def run(pb: Playbook) -> dict:
 def test_each_group_has_its_own_rto_write_gap_and_rpo() -> None:
     g = run(playbook())["groups"]
     # deadline = worker 1: last ok k = 79 (1009.9375), first ok again k = 112 (1014.0625)
-    assert (g["deadline"]["rto_s"], g["deadline"]["write_gap_s"]) == (4.0625, 4.125)
+    assert (g["deadline"]["rto_first_client_s"], g["deadline"]["write_gap_s"]) == (4.0625, 4.125)
+    assert g["deadline"]["rto_all_clients_s"] == 4.0625  # one client: first back is all back
     # pool = worker 2: last ok k = 81 (1010.21875), first ok k = 124 (1015.59375)
-    assert (g["pool"]["rto_s"], g["pool"]["write_gap_s"]) == (5.59375, 5.375)
+    assert (g["pool"]["rto_all_clients_s"], g["pool"]["write_gap_s"]) == (5.59375, 5.375)
     assert g["pool"]["faults"][0]["per_client_rto_s"] == {"2": 5.59375}
     d, p = g["deadline"]["rpo"], g["pool"]["rpo"]
     # worker 1 lost seq 79, 80 (k = 78, 79: acked 1009.8125 -> 9812 ms, 1009.9375 -> 9937 ms after T0)
@@ -107,9 +108,9 @@ def test_each_group_has_its_own_rto_write_gap_and_rpo() -> None:
 
 def test_slos_judge_the_worst_group_unless_one_is_named() -> None:
     r = run(playbook(rto_max="5s", rpo_max_writes=1))
-    # the totals' RTO is 4.0625 (the first client back), but the pool group took 5.59375
-    assert r["faults"][0]["rto_s"] == 4.0625
-    assert r["slo"]["rto_max"] == {"target": 5.0, "measured": 5.59375, "ok": False,
+    # the first client back is at 4.0625 (deadline), all clients back at 5.59375 (pool's one client)
+    assert (r["faults"][0]["rto_first_client_s"], r["faults"][0]["rto_all_clients_s"]) == (4.0625, 5.59375)
+    assert r["slo"]["rto_max"] == {"target": 5.0, "measured": 5.59375, "ok": False, "judges": "rto_all_clients_s",
                                    "by_group": {"deadline": 4.0625, "pool": 5.59375}}
     assert r["slo"]["rpo_max_writes"] == {"target": 1, "measured": 2, "ok": False,
                                           "by_group": {"deadline": 2, "pool": 1}}
@@ -311,7 +312,7 @@ def test_an_op_acknowledged_after_the_stall_bound_is_an_outage() -> None:
     from chaoskit.analysis.failover import client_figures
 
     figures = client_figures(rec.gaps, 110.0)
-    assert (figures["rto_s"], figures["write_gap_s"]) == (20.0, pytest.approx(20.005, abs=1e-9))
+    assert (figures["rto_first_client_s"], figures["write_gap_s"]) == (20.0, pytest.approx(20.005, abs=1e-9))
     # an op that fails after an error gap opened is not a stall of its own
     rec2 = Recorder(100.0, interval=0.1, stall_s=2.25)
     rec2.record(1, "write", 109.0, 109.1, OK)
@@ -357,6 +358,25 @@ def test_profiles_reach_each_driver_as_connection_settings(tmp_path: Any) -> Non
     assert "login_timeout" in driver_for(inv.clusters["dm"], inv, profile=ClientProfile("pool")).connect_params("h", 1)
 
 
+def test_rto_max_judges_all_clients_back_not_the_first_client() -> None:
+    """One group of both clients: worker 1 back at 1014.0625, worker 2 at 1015.59375 (fault at
+    1010). The first client back (4.0625 s) would meet a 5 s target; the last client back
+    (5.59375 s) does not, and that is what rto_max judges. The group's write gap runs from the
+    last ok before the outage (worker 2, 1010.21875) to the first ok after it (worker 1,
+    1014.0625): 3.84375 s."""
+    both = {"app": {"profile": "deadline", "workers": [1, 2]}}
+    results, _ = analyse(Ctx(playbook(rto_max="5s"), recorder(), type("P", (), {"log": probe()})(), [kill()],
+                             groups=both), {"ledger_present": {"rows": ACKED - LOST}})
+    app = results["groups"]["app"]
+    assert (app["rto_first_client_s"], app["rto_all_clients_s"], app["write_gap_s"]) == (4.0625, 5.59375, 3.84375)
+    assert results["slo"]["rto_max"] == {"target": 5.0, "measured": 5.59375, "ok": False,
+                                         "judges": "rto_all_clients_s", "by_group": {"app": 5.59375}}
+    assert "write_gap_s" not in results["faults"][0]
+    results, _ = analyse(Ctx(playbook(rto_max="5.6s"), recorder(), type("P", (), {"log": probe()})(), [kill()],
+                             groups=both), {"ledger_present": {"rows": ACKED - LOST}})
+    assert results["slo"]["rto_max"]["ok"] is True
+
+
 def test_group_records_in_full() -> None:
     """A third group whose only worker (9) never wrote: no outage, nothing acknowledged."""
     groups = {**GROUPS, "idle": {"profile": "per-op", "workers": [9]}}
@@ -364,9 +384,9 @@ def test_group_records_in_full() -> None:
                              type("P", (), {"log": probe()})(), [kill()], groups=groups),
                          {"ledger_present": {"rows": ACKED - LOST}})
     g = results["groups"]
-    assert g["idle"]["faults"] == [{"id": "f", "t_fault": F, "outage": False, "rto_s": None, "write_gap_s": None,
-                                    "per_client_rto_s": {}}]
-    assert (g["idle"]["profile"], g["idle"]["workers"], g["idle"]["rto_s"]) == ("per-op", [9], 0.0)
+    assert g["idle"]["faults"] == [{"id": "f", "t_fault": F, "outage": False, "rto_first_client_s": None,
+                                    "rto_all_clients_s": None, "write_gap_s": None, "per_client_rto_s": {}}]
+    assert (g["idle"]["profile"], g["idle"]["workers"], g["idle"]["rto_all_clients_s"]) == ("per-op", [9], 0.0)
     assert g["pool"]["faults"][0]["id"] == "f" and g["pool"]["faults"][0]["t_fault"] == F
     assert (g["deadline"]["profile"], g["deadline"]["workers"]) == ("deadline", [1])
     # the SLO names the deadline group: its bound (0) applies there only

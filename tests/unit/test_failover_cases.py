@@ -81,9 +81,9 @@ def test_restart_in_place_whole_record() -> None:
         "t_promoted": 114.0, "promoted_evidence": "probe",  # pg1 primary again at 114.0, before the client's 115.25
         "old_primary": "pg1", "new_primary": None, "t_first_ok": 115.25, "t_recovered": 116.0,
         "phases": {"detection_s": None, "promotion_s": None, "reconnect_s": 1.25, "stabilisation_s": 0.75},
-        "rto_s": 5.25, "write_gap_s": 4.5, "per_client_rto_s": {"1": 5.25},
-        "per_client_rto_percentiles_s": {"p50": 5.25, "p90": 5.25, "p99": 5.25, "p100": 5.25},
-        "workers_in_outage": 1, "workers_not_recovered": 0, "outages_overlap": True,
+        "rto_first_client_s": 5.25, "rto_all_clients_s": 5.25, "per_client_rto_s": {"1": 5.25},
+        "per_client_rto_percentiles_s": {"p50": 5.25, "p90": 5.25, "p99": 5.25},
+        "workers_in_outage": 1, "workers_not_recovered": 0,
         "outcome": "restarted_in_place", "outcome_text": "pg1 came back as the primary in place (no failover)",
         "primary_at_fault": "pg1", "window_end": 130.0, "t_new_primary": None,
         "t_back": 114.0, "t_left": 110.5,
@@ -103,8 +103,8 @@ def test_no_outage_whole_record() -> None:
         "t_reverted": 113.0, "step": 1,
         "notes": ["no write outage observed: no phases; effect is the throughput change below"],
         "outage": False, "t_last_ok": None, "t_first_err": None, "t_detect": None, "t_promoted": None,
-        "t_first_ok": None, "t_recovered": None, "phases": NULL_PHASES, "rto_s": None, "write_gap_s": None,
-        "per_client_rto_s": {},
+        "t_first_ok": None, "t_recovered": None, "phases": NULL_PHASES, "rto_first_client_s": None,
+        "rto_all_clients_s": None, "per_client_rto_s": {},
         "outcome": "no_reaction", "outcome_text": "no failover: pg1 stayed the primary through the fault",
         "primary_at_fault": "pg1", "window_end": 130.0, "t_new_primary": None, "new_primary": None,
         "t_back": None, "t_left": None,
@@ -206,7 +206,9 @@ def test_no_writer_and_no_baseline() -> None:
     assert r["notes"] == ["no writable node observed after the fault within the window",
                           "the HA manager showed no reaction (leader change or leader state change)",
                           "no baseline throughput: t_recovered is null"]
-    assert (r["t_first_ok"], r["t_promoted"], r["promoted_evidence"], r["rto_s"]) == (None, None, None, None)
+    assert (r["t_first_ok"], r["t_promoted"], r["promoted_evidence"], r["rto_first_client_s"]) == (
+        None, None, None, None)
+    assert r["rto_all_clients_s"] is None  # the one client never wrote again
     assert r["per_client_rto_s"] == {"1": None} and r["per_client_rto_percentiles_s"] == {}
     assert (r["workers_in_outage"], r["workers_not_recovered"]) == (1, 1)
     assert r["effect"] == {"window_s": 20.0, "writes_ok": 0, "baseline_tps": None}  # to the window's end
@@ -367,7 +369,8 @@ def test_outages_that_never_overlap_leave_no_write_gap() -> None:
 
     apart = client_figures([Gap(1, 110.5, 110.6, "connection_lost", 114.0),
                             Gap(2, 116.0, 116.1, "read_only", 121.0)], 110.0)
-    assert (apart["write_gap_s"], apart["outages_overlap"], apart["rto_s"]) == (0.0, False, 4.0)
+    assert (apart["write_gap_s"], apart["outages_overlap"], apart["rto_first_client_s"]) == (0.0, False, 4.0)
+    assert apart["rto_all_clients_s"] == 11.0
     assert apart["per_client_rto_s"] == {"1": 4.0, "2": 11.0}
     overlapping = client_figures([Gap(1, 110.5, 110.6, "connection_lost", 114.0),
                                   Gap(2, 112.0, 112.1, "read_only", 113.0)], 110.0)

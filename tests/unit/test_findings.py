@@ -18,7 +18,7 @@ def test_each_failure_is_a_finding_with_severity_and_pointer() -> None:
           "heal": {"not_verified": [{"id": "abc", "host": "pg1", "error": "still in effect after its revert"}]},
           "aborted": None}
     assert findings(ev) == [
-        {"id": "F1", "severity": "medium", "what": "SLO rto_max not met: measured 41.2 against target 30.0",
+        {"id": "F1", "severity": "medium", "what": "SLO not met: all clients back 41.20 s > 30.00 s: FAIL (rto_max)",
          "evidence": "run.json results.slo.rto_max", "owner": None, "due": None},
         {"id": "F2", "severity": "high", "what": "check split_brain failed", "evidence":
          "run.json results.checks.split_brain", "owner": None, "due": None},
@@ -51,15 +51,17 @@ def test_report_shows_scope_findings_and_sign_off(tmp_path: Path) -> None:
         "ha": {}, "server": {}, "roles_before": [], "faults_injected": [], "actions": [],
         "audit": {"operator": "ops@host", "participants": ["A. DBA", "B. SRE"], "scope": "payments pg",
                   "change_ref": "CHG-42", "objectives": ["RTO < 30 s"], "independent_testers": False},
-        "findings": [{"id": "F1", "severity": "high", "what": "check rpo failed", "evidence": "run.json x",
+        # a stale list, contradicting the results: the report shows the findings the results give
+        "findings": [{"id": "F1", "severity": "low", "what": "nothing much", "evidence": "run.json x",
                       "owner": None, "due": None}],
-        "results": {"verdict": False, "faults": [], "checks": {}, "slo": {}}}
+        "results": {"verdict": False, "faults": [], "checks": {"rpo": {"valid": False, "text": "2 lost"}}, "slo": {}}}
     (tmp_path / "run.json").write_text(json.dumps(ev))
     render(tmp_path)
     html = (tmp_path / "report.html").read_text()
-    for text in ("A. DBA, B. SRE", "CHG-42", "payments pg", "RTO &lt; 30 s", "check rpo failed",
+    for text in ("A. DBA, B. SRE", "CHG-42", "payments pg", "RTO &lt; 30 s", "check rpo failed: 2 lost",
                  "independent reviewer"):
         assert text in html, text
+    assert "nothing much" not in html
 
 
 def test_cli_audit_values_are_validated(tmp_path: Path) -> None:

@@ -15,10 +15,12 @@ def drill(root: Path, name: str, started: float, verdict: object, rto: float | N
           ha_version: str = "3.0.2", cluster: str = "pg") -> Path:
     d = root / f"{int(started)}-{name}"
     d.mkdir(parents=True)
-    faults = [{"kind": "kill", "target_host": "pg1", "outage": rto is not None, "rto_s": rto,
+    # rto: the first client back; the last one came back a second later
+    faults = [{"kind": "kill", "target_host": "pg1", "outage": rto is not None, "rto_first_client_s": rto,
+               "rto_all_clients_s": None if rto is None else rto + 1.0,
                "phases": {"detection_s": 1.0, "promotion_s": 0.5}}]
     (d / "run.json").write_text(json.dumps({
-        "tool": {"version": "0.1.0"}, "playbook": {"content": {"name": name}}, "started": started,
+        "schema_version": 3, "tool": {"version": "0.1.0"}, "playbook": {"content": {"name": name}}, "started": started,
         "cluster": {"name": cluster}, "ha": {"manager": "patroni", "version": ha_version, "settings": {"ttl": 10}},
         "server": {"server_version": "15.18"}, "inventory": {"sha256": "ab" * 32},
         "results": {"verdict": verdict, "baseline_tps": 1000.0, "faults": faults,
@@ -41,8 +43,8 @@ def test_compare_shows_what_differs(tmp_path: Path) -> None:
     b = drill(tmp_path, "pg-kill-primary", 2000.0, False, 31.0, 0, ha_version="4.1.5")
     rows, differing = compare_rows([a, b])
     assert differing == ["ha_version"]  # the one thing that may explain the two rows
-    assert [(r["verdict"], r["rto_s"], r["lost"], r["ha_version"]) for r in rows] == [
-        (True, 10.5, 1, "3.0.2"), (False, 31.0, 0, "4.1.5")]
+    assert [(r["verdict"], r["rto_first_client_s"], r["rto_all_clients_s"], r["lost"], r["ha_version"])
+            for r in rows] == [(True, 10.5, 11.5, 1, "3.0.2"), (False, 31.0, 32.0, 0, "4.1.5")]
     rows, differing = compare_rows([a, experiment(tmp_path)])
     assert [r["type"] for r in rows] == ["drill", "experiment (sweep)", "experiment (sweep)"]
     assert rows[2]["what"] == "workload=update, workers=4, delay_ms=5" and rows[2]["tps"] == 300.0
@@ -63,7 +65,7 @@ def test_history_per_cluster_and_playbook(tmp_path: Path) -> None:
     data = history(root)
     kill = data["playbooks"]["pg/pg-kill-primary"]
     assert [r["started"] for r in kill["runs"]] == [1000.0, 2000.0, 3000.0]
-    assert kill["rto_trend_s"] == [10.0, 12.5, None] and kill["last_verdict"] is False
+    assert kill["rto_all_clients_trend_s"] == [11.0, 13.5, None] and kill["last_verdict"] is False
     assert kill["pass_rate"] == 0.667 and kill["last_drilled"] == 3000.0  # 2 of 3 judged runs passed
     sw = data["playbooks"]["pg/pg-switchover"]
     assert sw["pass_rate"] is None and sw["last_verdict"] == "aborted"  # an aborted run is not judged
