@@ -473,8 +473,10 @@ def run(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate and print the plan; touch nothing.")] = False,
     allow_production: Annotated[bool, typer.Option("--allow-production", help="Allow production-tagged targets.")
                                 ] = False,
-    sign_key: Annotated[Path | None, typer.Option("--sign-key", help="SSH private key: sign manifest.json "
-                                                  "(ssh-keygen -Y sign, namespace chaoskit).")] = None,
+    sign_key: Annotated[Path | None, typer.Option("--sign-key", envvar="CHAOSKIT_SIGN_KEY",
+                                                  help="SSH private key: sign manifest.json (ssh-keygen -Y sign, "
+                                                  "namespace chaoskit); signing is the default where "
+                                                  "CHAOSKIT_SIGN_KEY names a key.")] = None,
     operator: Annotated[str | None, typer.Option("--operator", help="Who ran it (default user@host).")] = None,
     participant: Annotated[list[str] | None, typer.Option("--participant", help="Who took part (repeat).")] = None,
     change_ref: Annotated[str | None, typer.Option("--change-ref", help="Change / ticket reference.")] = None,
@@ -490,6 +492,7 @@ def run(
         loaded = load_playbook(playbook, inv)
         pb = loaded.playbook
         audit = _audit(pb, operator, participant, change_ref)
+        _check_sign_key(sign_key)  # a key named by --sign-key or CHAOSKIT_SIGN_KEY must exist, dry run or not
         if dry_run:
             out.print(f"{pb.name} on {pb.cluster}: load {pb.load.workload} x {pb.load.workers}, "
                       f"duration {pb.duration:g}s", highlight=False)
@@ -499,7 +502,6 @@ def run(
             out.print(f"  checks {', '.join(pb.checks)}; SLOs {pb.slo.model_dump(exclude_none=True)}", highlight=False)
             return
         refuse_unreachable_lab(inv)
-        _check_sign_key(sign_key)
     except ChaoskitError as exc:
         _fail(exc)
     sealed = _drill_once(loaded, inv, playbook, inventory, out_root, allow_production, sign_key, audit)
@@ -570,7 +572,9 @@ def campaign(
                       ] = "120s",
     allow_production: Annotated[bool, typer.Option("--allow-production", help="Allow production-tagged targets.")
                                 ] = False,
-    sign_key: Annotated[Path | None, typer.Option("--sign-key", help="SSH private key to sign each run.")] = None,
+    sign_key: Annotated[Path | None, typer.Option("--sign-key", envvar="CHAOSKIT_SIGN_KEY",
+                                                  help="SSH private key to sign each run (default: "
+                                                  "CHAOSKIT_SIGN_KEY).")] = None,
 ) -> None:
     """Run one drill N times (waiting for a healthy cluster between runs) and report the RTO/RPO
     distribution: min / median / p95 / max, pass rate, a plot. Exit 0 all passed, 1 not, 3 aborted."""
@@ -715,17 +719,51 @@ def experiment_run(
 
 
 @app.command("report")
-def report(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) -> None:
-    """Re-render report.html, summary.md and junit.xml from a run directory's files."""
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
+    reseal: Annotated[bool, typer.Option("--reseal", help="Re-render and seal again a run that no longer verifies; "
+                                         "the report says it was re-sealed, with run.json's old and new "
+                                         "digests, and so does manifest.json.")] = False,
+) -> None:
+    """Re-render report.html, summary.md and junit.xml from a run directory's files. The run is
+    verified first: an altered run is refused (exit 1, each change named) unless --reseal."""
+    import time as _t
+
+    from chaoskit.lifeline import controller_user
+    from chaoskit.report.manifest import verify as verify_run
     from chaoskit.report.writer import render
 
     if not (run_dir / "run.json").exists():
         _fail(InputError("no run.json here", source=str(run_dir), field="RUN_DIR"))
-    render(run_dir)
+    checked = verify_run(run_dir)
+    resealed = None
+    if checked.problems and not reseal:
+        for p in checked.problems:
+            err.print(f"{run_dir}: {p}", highlight=False, markup=False, soft_wrap=True)
+        err.print(f"{run_dir}: not re-rendered: the run no longer matches its seal (--reseal re-renders it and "
+                  "marks the report and manifest as re-sealed)", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(1)
+    if checked.problems:
+        sealed = _sealed_ids(run_dir)
+        resealed = {"at": _t.time(), "by": controller_user(), "problems": checked.problems,
+                    "sealed_run_json_sha256": sealed.get("run_json_sha256"),
+                    "run_json_sha256": checked.ids.get("run_json_sha256")}
+    render(run_dir, resealed=resealed)
     signed = (run_dir / "manifest.json.sig").exists()
-    _seal(run_dir, None)
+    _seal(run_dir, None, resealed=resealed)
     out.print(f"rendered {run_dir / 'report.html'}; manifest.json rewritten"
-              + (" (the signature of the old one was removed: sign again to keep it signed)" if signed else ""))
+              + (" and marked RE-SEALED" if resealed else "")
+              + (" (the signature of the old one was removed: sign again to keep it signed)" if signed else ""),
+              highlight=False, soft_wrap=True)
+
+
+def _sealed_ids(run_dir: Path) -> dict[str, Any]:
+    """What the run's manifest recorded of run.json and the events chain ({} if nothing)."""
+    try:
+        sealed = json.loads((run_dir / "manifest.json").read_text()).get("evidence")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return sealed if isinstance(sealed, dict) else {}
 
 
 @app.command("verify")
@@ -735,20 +773,22 @@ def verify(
                                                          "a valid signature by one of them is required.")] = None,
 ) -> None:
     """Check a run directory against its manifest.json (every file's SHA-256, nothing missing or
-    added), the events' hash chain and, with --allowed-signers, the signature. Exit 0 intact; 1
-    altered or not signed as required (each problem named); 2 bad input."""
+    added), the events' hash chain against its sealed head, the attestation's subjects and the
+    report's footer against the files and, with --allowed-signers, the signature; say how strongly
+    an intact run holds (signed or not). Exit 0 intact; 1 altered or not signed as required (each
+    problem named); 2 bad input."""
     from chaoskit.report.manifest import verify as verify_run
 
     if not run_dir.is_dir():
         _fail(InputError("not a directory", source=str(run_dir), field="RUN_DIR"))
     if allowed_signers is not None and not allowed_signers.is_file():
         _fail(InputError("no such file", source=str(allowed_signers), field="--allowed-signers"))
-    problems, signer = verify_run(run_dir, allowed_signers)
-    for p in problems:
+    checked = verify_run(run_dir, allowed_signers)
+    for p in checked.problems:
         err.print(f"{run_dir}: {p}", highlight=False, markup=False, soft_wrap=True)
-    if problems:
+    if checked.problems:
         raise typer.Exit(1)
-    out.print(f"{run_dir}: intact" + (f", signed by {signer}" if signer else ""), highlight=False, soft_wrap=True)
+    out.print(f"{run_dir}: {checked.summary()}", highlight=False, markup=False, soft_wrap=True)
 
 
 def _check_sign_key(key: Path | None) -> None:
@@ -756,11 +796,11 @@ def _check_sign_key(key: Path | None) -> None:
         raise InputError("no such key file", source=str(key), field="--sign-key")
 
 
-def _seal(run_dir: Path, sign_key: Path | None) -> None:
+def _seal(run_dir: Path, sign_key: Path | None, resealed: dict[str, Any] | None = None) -> None:
     from chaoskit.drill.session import seal
 
     try:
-        seal(run_dir, sign_key)
+        seal(run_dir, sign_key, resealed=resealed)
     except ChaoskitError as exc:
         _fail(exc)
 
@@ -811,12 +851,13 @@ def history_cmd(
     else:
         table = Table(title=f"drills under {root}")
         for col in ("cluster", "playbook", "runs", "last drilled", "last verdict", "pass rate",
-                    "all clients back, trend s"):
+                    "all clients back, trend s", "not verified"):
             table.add_column(col)
         for e in data["playbooks"].values():
             table.add_row(str(e["cluster"]), e["playbook"], str(len(e["runs"])), _ts(e["last_drilled"]),
                           str(e["last_verdict"]), "—" if e["pass_rate"] is None else f"{e['pass_rate']:.0%}",
-                          " ".join("—" if v is None else f"{v:.2f}" for v in e["rto_all_clients_trend_s"][-8:]))
+                          " ".join("—" if v is None else f"{v:.2f}" for v in e["rto_all_clients_trend_s"][-8:]),
+                          ", ".join(e["not_verified"]) or "none")
         out.print(table)
     if out_dir is not None:
         write_history(data, out_dir)

@@ -52,11 +52,12 @@ def drill_into(out_root: Path, inputs: DrillInputs, *, sign_key: Path | None = N
     return SealedRun(evidence, rd.path, bool(result.record.aborted))
 
 
-def seal(run_dir: Path, sign_key: Path | None) -> None:
+def seal(run_dir: Path, sign_key: Path | None, resealed: dict[str, Any] | None = None) -> None:
     """The in-toto statement (where the run has test results), then manifest.json (and its
-    signature) over everything the run wrote."""
+    signature) over everything the run wrote; `resealed` when a run that no longer verified was
+    rendered again (`chaoskit report --reseal`)."""
     try:
         write_statement(run_dir)
-        write_manifest(run_dir, sign_key)
+        write_manifest(run_dir, sign_key, resealed=resealed)
     except (OSError, RuntimeError) as exc:
         raise SealError(f"manifest: {exc}") from None

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from chaoskit.report.manifest import MANIFEST, SIGNATURE, sha256_of
+from chaoskit.report.rundir import evidence_ids
 
 STATEMENT = "attestation.intoto.json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -43,8 +44,13 @@ def statement(run_dir: Path) -> dict[str, Any] | None:
     if not junit.exists():
         return None
     skip = {MANIFEST, SIGNATURE, STATEMENT}
-    subjects = [{"name": p.relative_to(run_dir).as_posix(), "digest": {"sha256": sha256_of(p)}}
-                for p in sorted(run_dir.rglob("*")) if p.is_file() and p.relative_to(run_dir).as_posix() not in skip]
+    subjects: list[dict[str, Any]] = [
+        {"name": p.relative_to(run_dir).as_posix(), "digest": {"sha256": sha256_of(p)}}
+        for p in sorted(run_dir.rglob("*")) if p.is_file() and p.relative_to(run_dir).as_posix() not in skip]
+    ids = evidence_ids(run_dir)
+    for subject in subjects:  # the chain's head beside the file's digest (ResourceDescriptor annotations)
+        if subject["name"] == "events.jsonl" and ids["events_head"]:
+            subject["annotations"] = {"chaoskit.events": ids["events"], "chaoskit.events_head": ids["events_head"]}
     passed, failed = _tests(junit)
     run = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
     return {"_type": STATEMENT_TYPE, "subject": subjects, "predicateType": PREDICATE_TYPE,

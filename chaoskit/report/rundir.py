@@ -111,3 +111,24 @@ def verify_chain(lines: list[str]) -> str | None:
             return f"events.jsonl line {i}: the chain is broken (an event was removed, inserted or edited)"
         prev = hashlib.sha256(line.encode()).hexdigest()
     return None
+
+
+def chain_head(lines: list[str]) -> tuple[int, str]:
+    """(number of events, SHA-256 of the last line): what the seal records so that a chain
+    recomputed forward, or a last line edited, no longer matches the record."""
+    head = GENESIS
+    for line in lines:
+        head = hashlib.sha256(line.encode()).hexdigest()
+    return len(lines), head
+
+
+def evidence_ids(run_dir: Path) -> dict[str, Any]:
+    """run.json's SHA-256 and the events chain's length and head, as the seal, the attestation and
+    the report's footer record them (None where the file is absent)."""
+    run_json, events = run_dir / "run.json", run_dir / "events.jsonl"
+    ids: dict[str, Any] = {"run_json_sha256": None, "events": None, "events_head": None}
+    if run_json.exists():
+        ids["run_json_sha256"] = hashlib.sha256(run_json.read_bytes()).hexdigest()
+    if events.exists():
+        ids["events"], ids["events_head"] = chain_head(events.read_text().splitlines())
+    return ids

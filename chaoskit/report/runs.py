@@ -5,6 +5,7 @@ trend). Both print, and write CSV/HTML (history: HTML and JSON) when asked."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 from chaoskit.errors import InputError
 from chaoskit.report.campaign import pass_rate
 from chaoskit.report.legacy import upgrade
+from chaoskit.report.manifest import MANIFEST, verify
 from chaoskit.report.writer import CSP, template_env
 
 # what may explain a difference between two runs of one playbook
@@ -88,32 +90,53 @@ def write_compare(rows: list[dict[str, Any]], differing: list[str], out_dir: Pat
 
 
 def history(root: Path) -> dict[str, Any]:
-    """Every drill under `root`, grouped by cluster and playbook, oldest first."""
+    """Every drill under `root`, grouped by cluster and playbook, oldest first. A run is counted
+    once however many copies of its directory there are (by run id; a refused run, which has
+    none, by run.json's SHA-256): the copies are listed beside it. Each run says whether its
+    directory still verifies (`evidence`: intact, unsealed, or what changed)."""
     groups: dict[str, dict[str, Any]] = {}
+    seen: dict[str, dict[str, Any]] = {}
     for run_json in sorted(root.glob("*/run.json")):
         try:
-            ev = upgrade(json.loads(run_json.read_text()))
+            raw = run_json.read_bytes()
+            ev = upgrade(json.loads(raw))
         except (OSError, ValueError):
             continue
         if "experiment" in ev or not isinstance(ev.get("playbook"), dict) or "content" not in ev["playbook"]:
             continue
+        key = str(ev.get("run_id") or "sha256:" + hashlib.sha256(raw).hexdigest())
+        if key in seen:
+            seen[key]["copies"].append(run_json.parent.name)
+            continue
         res = ev.get("results") or {}
         rtos = [f.get("rto_all_clients_s") for f in res.get("faults") or [] if f.get("outage")]
-        key = f"{(ev.get('cluster') or {}).get('name')}/{ev['playbook']['content']['name']}"
-        entry = groups.setdefault(key, {"cluster": (ev.get("cluster") or {}).get("name"),
-                                        "playbook": ev["playbook"]["content"]["name"], "runs": []})
-        entry["runs"].append({"run": run_json.parent.name, "started": ev.get("started"),
-                              "verdict": "refused" if ev.get("refused") else res.get("verdict"),
-                              "rto_all_clients_s": None if not rtos or None in rtos else max(rtos),
-                              "lost": (res.get("rpo") or {}).get("lost_acknowledged")})
+        name = f"{(ev.get('cluster') or {}).get('name')}/{ev['playbook']['content']['name']}"
+        entry = groups.setdefault(name, {"cluster": (ev.get("cluster") or {}).get("name"),
+                                         "playbook": ev["playbook"]["content"]["name"], "runs": []})
+        seen[key] = {"run": run_json.parent.name, "run_id": ev.get("run_id"), "started": ev.get("started"),
+                     "verdict": "refused" if ev.get("refused") else res.get("verdict"),
+                     "rto_all_clients_s": None if not rtos or None in rtos else max(rtos),
+                     "lost": (res.get("rpo") or {}).get("lost_acknowledged"),
+                     "evidence": _evidence_state(run_json.parent), "copies": []}
+        entry["runs"].append(seen[key])
     for entry in groups.values():
-        runs = sorted(entry["runs"], key=lambda r: r["started"] or 0)
+        runs = sorted(entry["runs"], key=lambda r: r["started"] if isinstance(r["started"], int | float) else 0)
         entry["runs"] = runs
         entry["last_drilled"] = runs[-1]["started"]
         entry["last_verdict"] = runs[-1]["verdict"]
         entry["pass_rate"] = pass_rate([r["verdict"] for r in runs])
         entry["rto_all_clients_trend_s"] = [r["rto_all_clients_s"] for r in runs]
+        entry["not_verified"] = [r["run"] for r in runs if r["evidence"] != "intact"]
     return {"root": str(root), "generated": time.time(), "playbooks": dict(sorted(groups.items()))}
+
+
+def _evidence_state(run_dir: Path) -> str:
+    """"intact", "unsealed" (no manifest: the run never finished) or "ALTERED: <first change>"."""
+    if not (run_dir / MANIFEST).exists():
+        return "unsealed"
+    problems = verify(run_dir).problems
+    return "intact" if not problems else f"ALTERED: {problems[0]}" + (
+        f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
 
 
 def write_history(data: dict[str, Any], out_dir: Path) -> None:
@@ -122,10 +145,11 @@ def write_history(data: dict[str, Any], out_dir: Path) -> None:
     rows = [{"cluster": e["cluster"], "playbook": e["playbook"], "runs": len(e["runs"]),
              "last drilled": e["last_drilled"], "last verdict": e["last_verdict"], "pass rate": e["pass_rate"],
              "all clients back, trend (s)": ", ".join("—" if v is None else f"{v:.2f}"
-                                                      for v in e["rto_all_clients_trend_s"])}
+                                                      for v in e["rto_all_clients_trend_s"]),
+             "not verified": ", ".join(e["not_verified"]) or "none"}
             for e in data["playbooks"].values()]
     columns = ["cluster", "playbook", "runs", "last drilled", "last verdict", "pass rate",
-               "all clients back, trend (s)"]
+               "all clients back, trend (s)", "not verified"]
     html = template_env().get_template("runs.html.j2").render(title=f"drill history of {data['root']}", rows=rows,
                                                               columns=columns, differing=[], csp=CSP)
     (out_dir / "history.html").write_text(html)

@@ -21,7 +21,7 @@ from chaoskit.report import vocabulary
 from chaoskit.report.findings import findings
 from chaoskit.report.legacy import CURRENT, upgrade
 from chaoskit.report.plots import latency_histogram, timeline_plot
-from chaoskit.report.rundir import RunDirectory, clean
+from chaoskit.report.rundir import RunDirectory, clean, evidence_ids
 from chaoskit.topology.probe import ProbeLog
 from chaoskit.workload.outcomes import client_deadline
 
@@ -126,15 +126,20 @@ def _plots(rec: Recorder, t0: float, faults: list[dict[str, Any]], name: str, ru
     latency_histogram(values, run_dir / "plots" / "latency_histogram.png")
 
 
-def render(run_dir: Path) -> None:
-    """report.html, summary.md and junit.xml from run.json (also used by `chaoskit report`)."""
+def render(run_dir: Path, resealed: dict[str, Any] | None = None) -> None:
+    """report.html, summary.md and junit.xml from run.json (also used by `chaoskit report`). The
+    report names run.json's digest and the events chain's head it was rendered from (verify
+    checks them); `resealed` says, on the report, that it was re-rendered from a run that no
+    longer verified, and what had changed."""
+    ids = evidence_ids(run_dir)
     ev = upgrade(json.loads((run_dir / "run.json").read_text()))
     ev["findings"] = findings(ev)  # from the results as they read now, never a stale list
     images = {}
     for png in sorted((run_dir / "plots").glob("*.png")):
         images[png.stem] = base64.b64encode(png.read_bytes()).decode()
     env = template_env()
-    (run_dir / "report.html").write_text(env.get_template("report.html.j2").render(ev=ev, images=images, csp=CSP))
+    (run_dir / "report.html").write_text(env.get_template("report.html.j2").render(ev=ev, images=images, csp=CSP,
+                                                                                   ids=ids, resealed=resealed))
     (run_dir / "summary.md").write_text(markdown_env().get_template("summary.md.j2").render(ev=ev))
     write_pdf(run_dir / "report.html", run_dir / "report.pdf")
     _junit(ev, run_dir / "junit.xml")

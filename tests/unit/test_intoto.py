@@ -58,7 +58,7 @@ def test_the_statement_is_sealed_by_the_manifest(tmp_path: Path) -> None:
     st = json.loads((d / STATEMENT).read_text())
     st["predicate"]["result"] = "PASSED"
     (d / STATEMENT).write_text(json.dumps(st))
-    assert verify(d)[0] == [f"{STATEMENT}: changed since the manifest (SHA-256 differs)"]
+    assert verify(d).problems == [f"{STATEMENT}: changed since the manifest (SHA-256 differs)"]
 
 
 def test_no_statement_without_test_results(tmp_path: Path) -> None:

@@ -28,7 +28,11 @@ def run_dir(tmp_path: Path) -> Path:
 
 def test_a_fresh_run_directory_verifies(tmp_path: Path) -> None:
     d = run_dir(tmp_path)
-    assert verify(d) == ([], None)
+    v = verify(d)
+    assert (v.problems, v.signer, v.signature, v.files) == ([], None, "absent", 3)
+    assert v.summary().startswith("intact: 3 files, events chain 3 events (head ")
+    assert v.summary().endswith("; NOT SIGNED: anyone with write access to this directory could change a file "
+                                "and seal it again")
     listed = json.loads((d / "manifest.json").read_text())["files"]
     assert sorted(listed) == ["events.jsonl", "plots/timeline.png", "run.json"]
 
@@ -55,7 +59,7 @@ def test_any_change_is_named(tmp_path: Path, change: str) -> None:
         (d / "events.jsonl").write_text("\n".join(lines) + "\n")
         write_manifest(d)
         expected = ["events.jsonl line 3: the chain is broken (an event was removed, inserted or edited)"]
-    assert verify(d)[0] == expected
+    assert verify(d).problems == expected
 
 
 def keypair(tmp_path: Path, name: str) -> tuple[Path, Path]:
@@ -70,16 +74,21 @@ def test_signature_with_a_throwaway_key(tmp_path: Path) -> None:
     key, signers = keypair(tmp_path, "auditor")
     _, strangers = keypair(tmp_path, "stranger")
     d = run_dir(tmp_path)
-    assert verify(d, signers)[0] == ["manifest.json.sig: missing (a signature is required when allowed signers "
-                                     "are given)"]
+    assert verify(d, signers).problems == ["manifest.json.sig: missing (a signature is required when allowed "
+                                           "signers are given)"]
     write_manifest(d, sign_key=key)
-    assert verify(d, signers) == ([], "auditor@example.org")
-    assert verify(d, strangers)[0] == [f"manifest.json.sig: not made by any key in {strangers}"]
+    v = verify(d, signers)
+    assert (v.problems, v.signer, v.signature) == ([], "auditor@example.org", "verified")
+    assert v.summary().endswith("; signed by auditor@example.org")
+    unchecked = verify(d)  # a signature is there, but nobody said whose it must be
+    assert unchecked.signature == "present" and "signature present, NOT CHECKED" in unchecked.summary()
+    assert verify(d, strangers).problems == [f"manifest.json.sig: not made by any key in {strangers}"]
     # the manifest edited after signing (e.g. to hide a changed file): the signature no longer matches
     m = json.loads((d / "manifest.json").read_text())
     m["created"] = 0
     (d / "manifest.json").write_text(json.dumps(m))
-    problems, signer = verify(d, signers)
+    v = verify(d, signers)
+    problems, signer = v.problems, v.signer
     assert signer is None and problems[0].startswith("manifest.json.sig: does not match manifest.json")
     # rewriting the manifest drops the old signature
     write_manifest(d)
@@ -94,7 +103,7 @@ def test_cli_verify_exit_codes(tmp_path: Path) -> None:
                               timeout=60)
 
     ok = cli(str(d))
-    assert ok.returncode == 0 and "intact" in ok.stdout
+    assert ok.returncode == 0 and "intact: 3 files" in ok.stdout and "NOT SIGNED" in ok.stdout
     (d / "run.json").write_text("{}")
     bad = cli(str(d))
     assert bad.returncode == 1 and f"{d}: run.json: changed since the manifest" in bad.stderr
