@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from chaoskit.report.headlines import headlines
-from chaoskit.report.rundir import clean
+from chaoskit.report.rundir import clean, evidence_ids
 from chaoskit.report.writer import CSP, template_env
 
 
@@ -44,7 +44,8 @@ def write_experiment(result: dict[str, Any], run_dir: Path) -> None:
     images = {p.stem: base64.b64encode(p.read_bytes()).decode() for p in sorted((run_dir / "plots").glob("*.png"))}
     headers, rows = results_table(cells)
     html = template_env().get_template("experiment.html.j2").render(r=result, images=images, csp=CSP,
-                                                                     headers=headers, rows=rows)
+                                                                    ids=evidence_ids(run_dir), headers=headers,
+                                                                    rows=rows)
     (run_dir / "report.html").write_text(html)
     _junit(result, run_dir / "junit.xml")
 
