@@ -748,7 +748,7 @@ def report(
         resealed = {"at": _t.time(), "by": controller_user(), "problems": checked.problems,
                     "sealed_run_json_sha256": sealed.get("run_json_sha256"),
                     "run_json_sha256": checked.ids.get("run_json_sha256")}
-    render(run_dir, resealed=resealed)
+    render(run_dir, resealed=resealed, signed=False)  # sealing again drops a signature
     signed = (run_dir / "manifest.json.sig").exists()
     _seal(run_dir, None, resealed=resealed)
     out.print(f"rendered {run_dir / 'report.html'}; manifest.json rewritten"

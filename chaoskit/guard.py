@@ -26,6 +26,26 @@ def production_targets(inv: Inventory, hosts: Iterable[str], clusters: Iterable[
     return out
 
 
+def environment(inv: Inventory, cluster: str) -> dict[str, str]:
+    """What kind of system a drill ran against, for the evidence's headline: `lab` when the
+    inventory is the lab's, `production` when the production guard calls the cluster or one of
+    its hosts production, else the hosts' and cluster's own `env`/`environment` tag, else "not
+    stated" (never guessed)."""
+    from chaoskit.inventory.tags import PRODUCTION_KEYS
+
+    if inv.lab is not None:
+        return {"name": "lab", "from": "the inventory is the lab's (chaoskit lab up)"}
+    hosts = cluster_hosts(inv, cluster)
+    found = production_targets(inv, hosts, [cluster])
+    if found:
+        return {"name": "production", "from": f"production tags on {', '.join(found)}"}
+    tagged = [inv.clusters[cluster].tags, *(inv.hosts[h].tags for h in hosts if h in inv.hosts)]
+    names = sorted({str(t[k]) for t in tagged for k in PRODUCTION_KEYS if t.get(k)})
+    if names:
+        return {"name": ", ".join(names), "from": "the env tags of the cluster and its hosts"}
+    return {"name": "not stated", "from": "no env tag on the cluster or its hosts"}
+
+
 def refuse_production(inv: Inventory, hosts: Iterable[str], clusters: Iterable[str] = (), *,
                       allow: bool) -> list[str]:
     """The production-tagged targets among these (empty if none); raises unless `allow`."""

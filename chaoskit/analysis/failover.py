@@ -200,14 +200,18 @@ def fault_outcome(probe: ProbeLog, t_fault: float, window_end: float, *, outage:
     role and the same member came back as the only one), `no_reaction` (the primary never left
     its role: the manager held its leader through the fault), `no_writer` (the primary left and
     nobody took over within the window). Split-brain is judged over the same window by the caller
-    from the split-brain check. `outcome_text` says it in words for the evidence."""
+    from the split-brain check. `outcome_text` says it in words for the evidence; `t_rejoined` is
+    when the old primary was first seen as a replica after a failover (null otherwise)."""
     old = next((m for m, r in role_at(probe, t_fault).items() if r == "primary"), None)
     samples = [(t, m, r) for t, m, r in probe.samples if t_fault < t < window_end]
     t_left = next((t for t, m, r in samples if m == old and r != "primary"), None)
     after = [(t, m) for t, m, r in samples if r == "primary" and m != old]
     back = next((t for t, m, r in samples if t_left is not None and t > t_left and m == old and r == "primary"), None)
+    # the old primary following the new one: its first sample as a replica once another member
+    # took over (a rejoin: restarted, rewound or rebuilt as the manager does it)
+    rejoined = next((t for t, m, r in samples if after and t >= after[0][0] and m == old and r == "replica"), None)
     times = {"t_new_primary": after[0][0] if after else None, "new_primary": after[0][1] if after else None,
-             "t_back": back, "t_left": t_left}
+             "t_back": back, "t_left": t_left, "t_rejoined": rejoined}
     if old is None:
         kind, text = "no_writer", "no primary before the fault"
     elif after:

@@ -46,7 +46,7 @@ def drill_into(out_root: Path, inputs: DrillInputs, *, sign_key: Path | None = N
         rd.close()
         seal(rd.path, sign_key)
         raise
-    evidence = write_run(result, rd)
+    evidence = write_run(result, rd, signed=sign_key is not None)
     rd.close()
     seal(rd.path, sign_key)
     return SealedRun(evidence, rd.path, bool(result.record.aborted))

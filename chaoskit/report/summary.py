@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.console import Console
 
+from chaoskit.report.headline import headline
 from chaoskit.report.legacy import upgrade
 from chaoskit.report.vocabulary import label, shown, slo_sentence, verdict_word
 
@@ -68,6 +69,9 @@ def catchup_line(c: dict[str, Any]) -> str:
 def print_drill_summary(out: Console, ev: dict[str, Any], run_dir: Path) -> None:
     ev = upgrade(ev)
     res = ev.get("results") or {}
+    for key, text in headline(ev, signed=(run_dir / "manifest.json.sig").exists()):
+        out.print(f"{key:>13}: {text}", highlight=False, markup=False, soft_wrap=True)
+    out.print("")
     for w in ev.get("preflight_warnings") or []:
         out.print(f"preflight warning: {w}", highlight=False, markup=False)
     for f in res.get("faults", []):
@@ -93,5 +97,6 @@ def print_drill_summary(out: Console, ev: dict[str, Any], run_dir: Path) -> None
         out.print(slo_line(name, s), highlight=False, markup=False)
     if ev.get("aborted"):
         out.print(f"ABORTED: {ev['aborted']} (every fault was reverted)", highlight=False, markup=False)
-    out.print(f"verdict: {verdict_word(res.get('verdict'))}   report: {run_dir / 'report.html'}", highlight=False,
-              markup=False)
+    size = sum(p.stat().st_size for p in run_dir.rglob("*") if p.is_file())
+    out.print(f"verdict: {verdict_word(res.get('verdict'))}   report: {run_dir / 'report.html'}   run directory: "
+              f"{size / 1e6:,.1f} MB", highlight=False, markup=False)

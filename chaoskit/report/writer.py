@@ -15,10 +15,12 @@ import markupsafe
 
 import chaoskit
 from chaoskit.errors import escaped
+from chaoskit.guard import environment
 from chaoskit.playbook.record import DrillResult
 from chaoskit.recorder import Recorder
 from chaoskit.report import vocabulary
 from chaoskit.report.findings import findings
+from chaoskit.report.headline import headline
 from chaoskit.report.legacy import CURRENT, upgrade
 from chaoskit.report.plots import latency_histogram, timeline_plot
 from chaoskit.report.rundir import RunDirectory, clean, evidence_ids
@@ -33,7 +35,7 @@ CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'n
 METHODOLOGY = Path(__file__).parents[1] / "docs" / "methodology.md"
 
 
-def write_run(result: DrillResult, rd: RunDirectory) -> dict[str, Any]:
+def write_run(result: DrillResult, rd: RunDirectory, signed: bool | None = None) -> dict[str, Any]:
     """Everything of a finished drill into its run directory; returns run.json's content.
     The inventory is copied from an allow-list of its fields (secrets only as their references), the
     inputs are identified by the SHA-256 of the bytes that were actually loaded."""
@@ -52,6 +54,7 @@ def write_run(result: DrillResult, rd: RunDirectory) -> dict[str, Any]:
         "allow_production": inputs.allow_production,
         "production_targets": run.preflight.get("production_targets", []),
         "cluster": {"name": pb.cluster, "engine": cluster.engine, "ha": cluster.ha.kind},
+        "environment": environment(inputs.inventory, pb.cluster),
         "server": run.preflight.get("server_settings", {}), "ha": run.preflight.get("ha", {}),
         "detection_bound_s": run.preflight.get("detection_bound_s"),
         "preflight_warnings": run.preflight.get("warnings", []),
@@ -80,7 +83,7 @@ def write_run(result: DrillResult, rd: RunDirectory) -> dict[str, Any]:
         with contextlib.suppress(ImportError, ValueError):  # parquet where an engine is installed
             rec.to_frame().to_parquet(rd.file("timeline.parquet"))
         _plots(rec, run.t0, result.results.get("faults", []), pb.name, rd.path)
-    render(rd.path)
+    render(rd.path, signed=signed)
     for p in rd.path.rglob("*"):
         p.chmod(0o700 if p.is_dir() else 0o600)
     return evidence
@@ -126,21 +129,24 @@ def _plots(rec: Recorder, t0: float, faults: list[dict[str, Any]], name: str, ru
     latency_histogram(values, run_dir / "plots" / "latency_histogram.png")
 
 
-def render(run_dir: Path, resealed: dict[str, Any] | None = None) -> None:
+def render(run_dir: Path, resealed: dict[str, Any] | None = None, signed: bool | None = None) -> None:
     """report.html, summary.md and junit.xml from run.json (also used by `chaoskit report`). The
     report names run.json's digest and the events chain's head it was rendered from (verify
     checks them); `resealed` says, on the report, that it was re-rendered from a run that no
-    longer verified, and what had changed."""
+    longer verified, and what had changed. `signed`: whether the seal that follows signs (shown in
+    the headline; None: not known)."""
     ids = evidence_ids(run_dir)
     ev = upgrade(json.loads((run_dir / "run.json").read_text()))
     ev["findings"] = findings(ev)  # from the results as they read now, never a stale list
+    head = headline(ev, signed)
     images = {}
     for png in sorted((run_dir / "plots").glob("*.png")):
         images[png.stem] = base64.b64encode(png.read_bytes()).decode()
     env = template_env()
     (run_dir / "report.html").write_text(env.get_template("report.html.j2").render(ev=ev, images=images, csp=CSP,
-                                                                                   ids=ids, resealed=resealed))
-    (run_dir / "summary.md").write_text(markdown_env().get_template("summary.md.j2").render(ev=ev))
+                                                                                   ids=ids, resealed=resealed,
+                                                                                   head=head))
+    (run_dir / "summary.md").write_text(markdown_env().get_template("summary.md.j2").render(ev=ev, head=head))
     write_pdf(run_dir / "report.html", run_dir / "report.pdf")
     _junit(ev, run_dir / "junit.xml")
 

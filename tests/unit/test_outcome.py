@@ -30,6 +30,16 @@ def test_failover_names_the_member_that_took_over() -> None:
     assert out["t_new_primary"] == T + 9.3 and out["t_left"] == T + 0.1 and out["t_back"] is None
 
 
+def test_the_old_primary_rejoins_after_the_new_one_took_over() -> None:
+    """pg1 killed at +0.1, pg2 primary at +9.3; pg1 seen as a replica at +5.0 (before the failover:
+    not a rejoin), down again at +9.5, a replica from +25.0: rejoined at +25.0."""
+    out = fault_outcome(probe((0.1, "pg1", "down"), (5.0, "pg1", "replica"), (9.3, "pg2", "primary"),
+                              (9.5, "pg1", "down"), (25.0, "pg1", "replica")), T, T + 60, outage=True)
+    assert out["outcome"] == "failover" and out["t_rejoined"] == T + 25.0
+    out = fault_outcome(probe((0.1, "pg1", "down"), (9.3, "pg2", "primary")), T, T + 60, outage=True)
+    assert out["t_rejoined"] is None  # never seen following pg2 within the window
+
+
 def test_restart_in_place_is_not_a_failover() -> None:
     out = fault_outcome(probe((0.2, "pg1", "down"), (3.0, "pg1", "primary")), T, T + 60, outage=True)
     assert out["outcome"] == "restarted_in_place"

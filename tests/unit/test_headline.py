@@ -1,0 +1,70 @@
+"""The headline rows, pinned against a run.json worked out by hand: a kill of pg1 at
+T = 1,800,000,010.0 (10.0 s into a run that started at T - 10 and ended at T + 50), two client
+groups, 3 writes lost (2 by the deadline group, 1 by the pool, all acknowledged by pg1), pg2
+promoted, pg1 a replica again at T + 26.5."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from chaoskit.report.headline import headline
+from chaoskit.report.writer import markdown_env
+
+T = 1_800_000_010.0
+
+
+def run() -> dict:
+    return {
+        "schema_version": 3, "started": T - 10, "ended": T + 50, "operator": "dba@ops",
+        "environment": {"name": "staging", "from": "the env tags of the cluster and its hosts"},
+        "faults_injected": [{"kind": "kill", "host": "pg1", "t_effect": T}], "actions": [],
+        "results": {
+            "verdict": False,
+            "faults": [{"outage": True, "rto_first_client_s": 9.84, "rto_all_clients_s": 10.04, "t_fault": T,
+                        "outcome": "failover", "outcome_text": "failover from pg1 to pg2",
+                        "primary_at_fault": "pg1", "t_rejoined": T + 26.5}],
+            "rpo": {"acknowledged": 145_700, "lost_acknowledged": 3, "lost_ack_window_rel_s": [0.015, 0.059]},
+            "groups": {"deadline": {"rpo": {"lost_by_node": {"pg1": 2}}},
+                       "pool": {"rpo": {"lost_by_node": {"pg1": 1}}}},
+            "slo": {"rto_max": {"target": 30.0, "measured": 10.04, "ok": True, "judges": "rto_all_clients_s"},
+                    "rpo_max_writes": {"target": 1, "measured": 2, "ok": False,
+                                       "by_group": {"deadline": 2, "pool": 1}}}}}
+
+
+def test_headline_rows() -> None:
+    rows = dict(headline(run(), signed=False))
+    assert list(rows) == ["verdict", "environment", "what was done", "RTO", "data lost", "failover", "duration",
+                          "operator", "evidence"]
+    assert rows["verdict"] == "FAIL"
+    assert rows["environment"] == "staging (the env tags of the cluster and its hosts)"
+    assert rows["what was done"] == "kill on pg1 at 2027-01-15 08:00:10.000 UTC (+10.0 s into the run)"
+    assert rows["RTO"] == ("first client back 9.84 s, all clients back 10.04 s; "
+                           "SLO all clients back 10.04 s <= 30.00 s: PASS (rto_max)")
+    assert rows["data lost"] == ("3 of 145,700 acknowledged writes lost; SLO, worst client group acknowledged "
+                                 "writes lost 2 writes > 1 write: FAIL (rpo_max_writes); acknowledged between "
+                                 "+0.015 s and +0.059 s of the fault, by pg1 (3)")
+    assert rows["failover"] == "failover from pg1 to pg2; pg1 rejoined as a replica at +26.5 s"
+    assert rows["duration"] == "60.0 s, 2027-01-15 08:00:00.000 UTC to 2027-01-15 08:01:00.000 UTC"
+    assert rows["operator"] == "dba@ops"
+    assert rows["evidence"].startswith("NOT SIGNED")
+    assert "evidence" not in dict(headline(run()))  # not known: not said
+
+
+def test_an_old_lab_run_says_lab_and_a_run_without_outage_says_so() -> None:
+    ev = run()
+    del ev["environment"]
+    ev["inventory"] = {"content": {"lab": {"subnet": "10.77.0.0/24"}}}
+    ev["results"]["faults"] = [{"outage": False, "outcome_text": "no failover: pg1 stayed the primary"}]
+    rows = dict(headline(ev))
+    assert rows["environment"] == "lab (the inventory is the lab's)"
+    assert rows["RTO"] == "no write outage" and rows["failover"] == "no failover: pg1 stayed the primary"
+
+
+def test_the_headline_comes_first_in_summary_md(tmp_path: Path) -> None:
+    ev = {**run(), "playbook": {"content": {"name": "pg-kill-primary", "description": "", "load": {
+        "workload": "ledger", "workers": 8}}}, "cluster": {"name": "pg", "engine": "postgres", "ha": "patroni"}}
+    text = markdown_env().get_template("summary.md.j2").render(ev=ev, head=headline(ev, signed=True))
+    lines = text.splitlines()
+    assert lines[0] == "# Drill `pg-kill-primary`: FAIL"
+    assert lines[2] == "- **verdict**: FAIL" and lines[3].startswith("- **environment**: staging")
+    assert "- **evidence**: signed (check it with chaoskit verify --allowed-signers)" in lines
