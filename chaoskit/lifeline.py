@@ -10,10 +10,12 @@ Children also carry CHAOSKIT_CONTROLLER_PID, so anyone can list what a controlle
 from __future__ import annotations
 
 import ctypes
+import functools
 import getpass
 import os
 import signal
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -26,6 +28,33 @@ ENV_MARK = "CHAOSKIT_CONTROLLER_PID"
 def controller_user() -> str:
     """`user@host` of the control node: who ran a drill when nobody said otherwise."""
     return f"{getpass.getuser()}@{socket.gethostname()}"
+
+
+@functools.cache
+def operator_identity() -> str:
+    """Who ran a drill when `--operator` does not say: the person behind sudo (SUDO_USER), else
+    the git identity of the working directory (user.name <user.email>), each with the account it
+    ran as; the Unix account alone only when neither is known. Control characters are dropped and
+    the text bounded: it is data for the evidence."""
+    account = controller_user()
+    sudo = os.environ.get("SUDO_USER")
+    if sudo and sudo != getpass.getuser():
+        return _printable(f"{sudo} (via sudo, as {account})")
+    try:
+        res = [subprocess.run(["git", "config", "--get", key], capture_output=True, text=True, timeout=5,
+                              stdin=subprocess.DEVNULL, check=False).stdout.strip()
+               for key in ("user.name", "user.email")]
+    except (OSError, subprocess.SubprocessError):
+        res = ["", ""]
+    name, email = res
+    if name or email:
+        return _printable(f"{name}{' ' if name and email else ''}{'<' + email + '>' if email else ''} "
+                          f"(git identity, as {account})")
+    return account
+
+
+def _printable(text: str) -> str:
+    return "".join(c for c in text if c.isprintable())[:200]
 
 
 def process_start_time(pid: int) -> int | None:

@@ -149,6 +149,7 @@ class Drill:
             self.record.event("preflight_refused", self.clock.now(), reason=str(exc))
             raise
         pf = self.record.preflight
+        pf["warnings"] = [*pf["warnings"], *unrecorded_audit(self.inputs.evidence)]
         self.record.event("preflight", self.clock.now(), primary=pf["primary_before"],
                           production_targets=pf["production_targets"], warnings=pf["warnings"])
 
@@ -321,3 +322,14 @@ class Drill:
         for mark in marks:
             self.record.event("phase_mark", mark["t"], mark=mark["mark"], fault=mark["fault"])
         return DrillResult(self.inputs, self.record, self.recorder, self.probe.log, truth, results)
+
+
+def unrecorded_audit(audit: Any) -> list[str]:
+    """A warning for each audit field a DR test record needs and the run leaves empty (the
+    report shows it as "not recorded", never as a blank)."""
+    missing = [name for name, value in (("participants", audit.participants), ("scope", audit.scope),
+                                        ("change_ref", audit.change_ref)) if not value]
+    if not missing:
+        return []
+    return [f"evidence: {', '.join(missing)} not given (playbook `evidence:`, --participant, --change-ref): "
+            "the report says 'not recorded'"]

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from chaoskit.faults.manager import InjectedFault
 from chaoskit.inventory.models import Cluster, Inventory
-from chaoskit.lifeline import controller_user
+from chaoskit.lifeline import operator_identity
 from chaoskit.playbook.models import Audit, Playbook
 from chaoskit.recorder import Recorder
 from chaoskit.topology.probe import ProbeLog
@@ -54,7 +54,7 @@ class DrillInputs:
 
     @property
     def operator(self) -> str:
-        return self.evidence.operator or controller_user()
+        return self.evidence.operator or operator_identity()
 
 
 @dataclass

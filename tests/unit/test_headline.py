@@ -68,3 +68,36 @@ def test_the_headline_comes_first_in_summary_md(tmp_path: Path) -> None:
     assert lines[0] == "# Drill `pg-kill-primary`: FAIL"
     assert lines[2] == "- **verdict**: FAIL" and lines[3].startswith("- **environment**: staging")
     assert "- **evidence**: signed (check it with chaoskit verify --allowed-signers)" in lines
+
+
+def test_the_operator_is_the_person_not_only_the_account(tmp_path: Path, monkeypatch: object) -> None:
+    """SUDO_USER first, then the git identity, the Unix account alone last; control characters never
+    reach the evidence."""
+    import getpass
+
+    from chaoskit.lifeline import controller_user, operator_identity
+
+    identify = operator_identity.__wrapped__  # uncached
+    monkeypatch.delenv("SUDO_USER", raising=False)  # type: ignore[attr-defined]
+    monkeypatch.chdir(tmp_path)  # type: ignore[attr-defined]
+    (tmp_path / "gitconfig").write_text("[user]\n\tname = Ada \x1b[31mL\n\temail = ada@example.org\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "gitconfig"))  # type: ignore[attr-defined]
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")  # type: ignore[attr-defined]
+    assert identify() == f"Ada [31mL <ada@example.org> (git identity, as {controller_user()})"
+    sudo = "alice" if getpass.getuser() != "alice" else "bob"
+    monkeypatch.setenv("SUDO_USER", sudo)  # type: ignore[attr-defined]
+    assert identify() == f"{sudo} (via sudo, as {controller_user()})"
+    monkeypatch.delenv("SUDO_USER")  # type: ignore[attr-defined]
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "none"))  # type: ignore[attr-defined]
+    assert identify() == controller_user()
+
+
+def test_empty_audit_fields_are_said_not_hidden() -> None:
+    from chaoskit.drill.runner import unrecorded_audit
+    from chaoskit.playbook.models import Audit
+
+    assert unrecorded_audit(Audit.model_validate({"scope": "payments pg"})) == [
+        "evidence: participants, change_ref not given (playbook `evidence:`, --participant, --change-ref): the report "
+        "says 'not recorded'"]
+    full = Audit.model_validate({"scope": "s", "participants": ["DBA"], "change_ref": "CHG-1"})
+    assert unrecorded_audit(full) == []
