@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import datetime as dt
 import json
 import platform
+import socket
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -213,8 +215,6 @@ def _sec(v: Any) -> str:
 
 
 def _ts(t: float | None) -> str:
-    import datetime as dt
-
     if _missing(t):
         return "—"
     return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
@@ -226,6 +226,22 @@ def _junit(ev: dict[str, Any], path: Path) -> None:
     res = ev.get("results") or {}
     name = ev["playbook"]["content"]["name"]
     suite = ET.Element("testsuite", name=f"chaoskit.{name}")
+    started, ended = ev.get("started"), ev.get("ended")
+    if isinstance(started, int | float):
+        suite.set("timestamp", dt.datetime.fromtimestamp(started, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S"))
+        if isinstance(ended, int | float):
+            suite.set("time", f"{ended - started:.3f}")
+    suite.set("hostname", socket.gethostname())
+    props = ET.SubElement(suite, "properties")
+    outages = [f for f in res.get("faults") or [] if f.get("outage")]
+    figures: dict[str, Any] = {"run_id": ev.get("run_id"), "report": "report.html",
+                               "verdict": vocabulary.verdict_word(res.get("verdict"))}
+    for key in ("rto_first_client_s", "rto_all_clients_s"):
+        values = [f.get(key) for f in outages]
+        figures[key] = None if not values or None in values else max(values)
+    figures["lost_acknowledged"] = (res.get("rpo") or {}).get("lost_acknowledged")
+    for key, value in figures.items():
+        ET.SubElement(props, "property", name=key, value="" if value is None else str(value))
     cases = []
     for slo, v in (res.get("slo") or {}).items():
         cases.append((vocabulary.slo_test_name(slo, v), v.get("ok"), vocabulary.slo_sentence(slo, v)))

@@ -180,3 +180,20 @@ def test_history_counts_a_copy_once_and_flags_a_run_that_does_not_verify(tmp_pat
     assert entry["runs"][0]["evidence"] == "intact"
     assert entry["runs"][1]["evidence"].startswith("ALTERED: run.json: changed since the manifest")
     assert entry["not_verified"] == [b.name + "-2"]
+
+
+def test_junit_for_ci(tmp_path: Path) -> None:
+    """The suite says when, how long and where; properties carry the run id, the report and the
+    figures; case names are readable and a failure says value, comparator and unit."""
+    import xml.etree.ElementTree as ET
+
+    d = sealed_run(tmp_path)
+    suite = ET.parse(d / "junit.xml").getroot()
+    # started 1,800,000,000.0 = 2027-01-15T08:00:00 UTC, ended 60 s later
+    assert (suite.get("timestamp"), suite.get("time")) == ("2027-01-15T08:00:00", "60.000") and suite.get("hostname")
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert props == {"run_id": "r1", "report": "report.html", "verdict": "PASS", "rto_first_client_s": "",
+                     "rto_all_clients_s": "", "lost_acknowledged": ""}
+    names = [c.get("name") for c in suite.iter("testcase")]
+    assert names == ["SLO all clients back <= 30.00 s", "check rpo"]
+    assert "[report.html](report.html)" in (d / "summary.md").read_text()
