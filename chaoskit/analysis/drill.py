@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from chaoskit.analysis.catchup import standby_catchup
 from chaoskit.analysis.checks import convergence_verdict, gather_convergence, split_brain
 from chaoskit.analysis.durability import lost_update_check, rpo_check
+from chaoskit.analysis.errors import error_table
 from chaoskit.analysis.failover import analyse_fault, baseline_tps, client_figures, fault_gaps, role_at
 from chaoskit.analysis.verdict import checked, merge
 from chaoskit.db.base import Driver
@@ -119,7 +120,7 @@ def analyse(pb: Playbook, run: DrillRecord, rec: Recorder, probe: ProbeLog, trut
     if run.aborted:
         verdict = "aborted"
     out = {"baseline_tps": base, "faults": faults, "rpo": checks.get("rpo"), "checks": checks, "slo": slo,
-           "verdict": verdict}
+           "verdict": verdict, "errors": error_table(rec.errors, faults, run.t0, rec.errors_dropped)}
     if groups:
         out["groups"] = groups
     return out, marks

@@ -24,6 +24,7 @@ from chaoskit.report import vocabulary
 from chaoskit.report.findings import findings
 from chaoskit.report.headline import headline
 from chaoskit.report.legacy import CURRENT, upgrade
+from chaoskit.report.observations import observations
 from chaoskit.report.plots import latency_histogram, timeline_plot
 from chaoskit.report.rundir import RunDirectory, clean, evidence_ids
 from chaoskit.topology.probe import ProbeLog
@@ -141,6 +142,7 @@ def render(run_dir: Path, resealed: dict[str, Any] | None = None, signed: bool |
     ev = upgrade(json.loads((run_dir / "run.json").read_text()))
     ev["findings"] = findings(ev)  # from the results as they read now, never a stale list
     head = headline(ev, signed)
+    ev["observations"] = observations(ev)
     images = {}
     for png in sorted((run_dir / "plots").glob("*.png")):
         images[png.stem] = base64.b64encode(png.read_bytes()).decode()
