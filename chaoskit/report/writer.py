@@ -24,6 +24,7 @@ from chaoskit.report import vocabulary
 from chaoskit.report.findings import findings
 from chaoskit.report.headline import headline
 from chaoskit.report.legacy import CURRENT, upgrade
+from chaoskit.report.narrative import log_quotes, narrative, phases_in_words, read_events
 from chaoskit.report.observations import observations
 from chaoskit.report.plots import latency_histogram, timeline_plot
 from chaoskit.report.rundir import RunDirectory, clean, evidence_ids
@@ -143,13 +144,14 @@ def render(run_dir: Path, resealed: dict[str, Any] | None = None, signed: bool |
     ev["findings"] = findings(ev)  # from the results as they read now, never a stale list
     head = headline(ev, signed)
     ev["observations"] = observations(ev)
+    story = {"events": narrative(read_events(run_dir), ev), "phases": phases_in_words(ev), "logs": log_quotes(ev)}
     images = {}
     for png in sorted((run_dir / "plots").glob("*.png")):
         images[png.stem] = base64.b64encode(png.read_bytes()).decode()
     env = template_env()
     (run_dir / "report.html").write_text(env.get_template("report.html.j2").render(ev=ev, images=images, csp=CSP,
                                                                                    ids=ids, resealed=resealed,
-                                                                                   head=head))
+                                                                                   head=head, story=story))
     (run_dir / "summary.md").write_text(markdown_env().get_template("summary.md.j2").render(ev=ev, head=head))
     write_pdf(run_dir / "report.html", run_dir / "report.pdf")
     _junit(ev, run_dir / "junit.xml")
