@@ -1,5 +1,5 @@
 """The op-level history around each fault, kept in memory with a bound and written as
-`history.jsonl` in the run directory, so anyone can recompute RTO and RPO from it without
+`history.jsonl.gz` in the run directory, so anyone can recompute RTO and RPO from it without
 chaoskit (format: docs/history.md).
 
 Workers record every op (invoke and completion time, outcome, ledger key, node when known); the
@@ -79,7 +79,7 @@ class OpHistory:
 
     def write(self, out: TextIO, *, run_id: str, groups: dict[str, list[int]], faults: list[dict[str, Any]],
               present: set[tuple[int, int]] | None, stall_s: float | None = None) -> int:
-        """history.jsonl: a header line, then one line per op in time of completion. A ledger
+        """history.jsonl(.gz): a header line, then one line per op in time of completion. A ledger
         write carries `found` (its row is on the writer after the run) when that was read."""
         header = {"format": FORMAT, "run_id": run_id, "window_s": self.window_s, "stall_s": stall_s,
                   "windows": [[lo, hi] for lo, hi in self.windows], "groups": groups,

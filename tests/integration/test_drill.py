@@ -4,6 +4,7 @@ RPO verdicts, SLO exit codes, Ctrl-C heals, the HTML parses, plots are real imag
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import signal
 import subprocess
@@ -99,7 +100,7 @@ def test_kill_primary_end_to_end(kill_primary: tuple[subprocess.CompletedProcess
     assert sum(g["rpo"]["lost_acknowledged"] for g in groups.values()) == ev["results"]["rpo"]["lost_acknowledged"]
     # the run directory is sealed: every file the drill wrote is in its manifest and verifies
     listed = json.loads((run_dir / "manifest.json").read_text())["files"]
-    assert {"run.json", "events.jsonl", "report.html", "history.jsonl", "plots/timeline.png",
+    assert {"run.json", "events.jsonl", "report.html", "history.jsonl.gz", "plots/timeline.png",
             "attestation.intoto.json"} <= set(listed)
     attestation = json.loads((run_dir / "attestation.intoto.json").read_text())
     assert attestation["predicate"]["result"] == ("PASSED" if ev["results"]["verdict"] else "FAILED")
@@ -262,7 +263,8 @@ def test_a_pool_client_suffers_what_careful_clients_do_not_see(lab: Inventory, t
     writer = next(m for m, d in members.items() if d.get("role") == "primary")
     for name, g in groups.items():
         assert writer not in g["rpo"]["lost_by_node"], (name, writer, g["rpo"]["lost_by_node"])
-    lines = [json.loads(x) for x in (run_dir / "history.jsonl").read_text().splitlines()]
+    with gzip.open(run_dir / "history.jsonl.gz", "rt") as fh:  # as a reader without chaoskit would
+        lines = [json.loads(x) for x in fh]
     header, ops = lines[0], lines[1:]
     assert header["format"] == "chaoskit-history/1" and header["dropped"] == 0
     fault = header["faults"][0]

@@ -7,6 +7,7 @@ PyMySQL and plain SQL, apart from the recorder."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,8 @@ def test_cut_off_minority_refuses_writes_and_loses_nothing(galera: Inventory, tm
     node3 = ev["results"]["groups"]["node3"]
     assert node3["faults"][0]["outage"] and node3["rpo"]["lost_acknowledged"] == 0
     # its writes while cut off were refused (error 1047: the node is not ready), never acknowledged
-    ops = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    with gzip.open(run_dir / "history.jsonl.gz", "rt") as fh:
+        ops = [json.loads(line) for line in fh]
     refused = [o for o in ops if o.get("group") == "node3" and o.get("outcome") == "fail"]
     assert refused and {o["error"] for o in refused} <= {"read_only", "connect_refused"}, refused[:3]
     check(ev, galera, "galera1")
