@@ -1,4 +1,5 @@
-"""Throughput and latency over time with fault windows shaded and phase marks; latency histogram."""
+"""The run on one time axis (throughput, errors, latency, roles, lag) with the faults, outages and
+phase marks labelled; the latency histogram."""
 
 from __future__ import annotations
 
@@ -8,37 +9,96 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
+import matplotlib.patches
 import matplotlib.pyplot as plt
 import pandas as pd
 
-MARK_STYLE = {"t_fault": ("red", "fault"), "t_detect": ("orange", "detect"), "t_promoted": ("purple", "promoted"),
-              "t_first_ok": ("green", "first ok"), "t_recovered": ("blue", "recovered")}
+MARK_STYLE = {"t_fault": ("red", "fault"), "t_detect": ("orange", "detection"), "t_promoted": ("purple", "promoted"),
+              "t_first_ok": ("green", "first client back"), "t_recovered": ("blue", "recovered"),
+              "t_rejoined": ("saddlebrown", "old primary rejoined")}
+ROLE_COLORS = {"primary": "tab:green", "replica": "tab:blue", "down": "tab:red"}
 
 
-def timeline_plot(df: pd.DataFrame, t0: float, faults: list[dict[str, Any]], path: Path, title: str) -> None:
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(11, 6.5), sharex=True)
-    x = df["t"] - t0
-    ax1.plot(x, df["write_ok"].rolling(10, min_periods=1).sum(), lw=1.2, label="writes ok/s (1 s rolling)")
-    errs = df[[c for c in df.columns if c.startswith("err_")]].sum(axis=1).rolling(10, min_periods=1).sum()
-    ax1.plot(x, errs, lw=1, color="crimson", label="errors/s")
-    ax2.plot(x, df["p99_ms"], lw=1, label="p99 ms")
-    ax2.plot(x, df["p50_ms"], lw=1, label="p50 ms")
-    ax2.set_yscale("log")
-    for f in faults:
+def _lanes(ax: Any, samples: list[tuple[float, str, str]], origin: float, x_end: float) -> list[str]:
+    """One lane per member: its role as the probe saw it, a bar from each sample to the next."""
+    members = sorted({m for _, m, _ in samples})
+    for lane, member in enumerate(members):
+        mine = [(t - origin, r) for t, m, r in samples if m == member]
+        for i, (t, role) in enumerate(mine):
+            end = mine[i + 1][0] if i + 1 < len(mine) else x_end
+            if end > t:
+                ax.broken_barh([(t, end - t)], (lane - 0.4, 0.8), color=ROLE_COLORS.get(role, "lightgray"))
+    ax.set_yticks(range(len(members)), members)
+    ax.set_ylim(-0.6, max(len(members), 1) - 0.4)
+    handles = [matplotlib.patches.Patch(color=c, label=r) for r, c in ROLE_COLORS.items()]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, title="role", title_fontsize=7)
+    return members
+
+
+def timeline_plot(df: pd.DataFrame, t0: float, faults: list[dict[str, Any]], path: Path, title: str,
+                  roles: list[tuple[float, str, str]] | None = None,
+                  lag: list[tuple[float, dict[str, int | None]]] | None = None) -> None:
+    """Throughput, errors (failed and unknown apart, on their own axis), latency, each member's
+    role and the replicas' lag, on one x axis in seconds since the (first) fault, as every table
+    of the report counts. Each fault is a labelled band to its revert, its outage (fault to first
+    client back) a darker one; the phase marks are labelled lines, their labels staggered so that
+    marks a few milliseconds apart stay readable. Legends sit outside the data."""
+    timed = [f for f in faults if f.get("t_fault")]
+    origin = min((f["t_fault"] for f in timed), default=t0)
+    lanes = bool(roles)
+    rows = 4 + (1 if lag else 0) if lanes else 3
+    ratios = [3, 1.4, 2] + ([1.6] if lanes else []) + ([1.2] if lanes and lag else [])
+    fig, axes = plt.subplots(rows, 1, figsize=(12, 2.0 * rows + 1), sharex=True, gridspec_kw={"height_ratios": ratios})
+    ax_tps, ax_err, ax_lat = axes[0], axes[1], axes[2]
+    x = df["t"] - origin
+    x_end = float(x.max()) + 0.1 if len(x) else 0.0
+    ax_tps.plot(x, df["write_ok"].rolling(10, min_periods=1).sum(), lw=1.2, label="writes ok/s (1 s rolling)")
+    ax_err.plot(x, df["fail"].rolling(10, min_periods=1).sum(), lw=1, color="crimson", label="failed/s")
+    ax_err.plot(x, df["info"].rolling(10, min_periods=1).sum(), lw=1, color="darkorange", label="unknown outcome/s")
+    ax_lat.plot(x, df["p99_ms"], lw=1, label="p99 ms (ok ops)")
+    ax_lat.plot(x, df["p50_ms"], lw=1, label="p50 ms (ok ops)")
+    ax_lat.set_yscale("log")
+    data_axes = [ax_tps, ax_err, ax_lat]
+    for n, f in enumerate(timed, start=1):
+        start = f["t_fault"] - origin
         end = f.get("t_reverted") or f.get("t_recovered") or f.get("t_first_ok")
-        if f.get("t_fault") and end:
-            for ax in (ax1, ax2):
-                ax.axvspan(f["t_fault"] - t0, end - t0, color="red", alpha=0.08)
+        what = f"{f.get('kind')} on {f.get('target_host')}"
+        for ax in data_axes:
+            if end:
+                ax.axvspan(start, end - origin, color="red", alpha=0.07, label=f"fault {n}: {what}" if ax is ax_tps
+                           else None)
+            if f.get("outage") and f.get("t_first_ok"):
+                ax.axvspan(start, f["t_first_ok"] - origin, color="red", alpha=0.18,
+                           label=f"outage {n}: fault to first client back" if ax is ax_tps else None)
+        level = 0
         for key, (color, label) in MARK_STYLE.items():
-            if f.get(key):
-                for ax in (ax1, ax2):
-                    ax.axvline(f[key] - t0, color=color, lw=0.9, ls="--", label=label if ax is ax1 else None)
-    ax1.set_ylabel("ops/s")
-    ax2.set_ylabel("latency (ms, log)")
-    ax2.set_xlabel("seconds since load start")
-    ax1.set_title(title)
-    ax1.legend(loc="upper right", fontsize=7, ncol=3)
-    ax2.legend(loc="upper right", fontsize=7)
+            if not f.get(key):
+                continue
+            at = f[key] - origin
+            for ax in data_axes:
+                ax.axvline(at, color=color, lw=0.9, ls="--")
+            ax_tps.annotate(f"{label} {at:+.2f} s", xy=(at, 1.0), xycoords=("data", "axes fraction"),
+                            xytext=(3, -10 - 11 * level), textcoords="offset points", fontsize=7, color=color)
+            level = (level + 1) % 5
+    if lanes:
+        _lanes(axes[3], roles or [], origin, x_end)
+        axes[3].set_ylabel("role")
+    if lanes and lag:
+        ax_lag = axes[4]
+        members = sorted({m for _, values in lag for m in values})
+        for member in members:
+            points = [(t - origin, v.get(member)) for t, v in lag]
+            ax_lag.plot([p[0] for p in points], [p[1] if p[1] is not None else float("nan") for p in points], lw=1,
+                        label=member)
+        ax_lag.set_ylabel("lag (bytes)")
+        ax_lag.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, title="replica", title_fontsize=7)
+    ax_tps.set_ylabel("ops/s")
+    ax_err.set_ylabel("errors/s")
+    ax_lat.set_ylabel("latency (ms, log)")
+    axes[-1].set_xlabel("seconds since the fault" if timed else "seconds since the load started")
+    ax_tps.set_title(title)
+    for ax in data_axes:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

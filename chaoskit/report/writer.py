@@ -88,7 +88,7 @@ def write_run(result: DrillResult, rd: RunDirectory, signed: bool | None = None)
         rec.write_timeline_csv(str(rd.file("timeline.csv")), t0=run.t0, extra=_node_columns(probe, rec))
         with contextlib.suppress(ImportError, ValueError):  # parquet where an engine is installed
             rec.to_frame().to_parquet(rd.file("timeline.parquet"))
-        _plots(rec, run.t0, result.results.get("faults", []), pb.name, rd.path)
+        _plots(rec, run.t0, result.results.get("faults", []), pb.name, rd.path, probe)
     render(rd.path, signed=signed)
     for p in rd.path.rglob("*"):
         p.chmod(0o700 if p.is_dir() else 0o600)
@@ -128,8 +128,12 @@ def _step_values(samples: list[tuple[float, Any]], ends: list[float]) -> list[An
     return out
 
 
-def _plots(rec: Recorder, t0: float, faults: list[dict[str, Any]], name: str, run_dir: Path) -> None:
-    timeline_plot(rec.to_frame(), t0, faults, run_dir / "plots" / "timeline.png", f"{name}: throughput and latency")
+def _plots(rec: Recorder, t0: float, faults: list[dict[str, Any]], name: str, run_dir: Path,
+           probe: ProbeLog | None = None) -> None:
+    roles = list(probe.samples) if probe is not None else None
+    lag = [(t, values) for t, values, _ in probe.lag] if probe is not None else None
+    timeline_plot(rec.to_frame(), t0, faults, run_dir / "plots" / "timeline.png",
+                  f"{name}: throughput, errors, latency and roles", roles=roles, lag=lag)
     hist = rec.latency_hist()
     values = [(it.value_iterated_to / 1000, it.count_at_value_iterated_to) for it in hist.get_recorded_iterator()]
     latency_histogram(values, run_dir / "plots" / "latency_histogram.png")
