@@ -841,6 +841,7 @@ def history_cmd(
     """Per cluster and playbook: how often it was drilled, when last, the pass rate and the trend of
     all clients back."""
     from chaoskit.report.runs import history, write_history
+    from chaoskit.report.vocabulary import verdict_word
     from chaoskit.report.writer import _ts
 
     if not root.is_dir():
@@ -855,7 +856,7 @@ def history_cmd(
             table.add_column(col)
         for e in data["playbooks"].values():
             table.add_row(str(e["cluster"]), e["playbook"], str(len(e["runs"])), _ts(e["last_drilled"]),
-                          str(e["last_verdict"]), "—" if e["pass_rate"] is None else f"{e['pass_rate']:.0%}",
+                          verdict_word(e["last_verdict"]), "—" if e["pass_rate"] is None else f"{e['pass_rate']:.0%}",
                           " ".join("—" if v is None else f"{v:.2f}" for v in e["rto_all_clients_trend_s"][-8:]),
                           ", ".join(e["not_verified"]) or "none")
         out.print(table)

@@ -15,6 +15,7 @@ from chaoskit.errors import InputError
 from chaoskit.report.campaign import pass_rate
 from chaoskit.report.legacy import upgrade
 from chaoskit.report.manifest import MANIFEST, verify
+from chaoskit.report.vocabulary import verdict_word
 from chaoskit.report.writer import CSP, template_env
 
 # what may explain a difference between two runs of one playbook
@@ -143,7 +144,8 @@ def write_history(data: dict[str, Any], out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "history.json").write_text(json.dumps(data, indent=2, default=str))
     rows = [{"cluster": e["cluster"], "playbook": e["playbook"], "runs": len(e["runs"]),
-             "last drilled": e["last_drilled"], "last verdict": e["last_verdict"], "pass rate": e["pass_rate"],
+             "last drilled": e["last_drilled"], "last verdict": verdict_word(e["last_verdict"]),
+             "pass rate": e["pass_rate"],
              "all clients back, trend (s)": ", ".join("—" if v is None else f"{v:.2f}"
                                                       for v in e["rto_all_clients_trend_s"]),
              "not verified": ", ".join(e["not_verified"]) or "none"}

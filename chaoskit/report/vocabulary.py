@@ -64,3 +64,58 @@ def slo_test_name(name: str, s: dict[str, Any]) -> str:
     """A JUnit case name a CI page can show: "SLO all clients back <= 30.00 s"."""
     key = slo_figure(name, s)
     return f"SLO {label(key)} <= {shown(key, s.get('target'))}"
+
+
+# fields of a check that are data for machines (samples, absolute epoch instants), not for a reader
+_CHECK_HIDDEN = {"valid", "text", "error", "lost_sample", "phantom_sample", "lost_keys", "lost_ack_window", "trace"}
+
+
+def figure_value(key: str, value: Any) -> str:
+    """Any recorded figure for a reader: seconds and bytes with their unit, counts with thousands
+    separators, yes/no for booleans, a list or mapping summarised."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int | float):
+        if key.endswith("_s"):
+            return f"{value:.3f} s"
+        if key.endswith("_bytes"):
+            return f"{value:,} bytes"
+        if key.endswith("_rate") or key == "error_rate":
+            return f"{value * 100:.2f} %"
+        return f"{value:,}" if isinstance(value, int) else f"{value:,.3f}"
+    if not value and isinstance(value, dict | list):
+        return "none"
+    if isinstance(value, dict):
+        return "; ".join(f"{k} {figure_value(str(k), v) if not isinstance(v, dict | list) else _brief(v)}"
+                         for k, v in list(value.items())[:8]) + ("; …" if len(value) > 8 else "")
+    if isinstance(value, list):
+        return _brief(value)
+    return str(value)
+
+
+def _brief(value: Any) -> str:
+    if isinstance(value, list):
+        if all(isinstance(x, int | float) for x in value) and len(value) == 2:
+            return f"{value[0]:+.3f} s to {value[1]:+.3f} s" if all(isinstance(x, float) for x in value) else \
+                f"{value[0]} to {value[1]}"
+        return f"{len(value)} item{'s' if len(value) != 1 else ''}" if value and isinstance(value[0], dict | list) \
+            else ", ".join(str(x) for x in value[:10]) + (", …" if len(value) > 10 else "")
+    return f"{len(value)} entries"
+
+
+def check_sentence(name: str, c: dict[str, Any]) -> str:
+    """A check in one sentence: its own words where it has them."""
+    said = c.get("text") or c.get("error")
+    return f"{name} {verdict_word(c.get('valid'))}" + (f": {said}" if said else "")
+
+
+def check_rows(c: dict[str, Any]) -> list[tuple[str, str]]:
+    """A check's figures as (words, value with unit) rows, machine-only fields left out."""
+    return [(_CHECK_WORDS.get(k, k.replace("_", " ")), figure_value(k, v)) for k, v in c.items()
+            if k not in _CHECK_HIDDEN]
+
+
+_CHECK_WORDS = {"rpo_s": "RPO in time", "lost_ack_window_rel_s": "lost writes acknowledged, since the fault",
+                "lost_acknowledged": "acknowledged writes lost", "overlap_s": "overlap", "waited_s": "waited"}

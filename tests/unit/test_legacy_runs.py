@@ -72,3 +72,17 @@ def test_slo_sentences_name_the_figure_with_unit_and_comparator() -> None:
     assert slo_sentence("max_error_rate_after_recovery", {"target": 0.01, "measured": 0.0123, "ok": False}) == \
         "error rate after recovery 1.23 % > 1.00 %: FAIL (max_error_rate_after_recovery)"
     assert slo_test_name("rpo_max_writes", {"target": 1200}) == "SLO acknowledged writes lost <= 1,200 writes"
+
+
+def test_checks_read_as_a_sentence_and_figures_with_units() -> None:
+    from chaoskit.report.vocabulary import check_rows, check_sentence
+
+    c = {"valid": True, "acknowledged": 145700, "lost_acknowledged": 1, "rpo_s": 0.0, "lost_ack_window": [1.0, 2.0],
+         "lost_ack_window_rel_s": [0.017, 0.017], "lost_by_node": {}, "lost_sample": [[1, 2]], "drift": -3,
+         "text": "1 lost, acknowledged between +0.017 s and +0.017 s of the fault", "peak_lag_bytes": 16777216}
+    assert check_sentence("rpo", c) == "rpo PASS: 1 lost, acknowledged between +0.017 s and +0.017 s of the fault"
+    assert check_rows(c) == [("acknowledged", "145,700"), ("acknowledged writes lost", "1"),
+                             ("RPO in time", "0.000 s"),
+                             ("lost writes acknowledged, since the fault", "+0.017 s to +0.017 s"),
+                             ("lost by node", "none"), ("drift", "-3"), ("peak lag bytes", "16,777,216 bytes")]
+    assert check_sentence("bank", {"valid": "unknown", "error": "no writer"}) == "bank UNKNOWN: no writer"
