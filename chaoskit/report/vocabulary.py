@@ -119,3 +119,23 @@ def check_rows(c: dict[str, Any]) -> list[tuple[str, str]]:
 
 _CHECK_WORDS = {"rpo_s": "RPO in time", "lost_ack_window_rel_s": "lost writes acknowledged, since the fault",
                 "lost_acknowledged": "acknowledged writes lost", "overlap_s": "overlap", "waited_s": "waited"}
+
+
+GLOSSARY: tuple[tuple[str, str], ...] = (
+    ("T_fault", "the instant the fault took effect, stamped on its host right after the decisive command, "
+                "corrected by the measured clock offset"),
+    ("first client back", "RTO for the first client: its first acknowledged write after the fault, minus T_fault"),
+    ("all clients back", "RTO for the last client that lost service; what the rto_max SLO judges"),
+    ("write gap", "in one client group: from its last write before the outage to its first after it"),
+    ("detection", "T_detect - T_fault: until the HA manager's first reaction"),
+    ("promotion", "T_promoted - T_detect: until a member is writable again"),
+    ("reconnect", "T_first_ok - T_promoted: until a client's write succeeds"),
+    ("stabilisation", "T_recovered - T_first_ok: until throughput holds at its threshold of the baseline"),
+    ("acknowledged writes lost (RPO)", "writes the cluster acknowledged to a client and that are not there "
+                                       "after recovery"),
+    ("indeterminate", "a write whose outcome the client could not know (the connection was lost at commit); "
+                      "either outcome is legal"),
+    ("phantom", "a row present that was never acknowledged nor indeterminate: always a failure"),
+    ("split-brain", "two members answering as writable primaries at the same time"),
+    ("client group", "clients of one kind (deadline, pool, per-op), each with its own figures"),
+)

@@ -8,6 +8,7 @@ import datetime as dt
 import gzip
 import json
 import platform
+import re
 import socket
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -155,12 +156,32 @@ def render(run_dir: Path, resealed: dict[str, Any] | None = None, signed: bool |
     for png in sorted((run_dir / "plots").glob("*.png")):
         images[png.stem] = base64.b64encode(png.read_bytes()).decode()
     env = template_env()
-    (run_dir / "report.html").write_text(env.get_template("report.html.j2").render(ev=ev, images=images, csp=CSP,
-                                                                                   ids=ids, resealed=resealed,
-                                                                                   head=head, story=story))
+    html = env.get_template("report.html.j2").render(
+        ev=ev, images=images, csp=CSP, ids=ids, resealed=resealed, head=head, story=story, signed=signed,
+        glossary=vocabulary.GLOSSARY, methodology=_methodology_html(run_dir))
+    (run_dir / "report.html").write_text(_header_rows(html))
     (run_dir / "summary.md").write_text(markdown_env().get_template("summary.md.j2").render(ev=ev, head=head))
     write_pdf(run_dir / "report.html", run_dir / "report.pdf")
     _junit(ev, run_dir / "junit.xml")
+
+
+_HEADER_ROW = re.compile(r"(<table[^>]*>\s*)(<tr>(?:\s*<th>(?:(?!</th>).)*</th>)+\s*</tr>)", re.S)
+
+
+def _header_rows(html: str) -> str:
+    """A table's first row of headers becomes its <thead>: the PDF repeats it on every page the
+    table spans."""
+    return _HEADER_ROW.sub(r"\1<thead>\2</thead>", html)
+
+
+def _methodology_html(run_dir: Path) -> markupsafe.Markup:
+    """The run's own methodology.md (the definitions as of the chaoskit that made it) as HTML, for
+    the report's appendix; markdown only: any HTML in it is shown as text."""
+    from markdown_it import MarkdownIt
+
+    source = run_dir / "methodology.md"
+    text = source.read_text(errors="replace") if source.exists() else METHODOLOGY.read_text()
+    return markupsafe.Markup(MarkdownIt("commonmark", {"html": False}).enable("table").render(text))
 
 
 def write_pdf(html: Path, pdf: Path) -> None:

@@ -197,3 +197,18 @@ def test_junit_for_ci(tmp_path: Path) -> None:
     names = [c.get("name") for c in suite.iter("testcase")]
     assert names == ["SLO all clients back <= 30.00 s", "check rpo"]
     assert "[report.html](report.html)" in (d / "summary.md").read_text()
+
+
+def test_the_pdf_opens_with_the_headline_and_ends_with_the_sign_off(tmp_path: Path) -> None:
+    """Page 1: the headline; every page: the running footer with the run id and page n / N; the
+    glossary and methodology as an appendix, the sign-off on the last page."""
+    import pypdfium2 as pdfium
+
+    d = sealed_run(tmp_path)
+    pdf = pdfium.PdfDocument(str(d / "report.pdf"))
+    pages = [pdf[i].get_textpage().get_text_range() for i in range(len(pdf))]
+    assert "what was done" in pages[0] and "verdict" in pages[0]
+    assert all("run r1" in p and f"page {i + 1} / {len(pages)}" in p for i, p in enumerate(pages))
+    assert any("Appendix B: methodology" in p for p in pages)
+    assert "Sign-off" in pages[-1] and "independent reviewer" in pages[-1]
+    assert not any("Sign-off" in p for p in pages[:-1])
