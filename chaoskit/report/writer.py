@@ -211,6 +211,7 @@ def _vocabulary(env: jinja2.Environment) -> None:
     """Filters and helpers both kinds of template share: one name and unit per figure."""
     env.filters["ts"] = _ts
     env.filters["sec"] = _sec
+    env.filters["num"] = _num
     env.globals.update(label=vocabulary.label, shown=vocabulary.shown, slo_figure=vocabulary.slo_figure,
                        verdict_word=vocabulary.verdict_word, check_sentence=vocabulary.check_sentence,
                        check_rows=vocabulary.check_rows)
@@ -240,6 +241,11 @@ def _shown_in_html(value: Any) -> Any:
 
 def _missing(v: Any) -> bool:
     return v is None or isinstance(v, jinja2.Undefined) or not isinstance(v, int | float)
+
+
+def _num(v: Any) -> str:
+    """A count with thousands separators; "—" when it was not recorded."""
+    return "—" if _missing(v) or isinstance(v, bool) else f"{v:,}"
 
 
 def _sec(v: Any) -> str:
