@@ -223,14 +223,28 @@ class HAManager(ABC):
             candidate = next((m.member for m in self.members() if m.role == REPLICA), None)
         return leader, candidate
 
-    def rejoin_target(self, member: str) -> tuple[str | None, ActionResult | None]:
-        """The leader an old primary rejoins, or the refusal when there is none other than it."""
+    # how long a rejoin waits for another member to be the primary: a rejoin is scheduled at a fixed
+    # offset, and a failover that has to apply a lagging replica's relay log first (MHA) can still be
+    # under way then (measured here: 13 to 35 s after the kill)
+    REJOIN_WAIT_S: ClassVar[float] = 60.0
+
+    def rejoin_target(self, member: str, wait_s: float | None = None,
+                      sleep: Callable[[float], None] = time.sleep) -> tuple[str | None, ActionResult | None]:
+        """The leader an old primary rejoins, waiting up to `wait_s` for a member other than it to
+        be the primary (a failover still under way); the refusal, with how long it waited, when
+        there is none."""
         t = time.time()
-        leader = self.leader()
-        if leader is None or leader == member:
-            return None, ActionResult("rejoin", False, t, time.time(), member=member,
-                                      answer=f"no other primary to rejoin (leader: {leader})")
-        return leader, None
+        bound = self.REJOIN_WAIT_S if wait_s is None else wait_s
+        while True:
+            leader = self.leader()
+            if leader is not None and leader != member:
+                return leader, None
+            waited = time.time() - t
+            if waited >= bound:
+                return None, ActionResult("rejoin", False, t, time.time(), member=member,
+                                          answer=f"no other primary to rejoin after waiting {waited:.1f} s "
+                                                 f"(leader: {leader})")
+            sleep(min(0.5, bound - waited))
 
     @property
     def can_switchover(self) -> bool:

@@ -272,9 +272,14 @@ class MhaManager(HAManager):
         leader, refused = self.rejoin_target(member)
         if refused is not None or leader is None:
             return refused  # type: ignore[return-value]
-        text = self._recent_log()
         leader_addr = self.inventory.member_address(next(m for m in self.cluster.members if m.host == leader))
-        positions = [m for m in CHANGE_MASTER.finditer(text) if m.group("host") == leader_addr]
+        deadline = time.time() + 30.0  # the manager logs the position as it finishes the failover
+        while True:
+            text = self._recent_log()
+            positions = [m for m in CHANGE_MASTER.finditer(text) if m.group("host") == leader_addr]
+            if positions or time.time() >= deadline:
+                break
+            time.sleep(1.0)
         if not positions:
             return ActionResult("rejoin", False, t_sent, time.time(), member=member,
                                 answer=f"the manager's log has no CHANGE MASTER TO {leader_addr}: position unknown")
