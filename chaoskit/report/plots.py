@@ -80,6 +80,18 @@ def timeline_plot(df: pd.DataFrame, t0: float, faults: list[dict[str, Any]], pat
             ax_tps.annotate(f"{label} {at:+.2f} s", xy=(at, 1.0), xycoords=("data", "axes fraction"),
                             xytext=(3, -10 - 11 * level), textcoords="offset points", fontsize=7, color=color)
             level = (level + 1) % 5
+    outage = next((f for f in timed if f.get("outage") and f.get("t_first_ok")), None)
+    if outage is not None:  # the failover itself, zoomed: its marks are often milliseconds apart
+        lo, hi = outage["t_fault"] - origin - 0.5, outage["t_first_ok"] - origin + 1.5
+        inset = ax_tps.inset_axes((0.68, 0.08, 0.3, 0.55))
+        inset.plot(x, df["write_ok"].rolling(10, min_periods=1).sum(), lw=1)
+        for key, (color, _) in MARK_STYLE.items():
+            if outage.get(key) and lo <= outage[key] - origin <= hi:
+                inset.axvline(outage[key] - origin, color=color, lw=0.9, ls="--")
+        inset.axvspan(outage["t_fault"] - origin, outage["t_first_ok"] - origin, color="red", alpha=0.18)
+        inset.set_xlim(lo, hi)
+        inset.set_title("zoom: the outage", fontsize=7)
+        inset.tick_params(labelsize=6)
     if lanes:
         _lanes(axes[3], roles or [], origin, x_end)
         axes[3].set_ylabel("role")

@@ -40,7 +40,7 @@ def sealed_run(root: Path, run_id: str = "r1", name: str = "drill") -> Path:
         "results": {"verdict": True, "faults": [], "checks": {"rpo": {"valid": True}},
                     "slo": {"rto_max": {"target": 30.0, "measured": 10.04, "ok": True,
                                         "judges": "rto_all_clients_s"}}}})
-    render(rd.path)
+    render(rd.path, signed=False)
     seal(rd.path, None)
     return rd.path
 
@@ -212,3 +212,23 @@ def test_the_pdf_opens_with_the_headline_and_ends_with_the_sign_off(tmp_path: Pa
     assert any("Appendix B: methodology" in p for p in pages)
     assert "Sign-off" in pages[-1] and "independent reviewer" in pages[-1]
     assert not any("Sign-off" in p for p in pages[:-1])
+
+
+def test_the_headline_is_in_the_first_screen(tmp_path: Path) -> None:
+    """report.html laid out for a 1366 x 768 screen (screen media, as a browser shows it): the
+    verdict and every headline row are on the first screen, before any other section."""
+    import weasyprint
+    from weasyprint.urls import URLFetcher
+
+    d = sealed_run(tmp_path)
+    screen = weasyprint.CSS(string="@page { size: 1366px 768px; margin: 0 }")
+    doc = weasyprint.HTML(string=(d / "report.html").read_text(), media_type="screen",
+                          url_fetcher=URLFetcher(allowed_protocols={"data"})).render(stylesheets=[screen])
+    pdf = tmp_path / "screen.pdf"
+    doc.write_pdf(str(pdf))
+    import pypdfium2 as pdfium
+
+    first = pdfium.PdfDocument(str(pdf))[0].get_textpage().get_text_range()
+    for row in ("verdict", "environment", "what was done", "duration", "operator", "evidence"):  # no fault: no RTO
+        assert row in first, row
+    assert "NOT SIGNED" in first and first.index("NOT SIGNED") < first.index("What was done")
