@@ -17,6 +17,7 @@ from typing import Any
 
 from chaoskit.analysis.failover import nearest_rank
 from chaoskit.report.legacy import upgrade
+from chaoskit.report.vocabulary import worst_over_outages
 from chaoskit.timesource import Held
 from chaoskit.topology.roles import steady
 
@@ -69,9 +70,8 @@ def run_figures(run_dir: Path, evidence: dict[str, Any]) -> dict[str, Any]:
     client never came back) and the acknowledged writes lost."""
     evidence = upgrade(evidence)
     res = evidence.get("results") or {}
-    rtos = [f.get("rto_all_clients_s") for f in res.get("faults") or [] if f.get("outage")]
     return {"run": run_dir.name, "verdict": "aborted" if evidence.get("aborted") else res.get("verdict"),
-            "rto_all_clients_s": None if not rtos or None in rtos else max(rtos),
+            "rto_all_clients_s": worst_over_outages(res, "rto_all_clients_s"),
             "lost": (res.get("rpo") or {}).get("lost_acknowledged"),
             "groups_rto_all_clients_s": {n: g.get("rto_all_clients_s") for n, g in (res.get("groups") or {}).items()}}
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from chaoskit.report.vocabulary import label, shown, slo_sentence, verdict_word
+from chaoskit.report.vocabulary import label, shown, slo_sentence, verdict_word, worst_over_outages
 
 
 def utc(t: Any) -> str:
@@ -35,15 +35,10 @@ def _done(ev: dict[str, Any]) -> str:
 
 
 def _rto(res: dict[str, Any]) -> str | None:
-    outages = [f for f in res.get("faults") or [] if f.get("outage")]
-    if not outages:
+    if not any(f.get("outage") for f in res.get("faults") or []):
         return "no write outage" if res.get("faults") else None
-
-    def worst(key: str) -> Any:
-        values = [f.get(key) for f in outages]
-        return None if None in values else max(values)
-
-    text = ", ".join(f"{label(k)} {shown(k, worst(k))}" for k in ("rto_first_client_s", "rto_all_clients_s"))
+    text = ", ".join(f"{label(k)} {shown(k, worst_over_outages(res, k))}"
+                     for k in ("rto_first_client_s", "rto_all_clients_s"))
     slo = (res.get("slo") or {}).get("rto_max")
     return text + (f"; SLO {slo_sentence('rto_max', slo)}" if slo else " (no target)")
 

@@ -15,7 +15,7 @@ from chaoskit.errors import InputError
 from chaoskit.report.campaign import pass_rate
 from chaoskit.report.legacy import upgrade
 from chaoskit.report.manifest import MANIFEST, verify
-from chaoskit.report.vocabulary import verdict_word
+from chaoskit.report.vocabulary import verdict_word, worst_over_outages
 from chaoskit.report.writer import CSP, template_env
 
 # what may explain a difference between two runs of one playbook
@@ -110,13 +110,12 @@ def history(root: Path) -> dict[str, Any]:
             seen[key]["copies"].append(run_json.parent.name)
             continue
         res = ev.get("results") or {}
-        rtos = [f.get("rto_all_clients_s") for f in res.get("faults") or [] if f.get("outage")]
         name = f"{(ev.get('cluster') or {}).get('name')}/{ev['playbook']['content']['name']}"
         entry = groups.setdefault(name, {"cluster": (ev.get("cluster") or {}).get("name"),
                                          "playbook": ev["playbook"]["content"]["name"], "runs": []})
         seen[key] = {"run": run_json.parent.name, "run_id": ev.get("run_id"), "started": ev.get("started"),
                      "verdict": "refused" if ev.get("refused") else res.get("verdict"),
-                     "rto_all_clients_s": None if not rtos or None in rtos else max(rtos),
+                     "rto_all_clients_s": worst_over_outages(res, "rto_all_clients_s"),
                      "lost": (res.get("rpo") or {}).get("lost_acknowledged"),
                      "evidence": _evidence_state(run_json.parent), "copies": []}
         entry["runs"].append(seen[key])

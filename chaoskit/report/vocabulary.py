@@ -20,6 +20,13 @@ SLO_FIGURE = {"rto_max": "rto_all_clients_s", "rpo_max_writes": "lost_acknowledg
               "max_error_rate_after_recovery": "error_rate"}
 
 
+def worst_over_outages(results: dict[str, Any], key: str) -> float | None:
+    """A run's figure (`rto_first_client_s`, `rto_all_clients_s`) as one number: the worst over the
+    faults that caused an outage; None when there was none, or when one of them never ended."""
+    values = [f.get(key) for f in results.get("faults") or [] if f.get("outage")]
+    return None if not values or None in values else max(values)
+
+
 def label(key: str) -> str:
     return FIGURES.get(key, (key, ""))[0]
 

@@ -271,12 +271,10 @@ def _junit(ev: dict[str, Any], path: Path) -> None:
             suite.set("time", f"{ended - started:.3f}")
     suite.set("hostname", socket.gethostname())
     props = ET.SubElement(suite, "properties")
-    outages = [f for f in res.get("faults") or [] if f.get("outage")]
     figures: dict[str, Any] = {"run_id": ev.get("run_id"), "report": "report.html",
                                "verdict": vocabulary.verdict_word(res.get("verdict"))}
     for key in ("rto_first_client_s", "rto_all_clients_s"):
-        values = [f.get(key) for f in outages]
-        figures[key] = None if not values or None in values else max(values)
+        figures[key] = vocabulary.worst_over_outages(res, key)
     figures["lost_acknowledged"] = (res.get("rpo") or {}).get("lost_acknowledged")
     for key, value in figures.items():
         ET.SubElement(props, "property", name=key, value="" if value is None else str(value))
