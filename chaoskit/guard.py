@@ -34,7 +34,7 @@ def environment(inv: Inventory, cluster: str) -> dict[str, str]:
     from chaoskit.inventory.tags import PRODUCTION_KEYS
 
     if inv.lab is not None:
-        return {"name": "lab", "from": "the inventory is the lab's (chaoskit lab up)"}
+        return {"name": "lab", "from": "the inventory is the one chaoskit lab up wrote"}
     hosts = cluster_hosts(inv, cluster)
     found = production_targets(inv, hosts, [cluster])
     if found:

@@ -19,7 +19,7 @@ MARK_STYLE = {"t_fault": ("red", "fault"), "t_detect": ("orange", "detection"), 
 ROLE_COLORS = {"primary": "tab:green", "replica": "tab:blue", "down": "tab:red"}
 
 
-def _lanes(ax: Any, samples: list[tuple[float, str, str]], origin: float, x_end: float) -> list[str]:
+def _lanes(ax: Any, samples: list[tuple[float, str, str]], origin: float, x_end: float, key_box: Any) -> list[str]:
     """One lane per member: its role as the probe saw it, a bar from each sample to the next."""
     members = sorted({m for _, m, _ in samples})
     for lane, member in enumerate(members):
@@ -31,7 +31,7 @@ def _lanes(ax: Any, samples: list[tuple[float, str, str]], origin: float, x_end:
     ax.set_yticks(range(len(members)), members)
     ax.set_ylim(-0.6, max(len(members), 1) - 0.4)
     handles = [matplotlib.patches.Patch(color=c, label=r) for r, c in ROLE_COLORS.items()]
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, title="role", title_fontsize=7)
+    _legend(ax, key_box, title="role", handles=handles)
     return members
 
 
@@ -45,19 +45,34 @@ def timeline_plot(df: pd.DataFrame, t0: float, faults: list[dict[str, Any]], pat
     marks a few milliseconds apart stay readable. Legends sit outside the data."""
     timed = [f for f in faults if f.get("t_fault")]
     origin = min((f["t_fault"] for f in timed), default=t0)
+    outage = next((f for f in timed if f.get("outage") and f.get("t_first_ok")), None)
     lanes = bool(roles)
     rows = 4 + (1 if lag else 0) if lanes else 3
     ratios = [3, 1.4, 2] + ([1.6] if lanes else []) + ([1.2] if lanes and lag else [])
-    fig, axes = plt.subplots(rows, 1, figsize=(12, 2.0 * rows + 1), sharex=True, gridspec_kw={"height_ratios": ratios})
-    ax_tps, ax_err, ax_lat = axes[0], axes[1], axes[2]
+    # column 0: the panels on one x axis; column 1: the outage zoomed (beside the throughput, so
+    # it covers no data) and every legend (outside the data)
+    fig = plt.figure(figsize=(13, 2.0 * rows + 1.4))
+    grid = fig.add_gridspec(rows, 2, width_ratios=[4, 1.25], height_ratios=ratios, wspace=0.08)
+    ax_tps = fig.add_subplot(grid[0, 0])
+    axes = [ax_tps] + [fig.add_subplot(grid[r, 0], sharex=ax_tps) for r in range(1, rows)]
+    keys = [fig.add_subplot(grid[r, 1]) for r in range(1, rows)]  # legend boxes of rows 1..
+    for k in keys:
+        k.axis("off")
+    for ax in axes[:-1]:
+        ax.tick_params(labelbottom=False)
+    ax_err, ax_lat = axes[1], axes[2]
     x = df["t"] - origin
     x_end = float(x.max()) + 0.1 if len(x) else 0.0
-    ax_tps.plot(x, df["write_ok"].rolling(10, min_periods=1).sum(), lw=1.2, label="writes ok/s (1 s rolling)")
+    tps = df["write_ok"].rolling(10, min_periods=1).sum()
+    ax_tps.plot(x, tps, lw=1.2, label="writes ok/s (1 s rolling)")
     ax_err.plot(x, df["fail"].rolling(10, min_periods=1).sum(), lw=1, color="crimson", label="failed/s")
     ax_err.plot(x, df["info"].rolling(10, min_periods=1).sum(), lw=1, color="darkorange", label="unknown outcome/s")
     ax_lat.plot(x, df["p99_ms"], lw=1, label="p99 ms (ok ops)")
     ax_lat.plot(x, df["p50_ms"], lw=1, label="p50 ms (ok ops)")
     ax_lat.set_yscale("log")
+    top = float(tps.max()) if len(tps) and tps.max() > 0 else 1.0
+    ax_tps.set_ylim(0, top * 1.75)  # headroom: the mark labels stand above the data, never on it
+    x_lo = float(x.min()) if len(x) else 0.0
     data_axes = [ax_tps, ax_err, ax_lat]
     for n, f in enumerate(timed, start=1):
         start = f["t_fault"] - origin
@@ -77,43 +92,61 @@ def timeline_plot(df: pd.DataFrame, t0: float, faults: list[dict[str, Any]], pat
             at = f[key] - origin
             for ax in data_axes:
                 ax.axvline(at, color=color, lw=0.9, ls="--")
+            # a label near the right edge is written leftwards from its line, so it stays in the panel
+            right = x_end > x_lo and (at - x_lo) / (x_end - x_lo) > 0.7
             ax_tps.annotate(f"{label} {at:+.2f} s", xy=(at, 1.0), xycoords=("data", "axes fraction"),
-                            xytext=(3, -10 - 11 * level), textcoords="offset points", fontsize=7, color=color)
+                            xytext=(-3 if right else 3, -10 - 11 * level), textcoords="offset points", fontsize=7,
+                            color=color, ha="right" if right else "left",
+                            bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.85})
             level = (level + 1) % 5
-    outage = next((f for f in timed if f.get("outage") and f.get("t_first_ok")), None)
-    if outage is not None:  # the failover itself, zoomed: its marks are often milliseconds apart
+    zoom = fig.add_subplot(grid[0, 1])
+    if outage is not None:  # the failover itself: its marks are often milliseconds apart
         lo, hi = outage["t_fault"] - origin - 0.5, outage["t_first_ok"] - origin + 1.5
-        inset = ax_tps.inset_axes((0.68, 0.08, 0.3, 0.55))
-        inset.plot(x, df["write_ok"].rolling(10, min_periods=1).sum(), lw=1)
+        zoom.plot(x, tps, lw=1)
         for key, (color, _) in MARK_STYLE.items():
             if outage.get(key) and lo <= outage[key] - origin <= hi:
-                inset.axvline(outage[key] - origin, color=color, lw=0.9, ls="--")
-        inset.axvspan(outage["t_fault"] - origin, outage["t_first_ok"] - origin, color="red", alpha=0.18)
-        inset.set_xlim(lo, hi)
-        inset.set_title("zoom: the outage", fontsize=7)
-        inset.tick_params(labelsize=6)
+                zoom.axvline(outage[key] - origin, color=color, lw=0.9, ls="--")
+        zoom.axvspan(outage["t_fault"] - origin, outage["t_first_ok"] - origin, color="red", alpha=0.18)
+        zoom.set_xlim(lo, hi)
+        zoom.set_ylim(0, top * 1.1)
+        zoom.set_title("zoom: the outage", fontsize=8)
+        zoom.set_xlabel("seconds since the fault", fontsize=7)
+        zoom.tick_params(labelsize=6)
+        zoom.yaxis.tick_right()
+    else:
+        zoom.axis("off")
     if lanes:
-        _lanes(axes[3], roles or [], origin, x_end)
+        _lanes(axes[3], roles or [], origin, x_end, keys[2])
         axes[3].set_ylabel("role")
     if lanes and lag:
         ax_lag = axes[4]
         members = sorted({m for _, values in lag for m in values})
         for member in members:
             points = [(t - origin, v.get(member)) for t, v in lag]
-            ax_lag.plot([p[0] for p in points], [p[1] if p[1] is not None else float("nan") for p in points], lw=1,
-                        label=member)
-        ax_lag.set_ylabel("lag (bytes)")
-        ax_lag.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, title="replica", title_fontsize=7)
+            ax_lag.plot([p[0] for p in points], [p[1] / 1e6 if p[1] is not None else float("nan") for p in points],
+                        lw=1, label=member)
+        ax_lag.set_ylabel("lag (MB)")
+        _legend(ax_lag, keys[3], title="replica")
     ax_tps.set_ylabel("ops/s")
     ax_err.set_ylabel("errors/s")
     ax_lat.set_ylabel("latency (ms, log)")
     axes[-1].set_xlabel("seconds since the fault" if timed else "seconds since the load started")
-    ax_tps.set_title(title)
-    for ax in data_axes:
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
-    fig.tight_layout()
+    fig.suptitle(title)
+    handles, labels = ax_tps.get_legend_handles_labels()
+    ax_tps.legend(handles, labels, loc="lower left", bbox_to_anchor=(0.0, 1.01), ncol=3, fontsize=7, frameon=False)
+    _legend(ax_err, keys[0])
+    _legend(ax_lat, keys[1])
+    fig.subplots_adjust(left=0.06, right=0.97, top=1 - 0.75 / (2.0 * rows + 1.4), bottom=0.6 / (2.0 * rows + 1.4),
+                        hspace=0.25)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _legend(ax: Any, box: Any, title: str | None = None, handles: list[Any] | None = None) -> None:
+    """The legend of a panel, drawn in its own box of the right-hand column."""
+    if handles is None:
+        handles, _ = ax.get_legend_handles_labels()
+    box.legend(handles=handles, loc="upper left", fontsize=7, title=title, title_fontsize=7, frameon=False)
 
 
 def latency_histogram(values_ms: list[tuple[float, int]], path: Path) -> None:

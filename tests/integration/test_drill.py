@@ -182,6 +182,50 @@ def test_report_html_parses_and_plots_are_images(kill_primary: tuple[subprocess.
     assert res.returncode == 0 and sum(run_dir.name in line for line in res.stdout.splitlines()) == 2
 
 
+def test_the_report_as_a_reader_sees_it(kill_primary: tuple[subprocess.CompletedProcess[str], Path],
+                                        tmp_path: Path) -> None:
+    """report.html in headless Chromium at 1366 x 768: the verdict and every headline row are on
+    the first screen, nothing is wider than the screen, both plots load under the report's own
+    content security policy. report.pdf through poppler: A4 landscape pages, as many as its
+    footer counts, the headline on page 1 and the timeline plot on page 2."""
+    import pypdfium2 as pdfium
+    from browser import Chromium, pdf_pages_as_png
+
+    _, run_dir = kill_primary
+    with Chromium(1366, 768) as browser:
+        browser.open(run_dir / "report.html")
+        seen = browser.evaluate("""(() => {
+            const head = document.querySelector('table.headline');
+            const rows = [...head.querySelectorAll('tr')].map(r => [r.querySelector('th').textContent,
+                                                                  r.getBoundingClientRect().bottom]);
+            return {h1: document.querySelector('h1').textContent, rows: rows,
+                    height: window.innerHeight, width: window.innerWidth,
+                    scroll_width: document.documentElement.scrollWidth,
+                    images: [...document.images].map(i => i.complete && i.naturalWidth > 0)};
+        })()""")
+        browser.screenshot(tmp_path / "first-screen.png")
+    assert (seen["width"], seen["height"]) == (1366, 768)
+    assert "PASS" in seen["h1"] or "FAIL" in seen["h1"]
+    labels = [label for label, _ in seen["rows"]]
+    assert labels[:3] == ["verdict", "environment", "what was done"]
+    assert {"RTO", "data lost", "failover", "duration", "operator", "evidence"} <= set(labels)
+    assert all(bottom <= seen["height"] for _, bottom in seen["rows"]), seen["rows"]
+    assert seen["scroll_width"] <= seen["width"]
+    assert seen["images"] == [True, True]  # the timeline and the latency histogram, as data: URLs
+    assert mpimg.imread(tmp_path / "first-screen.png").shape[:2] == (768, 1366)
+
+    pdf = pdfium.PdfDocument(str(run_dir / "report.pdf"))
+    pages = pdf_pages_as_png(run_dir / "report.pdf", tmp_path / "pdf")
+    assert len(pages) == len(pdf) >= 3
+    for png in pages:
+        height, width = mpimg.imread(png).shape[:2]
+        assert abs(width / height - 297 / 210) < 0.01  # A4 landscape
+    text = [pdf[i].get_textpage().get_text_range() for i in range(2)]
+    assert "what was done" in text[0] and f"page 1 / {len(pdf)}" in text[0]
+    assert any(obj.type == pdfium.raw.FPDF_PAGEOBJ_IMAGE for obj in pdf[1].get_objects())
+    assert "The run on one time axis" in text[1]
+
+
 def test_sync_variant_loses_no_acknowledged_write(lab: Inventory, tmp_path: Path) -> None:
     res, run_dir = drill("playbooks/pg-kill-primary-sync.yaml", tmp_path)
     ev = json.loads((run_dir / "run.json").read_text())
