@@ -457,8 +457,12 @@ def validate(playbook: Annotated[Path, typer.Argument(help="Playbook YAML.")], i
         _fail(exc)
     out.print(f"{playbook}: ok ({pb.name}: {len(pb.steps)} steps over {pb.duration:g}s on cluster {pb.cluster})",
               highlight=False)
-    commands = sorted({f"{m.host}.{name}" for m in inv.clusters[pb.cluster].members
-                       for name, ref in m.processes.items() if ref.start or ref.stop})
+    from chaoskit.faults.targets import named_hosts
+
+    hosts = {m.host for m in inv.clusters[pb.cluster].members}
+    hosts |= {h for step in pb.steps if step.fault is not None for h in named_hosts(step.fault.target, inv)}
+    commands = sorted(f"{host}.{name}" for host in hosts for name, ref in inv.processes_on(host).items()
+                      if ref.start or ref.stop)
     if commands:
         out.print(f"note: the start/stop commands of {', '.join(commands)} are shell commands from {inventory}, run "
                   "as root on their hosts as written (code by design: trust the inventory like a script)",

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from chaoskit.ha.base import HAManager
     from chaoskit.inventory.fanout import RemotePool
-    from chaoskit.inventory.models import Cluster
+    from chaoskit.inventory.models import Cluster, Host
 
 DEFAULT_LIMIT = 256 * 1024
 REDACTED = "[redacted]"
@@ -79,10 +79,14 @@ class LogSource:
     path: str
 
 
-def sources(cluster: Cluster, manager: HAManager | None) -> list[LogSource]:
+def sources(cluster: Cluster, manager: HAManager | None, hosts: tuple[Host, ...] = ()) -> list[LogSource]:
     """Every member's logs: the inventory's, then the manager's own where the inventory names none
-    under that label."""
+    under that label; then the logs of other hosts the drill acts on (`hosts[].logs`: etcd, a
+    proxy, a monitor)."""
     out: dict[tuple[str, str], LogSource] = {}
+    for h in hosts:
+        for label, path in h.logs.items():
+            out[(h.name, label)] = LogSource(h.name, label, path)
     for m in cluster.members:
         for label, path in m.logs.items():
             out[(m.host, label)] = LogSource(m.host, label, path)
@@ -205,5 +209,6 @@ def _join_halves(head: bytes, tail: bytes, gap: int) -> tuple[bytes, int]:
     return head_kept + marker + tail_kept, omitted
 
 
-def window_for(cluster: Cluster, manager: HAManager | None, pool: RemotePool, limit: int) -> LogWindow:
-    return LogWindow(pool, sources(cluster, manager), known_secrets(cluster), limit)
+def window_for(cluster: Cluster, manager: HAManager | None, pool: RemotePool, limit: int,
+               hosts: tuple[Host, ...] = ()) -> LogWindow:
+    return LogWindow(pool, sources(cluster, manager, hosts), known_secrets(cluster), limit)

@@ -119,14 +119,14 @@ def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, base
         out.update({"outage": False, "t_last_ok": None, "t_first_err": None, "t_detect": None, "t_promoted": None,
                     "t_first_ok": None, "t_recovered": None, "phases": null_phases, "rto_first_client_s": None,
                     "rto_all_clients_s": None, "per_client_rto_s": {}})
-        out.update(fault_outcome(probe, t_fault, window_end, outage=False))
+        out.update(fault_outcome(probe, t_fault, window_end, outage=False, target_host=fault["host"]))
         out["notes"].append("no write outage observed: no phases; effect is the throughput change below")
         out["effect"] = _effect(rec, t_fault, fault.get("t_reverted") or window_end, baseline)
         return out
     clients = {k: v for k, v in client_figures(gaps, t_fault).items() if k not in GROUP_ONLY}
     t_last_ok, t_first_ok = clients["t_last_ok"], clients["t_first_ok"]
 
-    outcome = fault_outcome(probe, t_fault, window_end, outage=True)
+    outcome = fault_outcome(probe, t_fault, window_end, outage=True, target_host=fault["host"])
     old_primary, new_primary = outcome["primary_at_fault"], outcome.get("new_primary")
     # the writer that ended the outage: the member that took over (a failover), else the old one
     # back in place; an old primary writable again for a moment before the failover (its agent
@@ -194,14 +194,18 @@ def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, base
     return out
 
 
-def fault_outcome(probe: ProbeLog, t_fault: float, window_end: float, *, outage: bool) -> dict[str, Any]:
+def fault_outcome(probe: ProbeLog, t_fault: float, window_end: float, *, outage: bool,
+                  target_host: str | None = None) -> dict[str, Any]:
     """What the fault led to, from the role probe between the fault and the next disturbance:
     `failover` (another member became the primary), `restarted_in_place` (the primary left its
     role and the same member came back as the only one), `no_reaction` (the primary never left
     its role: the manager held its leader through the fault), `no_writer` (the primary left and
     nobody took over within the window). Split-brain is judged over the same window by the caller
     from the split-brain check. `outcome_text` says it in words for the evidence; `t_rejoined` is
-    when the old primary was first seen as a replica after a failover (null otherwise)."""
+    when the old primary was first seen as a replica after a failover (null otherwise);
+    `t_read_only` when the old primary, having left its role, was first seen running read-only
+    before it or another member was the primary again (a demotion when the fault was on another
+    host, `target_host`: etcd, a proxy; the manager's own doing)."""
     old = next((m for m, r in role_at(probe, t_fault).items() if r == "primary"), None)
     samples = [(t, m, r) for t, m, r in probe.samples if t_fault < t < window_end]
     t_left = next((t for t, m, r in samples if m == old and r != "primary"), None)
@@ -210,8 +214,16 @@ def fault_outcome(probe: ProbeLog, t_fault: float, window_end: float, *, outage:
     # the old primary following the new one: its first sample as a replica once another member
     # took over (a rejoin: restarted, rewound or rebuilt as the manager does it)
     rejoined = next((t for t, m, r in samples if after and t >= after[0][0] and m == old and r == "replica"), None)
+    until = min(x for x in (back, after[0][0] if after else None, window_end) if x is not None)
+    read_only = next((t for t, m, r in samples if t_left is not None and t_left <= t < until and m == old
+                      and r == "replica"), None)
     times = {"t_new_primary": after[0][0] if after else None, "new_primary": after[0][1] if after else None,
-             "t_back": back, "t_left": t_left, "t_rejoined": rejoined}
+             "t_back": back, "t_left": t_left, "t_rejoined": rejoined, "t_read_only": read_only}
+    demoted = read_only is not None and target_host is not None and target_host != old
+
+    def since(t: float) -> str:
+        return f"+{t - t_fault:.1f} s"
+
     if old is None:
         kind, text = "no_writer", "no primary before the fault"
     elif after:
@@ -220,8 +232,17 @@ def fault_outcome(probe: ProbeLog, t_fault: float, window_end: float, *, outage:
         kind = "no_reaction"
         text = f"no failover: {old} stayed the primary through the fault" + (
             " (writes stopped meanwhile)" if outage else "")
+    elif back is not None and read_only is not None:
+        kind = "restarted_in_place"
+        text = (f"{old} {'demoted by its manager' if demoted else 'left the primary role'} at {since(t_left)} "
+                f"(read-only from {since(read_only)}) and was the primary again at {since(back)}; no other member "
+                "was promoted (no failover)")
     elif back is not None:
         kind, text = "restarted_in_place", f"{old} came back as the primary in place (no failover)"
+    elif read_only is not None:
+        kind = "no_writer"
+        text = (f"{old} {'demoted by its manager' if demoted else 'left the primary role'} at {since(t_left)} "
+                f"(read-only from {since(read_only)}) and no member took over before the window ended")
     else:
         kind, text = "no_writer", f"{old} left the primary role and no member took over before the window ended"
     return {"outcome": kind, "outcome_text": text, "primary_at_fault": old, "window_end": window_end, **times}

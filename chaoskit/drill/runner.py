@@ -18,7 +18,7 @@ from chaoskit.faults import journal
 from chaoskit.faults.client_link import ClientLink
 from chaoskit.faults.manager import FaultManager, _discovered_roles
 from chaoskit.faults.spec import CLIENT
-from chaoskit.faults.targets import RoleView, split_target
+from chaoskit.faults.targets import RoleView, named_hosts, split_target
 from chaoskit.faults.ttl import DRILL_HEAL_MARGIN_S
 from chaoskit.ha.base import HAManager
 from chaoskit.ha.registry import manager_for
@@ -155,14 +155,19 @@ class Drill:
 
     @contextlib.contextmanager
     def log_window(self) -> Iterator[None]:
-        """The members' logs marked now and their window kept under logs/ on the way out, after
-        the load and the probe stopped (best effort: a host that does not answer is said in the
-        record, never fails the drill). `evidence.log_bytes_per_file: 0` keeps none."""
+        """The members' logs (and those of the other hosts a fault names) marked now and their
+        window kept under logs/ on the way out, after the load and the probe stopped (best effort:
+        a host that does not answer is said in the record, never fails the drill).
+        `evidence.log_bytes_per_file: 0` keeps none."""
         limit = self.inputs.evidence.log_bytes_per_file
         if not limit:
             yield
             return
-        logs = self.parts.logs(self.cluster, self.ha, self.pool, limit)
+        inv = self.inputs.inventory
+        acted_on = [h for step in self.pb.steps if step.fault is not None
+                    for h in named_hosts(step.fault.target, inv)]
+        hosts = tuple(inv.hosts[h] for h in dict.fromkeys(acted_on) if inv.hosts[h].logs)
+        logs = self.parts.logs(self.cluster, self.ha, self.pool, limit, hosts)
         logs.mark()
         try:
             yield

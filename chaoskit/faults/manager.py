@@ -26,7 +26,7 @@ from chaoskit.faults.hostscript import HostFacts
 from chaoskit.faults.registry import REGISTRY, kind_of, scripts_for
 from chaoskit.faults.relay import stats_script
 from chaoskit.faults.spec import ALL_HOSTS, CLIENT, FaultBase
-from chaoskit.faults.targets import RoleView, member_of, resolve_hosts, split_target, validate_target
+from chaoskit.faults.targets import RoleView, member_of, named_hosts, resolve_hosts, split_target, validate_target
 from chaoskit.faults.ttl import DEADMAN_MARGIN_S
 from chaoskit.inventory.capabilities import Capabilities, probe_capabilities
 from chaoskit.inventory.clock import ClockOffset, measure_offset
@@ -119,10 +119,10 @@ class FaultManager:
     def facts(self, spec: FaultBase, host: str) -> HostFacts:
         cluster = self.cluster_for(spec, host)
         member = member_of(cluster, host)
-        processes = dict(member.processes) if member else {}
+        processes = self.inventory.processes_on(host)
         if REGISTRY[spec.kind].spec.family == "process" and not processes:
-            raise InputError(f"{host}: no processes configured for it in any cluster (members[].processes)",
-                             source=self.inventory.source, field="processes")
+            raise InputError(f"{host}: no processes declared on it (hosts.{host}.processes, or a cluster "
+                             "member's processes)", source=self.inventory.source, field="processes")
         if REGISTRY[spec.kind].spec.family == "replication" and (member is None or member.db_socket is None):
             raise InputError(f"{host}: a {spec.kind} fault runs through the server's socket: give the member "
                              "db_socket in the inventory", source=self.inventory.source, field="db_socket")
@@ -156,7 +156,8 @@ class FaultManager:
     def resolve(self, spec: FaultBase) -> list[str]:
         validate_target(spec, self.inventory)
         cluster = self.cluster_for(spec)
-        return resolve_hosts(spec.target, cluster, lambda: self.roles(cluster))  # type: ignore[arg-type]
+        return resolve_hosts(spec.target, cluster, lambda: self.roles(cluster),  # type: ignore[arg-type]
+                             self.inventory)
 
     def plan(self, spec: FaultBase, fault_id: str | None = None,
              hosts: list[str] | None = None) -> tuple[str, list[PlannedFault]]:
@@ -190,7 +191,8 @@ class FaultManager:
         if base == CLIENT:
             return
         cluster = self.cluster_for(spec)
-        hosts = [m.host for m in cluster.members] if base.startswith("role:") and cluster else [base]
+        hosts = ([m.host for m in cluster.members] if base.startswith("role:") and cluster
+                 else named_hosts(spec.target, self.inventory))
         live_roles = self.roles
         self.roles = lambda c: ({m.host: "primary" for m in c.members}, {m.host for m in c.members})
         try:

@@ -1,6 +1,7 @@
 """What a fault is, as given on the command line or in a playbook: one frozen model per kind.
 
-Common to every kind: `target` (a host, a live role of the cluster, or `client`), `cluster`,
+Common to every kind: `target` (a host, a live role of the cluster, the hosts carrying a tag, or
+`client`), `cluster`,
 `ttl` (the host reverts the fault itself at the latest this long after staging it, even if the
 controller is gone) and `duration` (revert this long after the fault took effect; the host's
 dead-man does it at the planned end plus a small margin if the controller has not). Every
@@ -26,14 +27,21 @@ COUNTS = ("one", "all", "minority")
 CLIENT = "client"  # as a target: the load's own link to the database, through relays on the control node
 ALL_HOSTS = "all-hosts"  # as a peer: every other host of the inventory (not the controller)
 _ROLE = re.compile(r"^role:(primary|replica|sync_standby|any)(@(one|all|minority))?$")
+# every host carrying a tag (an inventory fact, not a live role): `tag:component=etcd@all`; the
+# count is always written, since "the etcd hosts" could mean one of them or all
+TAG_TARGET = re.compile(r"^tag:([A-Za-z0-9][A-Za-z0-9_.-]{0,62})=([A-Za-z0-9][A-Za-z0-9_.-]{0,127})"
+                        r"@(one|all|minority)$")
 
 
 def _target(value: str) -> str:
     no_control(value)
-    if value == CLIENT or _ROLE.match(value) or is_name(value):
+    if value == CLIENT or _ROLE.match(value) or TAG_TARGET.match(value) or is_name(value):
         return value
+    if value.startswith("tag:"):
+        raise ValueError(f"not a tag target: {value[:60]!r} (tag:KEY=VALUE@one|all|minority: a tag target "
+                         "names how many of its hosts)")
     raise ValueError(f"not a target: {value[:60]!r} (a host name, role:primary|replica|sync_standby|any"
-                     "[@one|all|minority], or client)")
+                     "[@one|all|minority], tag:KEY=VALUE@one|all|minority, or client)")
 
 
 def _peer(value: str) -> str:

@@ -1,8 +1,10 @@
 """Resolve a fault target to hosts, from live topology at staging time.
 
-`pg1` -> that host. `role:primary` / `role:replica` / `role:sync_standby` / `role:any` -> members
-of the cluster with that role right now, then a count: `@one` (default: the first in inventory
-order, deterministic), `@all`, `@minority`.
+`pg1` -> that host (a cluster member, or any inventory host: etcd, a proxy, an HA monitor).
+`role:primary` / `role:replica` / `role:sync_standby` / `role:any` -> members of the cluster with
+that role right now; `tag:KEY=VALUE` -> the inventory hosts carrying that tag (a fixed fact of the
+inventory, never a live role). Then a count: `@one` (the first in inventory order,
+deterministic; a role's default), `@all`, `@minority` (a tag target always writes it).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from chaoskit.errors import InputError
-from chaoskit.faults.spec import ALL_HOSTS, CLIENT, FaultBase
+from chaoskit.faults.spec import ALL_HOSTS, CLIENT, TAG_TARGET, FaultBase
 from chaoskit.ha.registry import is_multi_writer
 from chaoskit.inventory.models import Cluster, Inventory, Member
 from chaoskit.topology.probe import first_writer
@@ -35,6 +37,8 @@ def validate_target(spec: FaultBase, inventory: Inventory, source: str = "comman
     if base.startswith("role:"):
         if spec.cluster is None:
             raise InputError("a role target needs a cluster", source=source, field=field)
+    elif base.startswith("tag:"):
+        tagged_hosts(spec.target, inventory, source, field)
     elif base not in inventory.hosts:
         raise InputError(f"unknown host {base!r}; inventory has: {', '.join(sorted(inventory.hosts))}",
                          source=source, field=field)
@@ -45,6 +49,37 @@ def validate_target(spec: FaultBase, inventory: Inventory, source: str = "comman
             raise InputError(f"unknown peer host {peer!r}", source=source, field="peers")
 
 
+def tagged_hosts(target: str, inventory: Inventory, source: str = "command line", field: str = "--target") -> list[str]:
+    """The hosts a `tag:KEY=VALUE@count` target names, in inventory order (none: refused)."""
+    m = TAG_TARGET.match(target)
+    if m is None:
+        raise InputError(f"not a tag target: {target[:60]!r}", source=source, field=field)
+    key, value, count = m.groups()
+    hosts = inventory.hosts_tagged(key, value)
+    if not hosts:
+        raise InputError(f"no host of the inventory carries tag {key}={value}", source=source, field=field)
+    return _counted(hosts, count, len(hosts))
+
+
+def named_hosts(target: str, inventory: Inventory) -> list[str]:
+    """The hosts a target names before the run: itself for a host, the tagged hosts for a tag
+    target; none for a live role or the client link (known only at the instant)."""
+    base, _ = split_target(target)
+    if base == CLIENT or base.startswith("role:"):
+        return []
+    if base.startswith("tag:"):
+        return tagged_hosts(target, inventory, source=inventory.source, field="target")
+    return [base]
+
+
+def _counted(chosen: list[str], count: str, of: int) -> list[str]:
+    if count == "one":
+        return chosen[:1]
+    if count == "minority":
+        return chosen[: max(1, (of - 1) // 2)]
+    return chosen
+
+
 def members_with_role(role: str, roles: RoleView, sync: set[str] | None = None) -> list[str]:
     if role == "any":
         return [m for m, r in roles.items() if r != "down"]
@@ -53,10 +88,15 @@ def members_with_role(role: str, roles: RoleView, sync: set[str] | None = None) 
     return [m for m, r in roles.items() if r == role]
 
 
-def resolve_hosts(target: str, cluster: Cluster | None, roles: Callable[[], tuple[RoleView, set[str]]]) -> list[str]:
+def resolve_hosts(target: str, cluster: Cluster | None, roles: Callable[[], tuple[RoleView, set[str]]],
+                  inventory: Inventory | None = None) -> list[str]:
     """Hosts for a target; `roles()` gives the live view (member -> role, sync standbys) in
-    inventory order, asked only for a role target."""
+    inventory order, asked only for a role target; a tag target needs the inventory."""
     base, count = split_target(target)
+    if base.startswith("tag:"):
+        if inventory is None:
+            raise InputError("a tag target needs the inventory", source="topology", field="target")
+        return tagged_hosts(target, inventory, source=inventory.source, field="target")
     if not base.startswith("role:"):
         return [base]
     assert cluster is not None
@@ -69,11 +109,7 @@ def resolve_hosts(target: str, cluster: Cluster | None, roles: Callable[[], tupl
         seen = ", ".join(f"{m}={r}" for m, r in view.items())
         raise InputError(f"no member of cluster {cluster.name} has role {base[5:]} now ({seen})",
                          source="topology", field="target")
-    if count == "one":
-        return chosen[:1]
-    if count == "minority":
-        return chosen[: max(1, (len(cluster.members) - 1) // 2)]
-    return chosen
+    return _counted(chosen, count, len(cluster.members))
 
 
 def member_of(cluster: Cluster | None, host: str) -> Member | None:

@@ -359,6 +359,16 @@ class PatroniManager(HAManager):
         host, _, port = self.cfg.dcs.endpoints[0].rpartition(":")
         tracker = LeaderKeyTracker(self.leader())
         body = json.dumps({"create_request": {"key": base64.b64encode(key.encode()).decode()}})
+        # the socket being read now: `stop` shuts that one (one closer, not one per reconnect: a
+        # socket closed when etcd went away is not shut again)
+        live: list[socket.socket] = []
+
+        def shut() -> None:
+            for s in live:
+                if s.fileno() != -1:
+                    s.shutdown(socket.SHUT_RDWR)
+
+        w.on_stop(shut)
         while not w.stopping:
             conn = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=5.0)
             try:
@@ -367,7 +377,7 @@ class PatroniManager(HAManager):
                 sock = conn.sock
                 if sock is not None:
                     sock.settimeout(None)
-                    w.on_stop(lambda s=sock: s.shutdown(socket.SHUT_RDWR))
+                    live[:] = [sock]
                 buf = b""
                 while not w.stopping:
                     chunk = resp.read1(65536)
@@ -382,6 +392,7 @@ class PatroniManager(HAManager):
             except (OSError, http.client.HTTPException, ValueError):
                 w.wait(0.2)
             finally:
+                live.clear()
                 conn.close()
 
     def _watch_ssh(self, key: str, sink: Callable[[ManagerEvent], None], w: Watcher) -> None:

@@ -111,6 +111,8 @@ _ANSIBLE_HOST_VARS = {
     "ansible_become_user": "become_user",
     "chaoskit_tags": "tags",
     "chaoskit_known_hosts": "known_hosts",
+    "chaoskit_processes": "processes",  # a host's own services (etcd, HAProxy, a monitor)
+    "chaoskit_logs": "logs",
 }
 
 
@@ -239,9 +241,21 @@ def _check_references(inv: Inventory, doc: SourceDoc, lines: LineMap) -> None:
         if host.jump == hname:
             raise InputError("a host cannot be its own jump host", source=doc.source,
                              line=lines.line(("hosts", hname, "jump")), field=f"hosts.{hname}.jump")
+    # (host, process) -> where it was declared first, and how; the same process may be listed by
+    # two clusters of the same members (a route), but never declared two ways
+    declared = {(h, p): (f"hosts.{h}.processes", ref) for h, host in inv.hosts.items()
+                for p, ref in host.processes.items()}
     for cname, cluster in inv.clusters.items():
         for i, member in enumerate(cluster.members):
             if member.host not in inv.hosts:
                 raise InputError(f"member host {member.host!r} is not in the inventory",
                                  source=doc.source, line=lines.line(("clusters", cname, "members", i)),
                                  field=f"clusters.{cname}.members[{i}]")
+            for pname, ref in member.processes.items():
+                here = f"clusters.{cname}.members[{i}].processes"
+                first, first_ref = declared.setdefault((member.host, pname), (here, ref))
+                if first_ref != ref or first.startswith("hosts."):  # a fault naming it could not say which
+                    raise InputError(f"process {pname!r} of host {member.host} is already declared in {first}; "
+                                     "declare each process of a host once", source=doc.source,
+                                     line=lines.line(("clusters", cname, "members", i, "processes", pname)),
+                                     field=f"{here}.{pname}")

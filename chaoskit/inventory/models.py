@@ -47,6 +47,19 @@ def _tags(value: object) -> object:
     return value
 
 
+class ProcessRef(Frozen):
+    """How to find one process of a member on its host (pid file first line) and control it.
+    `comm` / `exe`, when given, are checked against the process behind the pid file before it
+    is signalled (a stale pid file can name an unrelated process). `start` / `stop` are shell
+    commands run as root on the host: code by design, so an inventory is trusted like a script."""
+
+    pid_file: SafePath
+    comm: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:+@][A-Za-z0-9_.:+@-]{0,14}$")] | None = None
+    exe: SafePath | None = None
+    start: Command | None = None
+    stop: Command | None = None
+
+
 class Host(Frozen):
     """A machine reached over SSH, and how to become root on it."""
 
@@ -63,25 +76,17 @@ class Host(Frozen):
     become_user: PosixUser = "root"
     connect_timeout: float = Field(5.0, gt=0, le=300)
     tags: dict[Tag, Tag] = Field(default_factory=dict)
+    # services of the host that belong to no cluster member (etcd, HAProxy, PgBouncer, an HA
+    # monitor or manager): process faults take them by name, found by pid file like a member's
+    processes: dict[Name, ProcessRef] = Field(default_factory=dict)
+    # label -> log file of those services, kept for each run's window like a member's logs
+    logs: dict[Name, SafePath] = Field(default_factory=dict)
 
     _lower_tags = field_validator("tags", mode="before")(classmethod(lambda cls, v: _tags(v)))
 
     @property
     def is_production(self) -> bool:
         return tag_rules.is_production(self.tags)
-
-
-class ProcessRef(Frozen):
-    """How to find one process of a member on its host (pid file first line) and control it.
-    `comm` / `exe`, when given, are checked against the process behind the pid file before it
-    is signalled (a stale pid file can name an unrelated process). `start` / `stop` are shell
-    commands run as root on the host: code by design, so an inventory is trusted like a script."""
-
-    pid_file: SafePath
-    comm: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:+@][A-Za-z0-9_.:+@-]{0,14}$")] | None = None
-    exe: SafePath | None = None
-    start: Command | None = None
-    stop: Command | None = None
 
 
 class Member(Frozen):
@@ -231,6 +236,20 @@ class Inventory(Frozen):
             known = ", ".join(sorted(self.clusters)) or "none"
             raise KeyError(f"unknown cluster {name!r}; inventory has: {known}") from None
 
+    def processes_on(self, host: str) -> dict[str, ProcessRef]:
+        """Every process declared on a host: its own services and those of the cluster members
+        it carries (a name is declared once per host: the loader refuses a second)."""
+        out = dict(self.hosts[host].processes)
+        for cluster in self.clusters.values():
+            for member in cluster.members:
+                if member.host == host:
+                    out.update(member.processes)
+        return out
+
+    def hosts_tagged(self, key: str, value: str) -> list[str]:
+        """Hosts whose tag `key` is `value`, in inventory order."""
+        return [n for n, h in self.hosts.items() if h.tags.get(key.lower()) == value.lower()]
+
     def member_address(self, member: Member) -> str:
         return member.db_address or self.hosts[member.host].address
 
@@ -248,15 +267,19 @@ _MEMBER_FIELDS = ("host", "db_port", "db_address", "data_dir", "db_socket", "ser
 _CLUSTER_FIELDS = ("name", "engine", "port", "database", "user", "dsn", "endpoints")
 
 
+def _processes_evidence(processes: dict[str, ProcessRef]) -> dict[str, Any]:
+    return {n: {"pid_file": p.pid_file, "comm": p.comm, "exe": p.exe,
+                "start": "given" if p.start else None, "stop": "given" if p.stop else None}
+            for n, p in processes.items()}
+
+
 def _host_evidence(host: Host) -> dict[str, Any]:
-    return {**{f: getattr(host, f) for f in _HOST_FIELDS}, "tags": dict(host.tags)}
+    return {**{f: getattr(host, f) for f in _HOST_FIELDS}, "tags": dict(host.tags),
+            "processes": _processes_evidence(host.processes), "logs": dict(host.logs)}
 
 
 def _member_evidence(member: Member) -> dict[str, Any]:
-    return {**{f: getattr(member, f) for f in _MEMBER_FIELDS},
-            "processes": {n: {"pid_file": p.pid_file, "comm": p.comm, "exe": p.exe,
-                              "start": "given" if p.start else None, "stop": "given" if p.stop else None}
-                          for n, p in member.processes.items()},
+    return {**{f: getattr(member, f) for f in _MEMBER_FIELDS}, "processes": _processes_evidence(member.processes),
             "logs": dict(member.logs)}
 
 

@@ -40,6 +40,8 @@ def render(spec: LabSpec | None = None) -> str:
     clusters: dict = {}
     for module in recipes({h.stack for h in spec.hosts}):
         clusters.update(module.clusters(spec))
+        for name, services in getattr(module, "host_services", lambda _: {})(spec).items():
+            hosts[name].update(services)
     doc = {
         "lab": {"subnet": f"{SUBNET_PREFIX}.0/24", "bridge": BRIDGE},
         "defaults": {

@@ -9,8 +9,8 @@ from pydantic import ValidationError
 
 from chaoskit.errors import InputError
 from chaoskit.faults.manager import FaultManager
-from chaoskit.faults.spec import FaultBase
-from chaoskit.faults.targets import validate_target
+from chaoskit.faults.spec import CLIENT, FaultBase
+from chaoskit.faults.targets import named_hosts, split_target, validate_target
 from chaoskit.inventory.models import Inventory
 from chaoskit.playbook.models import Playbook
 from chaoskit.yamlsrc import load_yaml, raise_validation
@@ -48,6 +48,32 @@ def _rehearse(spec: FaultBase, inventory: Inventory, doc: object, path: tuple) -
         fm.close()
 
 
+def _processes_declared(spec: FaultBase, inventory: Inventory, cluster: str, doc: object, path: tuple) -> None:
+    """A process fault names processes its target hosts declare: for a host or tag target, every
+    host it names declares each one (or, when none is named, declares some); for a role target,
+    some member of the cluster does (which member it is is known only at the instant)."""
+    if spec.family != "process":
+        return
+    base, _ = split_target(spec.target)
+    if base == CLIENT:
+        return
+    if base.startswith("role:"):
+        known = {p for m in inventory.clusters[cluster].members for p in inventory.processes_on(m.host)}
+        for name in spec.processes_wanted:
+            if name not in known:
+                raise doc.error((*path, "processes"), f"no member of {cluster} has a process {name!r} "  # type: ignore[attr-defined]
+                                                      f"(known: {', '.join(sorted(known)) or 'none'})")
+        return
+    for host in named_hosts(spec.target, inventory):
+        known = set(inventory.processes_on(host))
+        missing = [n for n in spec.processes_wanted if n not in known]
+        if missing or not known:
+            what = f"no process {missing[0]!r}" if missing else "no process"
+            raise doc.error((*path, "processes" if missing else "target"),  # type: ignore[attr-defined]
+                            f"host {host} declares {what} (known: {', '.join(sorted(known)) or 'none'}; "
+                            f"hosts.{host}.processes or a member's processes)")
+
+
 def check_against_inventory(pb: Playbook, inventory: Inventory, doc: object) -> None:
     from chaoskit.ha.registry import managers
 
@@ -76,12 +102,7 @@ def check_against_inventory(pb: Playbook, inventory: Inventory, doc: object) -> 
             except InputError as exc:
                 field = "target" if exc.field in ("target", "--target") else exc.field or "target"
                 raise doc.error(("steps", i, "fault", field.removeprefix("--")), exc.detail) from None  # type: ignore[attr-defined]
-            known = {p for m in inventory.clusters[step.fault.cluster or pb.cluster].members for p in m.processes}
-            for name in step.fault.processes_wanted:
-                if name not in known:
-                    raise doc.error(("steps", i, "fault", "processes"),  # type: ignore[attr-defined]
-                                    f"no member of {step.fault.cluster or pb.cluster} has a process {name!r} (known: "
-                                    f"{', '.join(sorted(known)) or 'none'})")
+            _processes_declared(step.fault, inventory, step.fault.cluster or pb.cluster, doc, ("steps", i, "fault"))
             _rehearse(step.fault, inventory, doc, ("steps", i, "fault"))
         if step.action is not None:
             can = {"switchover": manager.switchover is not managers()["none"].switchover,

@@ -226,6 +226,51 @@ def test_the_report_as_a_reader_sees_it(kill_primary: tuple[subprocess.Completed
     assert "The run on one time axis" in text[1]
 
 
+def test_the_dcs_gone_demotes_the_primary_and_no_write_is_taken_until_it_is_back(lab: Inventory,
+                                                                                  tmp_path: Path) -> None:
+    """pg-dcs-down shortened: etcd (a service of dcs1, no cluster member) stopped for 18 s, longer
+    than ttl + loop_wait + retry_timeout. Without failsafe mode Patroni demotes the leader: the last
+    write it acknowledged falls within that bound of the stop, it is seen read-only before etcd is
+    back, and no member takes a write again before the planned end of the fault (no leader without
+    the DCS). Healed: etcd runs again from its pid file. Nothing acknowledged is lost (every
+    member recounted with plain SQL) and etcd's log window is kept with the members'."""
+    import psycopg
+    import yaml
+    from drillrun import run, shortened
+
+    pb = shortened("playbooks/pg-dcs-down.yaml", tmp_path, ["8s"], "40s", ["18s"])
+    data = yaml.safe_load(pb.read_text())
+    data["recovery"]["within"] = "20s"
+    pb.write_text(yaml.safe_dump(data, sort_keys=False))
+    res, ev, run_dir = run(pb, tmp_path)
+    assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
+    f = ev["results"]["faults"][0]
+    settings = ev["ha"]["settings"]
+    bound = settings["ttl"] + settings["loop_wait"] + settings["retry_timeout"]
+    assert (f["kind"], f["target_host"]) == ("stop", "dcs1")
+    pid = int(Path("/var/lib/chaoskit-lab/hosts/dcs1/etcd.pid").read_text().split()[0])
+    assert Path(f"/proc/{pid}/comm").read_text().strip() == "etcd"
+    assert f["outage"] and f["t_last_ok"] - f["t_fault"] <= bound, (f["t_last_ok"] - f["t_fault"], bound)
+    assert f["t_read_only"] is not None and f["t_read_only"] < f["t_fault"] + 18.0
+    assert f["t_first_ok"] > f["t_fault"] + 18.0  # the revert is never sent before the planned end
+    assert f["outcome"] in ("restarted_in_place", "failover"), f["outcome_text"]  # which member wins is a race
+    if f["outcome"] == "restarted_in_place":
+        assert f["outcome_text"].startswith(f"{f['primary_at_fault']} demoted by its manager at +")
+    assert ev["results"]["checks"]["split_brain"]["valid"] is True
+    rpo = ev["results"]["rpo"]
+    assert rpo["lost_acknowledged"] == 0
+    expected = rpo["acknowledged"] + rpo["indeterminate_found"] + rpo["phantoms"]
+    password = Path("/var/lib/chaoskit-lab/secrets/pg_superuser").read_text().strip()
+    for member in lab.clusters["pg"].members:
+        with psycopg.connect(host=lab.member_address(member), port=member.db_port or 5432, user="postgres",
+                             password=password, dbname="postgres", connect_timeout=5) as conn:
+            (count,) = conn.execute("SELECT count(*) FROM chaoskit_ledger WHERE run_id = %s",
+                                    (ev["run_id"],)).fetchone()
+        assert count == expected, (member.host, count, expected)
+    kept = {(lg["host"], lg["label"]): lg for lg in ev["logs"]}
+    assert kept[("dcs1", "etcd")]["file"] == "logs/dcs1/etcd.log" and (run_dir / "logs/dcs1/etcd.log").stat().st_size
+
+
 def test_sync_variant_loses_no_acknowledged_write(lab: Inventory, tmp_path: Path) -> None:
     res, run_dir = drill("playbooks/pg-kill-primary-sync.yaml", tmp_path)
     ev = json.loads((run_dir / "run.json").read_text())

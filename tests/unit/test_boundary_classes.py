@@ -413,16 +413,20 @@ def test_the_evidence_copy_of_the_inventory_is_an_allow_list() -> None:
     doc["clusters"]["pg"]["password"] = {"env": "CK_PG_PASSWORD"}
     doc["clusters"]["pg"]["members"][0]["processes"]["patroni"]["start"] = "PGPASSWORD=hunter2 patroni /x.yml"
     doc["clusters"]["mha"]["ha"]["start"] = "MYSQL_PWD=hunter3 masterha_manager"
+    doc["hosts"]["dcs1"]["processes"] = {"etcd": {"pid_file": "/run/etcd.pid", "start": "ETCDCTL_PASSWORD=hunter4 e"}}
     p = _write(doc)
     try:
         inv = load_inventory(p)
     finally:
         p.unlink()
     text = json.dumps(inv.evidence())
-    assert "hunter2" not in text and "hunter3" not in text and "env:CK_PG_PASSWORD" in text
+    assert "hunter2" not in text and "hunter3" not in text and "hunter4" not in text
+    assert "env:CK_PG_PASSWORD" in text
     ev = inv.evidence()
     assert set(ev["hosts"]["pg1"]) == {"name", "address", "port", "user", "jump", "become", "become_user",
-                                       "strict_host_keys", "tags"}
+                                       "strict_host_keys", "tags", "processes", "logs"}
+    assert ev["hosts"]["dcs1"]["processes"]["etcd"] == {"pid_file": "/run/etcd.pid", "comm": None, "exe": None,
+                                                        "start": "given", "stop": None}
     assert ev["clusters"]["pg"]["members"][0]["processes"]["patroni"]["start"] == "given"
     assert ev["clusters"]["mha"]["ha"]["start"] == "given" and ev["clusters"]["mha"]["ha"]["manager_host"] == "mham"
 

@@ -86,7 +86,7 @@ def test_restart_in_place_whole_record() -> None:
         "workers_in_outage": 1, "workers_not_recovered": 0,
         "outcome": "restarted_in_place", "outcome_text": "pg1 came back as the primary in place (no failover)",
         "primary_at_fault": "pg1", "window_end": 130.0, "t_new_primary": None,
-        "t_back": 114.0, "t_left": 110.5, "t_rejoined": None,
+        "t_back": 114.0, "t_left": 110.5, "t_rejoined": None, "t_read_only": None,
         "effect": {"window_s": 6.0, "writes_ok": 4, "baseline_tps": 2.0, "min_tps": 0.0, "dip_depth": 1.0,
                    "mean_tps": 0.7, "tps_change": -0.6667, "transactions_lost_to_dip": 8},
     }
@@ -107,7 +107,7 @@ def test_no_outage_whole_record() -> None:
         "rto_all_clients_s": None, "per_client_rto_s": {},
         "outcome": "no_reaction", "outcome_text": "no failover: pg1 stayed the primary through the fault",
         "primary_at_fault": "pg1", "window_end": 130.0, "t_new_primary": None, "new_primary": None,
-        "t_back": None, "t_left": None, "t_rejoined": None,
+        "t_back": None, "t_left": None, "t_rejoined": None, "t_read_only": None,
         "effect": {"window_s": 3.0, "writes_ok": 6, "baseline_tps": 2.0, "min_tps": 2.0, "dip_depth": 0.0,
                    "mean_tps": 2.0, "tps_change": 0.0, "transactions_lost_to_dip": 0},
     }
@@ -228,7 +228,7 @@ def test_outcome_without_a_primary_before_the_fault() -> None:
     out = fault_outcome(log, 109.9, 130.0, outage=False)
     assert out == {"outcome": "no_writer", "outcome_text": "no primary before the fault", "primary_at_fault": None,
                    "window_end": 130.0, "t_new_primary": 110.0, "new_primary": "pg1", "t_back": None,
-                   "t_left": None, "t_rejoined": None}
+                   "t_left": None, "t_rejoined": None, "t_read_only": None}
 
 
 def test_recovery_hold_boundary() -> None:

@@ -65,6 +65,11 @@ all:
     some_app_var: ignored
   hosts:
     jump1: {ansible_host: 192.0.2.10}
+    etcd-a:
+      ansible_host: 192.0.2.20
+      chaoskit_tags: {component: dcs}
+      chaoskit_processes: {etcd: {pid_file: /run/etcd/etcd.pid, comm: etcd}}
+      chaoskit_logs: {etcd: /var/log/etcd.log}
   children:
     postgres:
       vars:
@@ -96,6 +101,9 @@ def test_ansible_shape(tmp_path: Path) -> None:
     pg = inv.clusters["postgres"]
     assert [m.host for m in pg.members] == ["pg-a", "pg-b"]
     assert (pg.engine, pg.ha.kind) == ("postgres", "patroni")
+    etcd = inv.hosts["etcd-a"]  # a service of no member: a fault target by host or tag
+    assert etcd.processes["etcd"].pid_file == "/run/etcd/etcd.pid" and etcd.logs == {"etcd": "/var/log/etcd.log"}
+    assert inv.hosts_tagged("component", "dcs") == ["etcd-a"]
 
 
 def test_ansible_dash_j_and_unknown_vars(tmp_path: Path) -> None:

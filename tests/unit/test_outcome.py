@@ -47,6 +47,38 @@ def test_restart_in_place_is_not_a_failover() -> None:
     assert out["t_back"] == T + 3.0 and out["t_new_primary"] is None
 
 
+def test_a_primary_demoted_by_its_manager_and_promoted_again_in_place() -> None:
+    """etcd stopped (the fault on dcs1): pg1 stopped by Patroni at +4.6, running read-only from
+    +6.6, the primary again at +28.9; nobody else promoted. Said as a demotion (the fault was not
+    on pg1), with the three instants."""
+    timeline = probe((4.6, "pg1", "down"), (6.6, "pg1", "replica"), (28.9, "pg1", "primary"))
+    out = fault_outcome(timeline, T, T + 60, outage=True, target_host="dcs1")
+    assert out["outcome"] == "restarted_in_place"
+    assert (out["t_left"], out["t_read_only"], out["t_back"]) == (T + 4.6, T + 6.6, T + 28.9)
+    assert out["outcome_text"] == ("pg1 demoted by its manager at +4.6 s (read-only from +6.6 s) and was the primary "
+                                   "again at +28.9 s; no other member was promoted (no failover)")
+    # the same timeline with the fault on pg1 itself (its manager restarts it read-only, then
+    # promotes it): what was seen, not a demotion
+    out = fault_outcome(timeline, T, T + 60, outage=True, target_host="pg1")
+    assert out["outcome_text"] == ("pg1 left the primary role at +4.6 s (read-only from +6.6 s) and was the primary "
+                                   "again at +28.9 s; no other member was promoted (no failover)")
+
+
+def test_a_demoted_primary_nobody_replaced() -> None:
+    out = fault_outcome(probe((4.6, "pg1", "down"), (6.6, "pg1", "replica")), T, T + 20, outage=True,
+                        target_host="dcs1")
+    assert out["outcome"] == "no_writer" and out["t_read_only"] == T + 6.6
+    assert out["outcome_text"] == ("pg1 demoted by its manager at +4.6 s (read-only from +6.6 s) and no member took "
+                                   "over before the window ended")
+
+
+def test_read_only_before_the_failover_is_not_the_outcome() -> None:
+    # read-only at +5.0, then pg2 promoted at +9.3: a failover (the demotion is part of it)
+    out = fault_outcome(probe((0.1, "pg1", "down"), (5.0, "pg1", "replica"), (9.3, "pg2", "primary")),
+                        T, T + 60, outage=True, target_host="dcs1")
+    assert out["outcome_text"] == "failover from pg1 to pg2" and out["t_read_only"] == T + 5.0
+
+
 def test_leader_held_through_a_pause_is_no_reaction() -> None:
     # a 20 s freeze: the probe cannot reach pg1 but never sees it leave the role (no sample at all)
     out = fault_outcome(probe((21.0, "pg2", "replica")), T, T + 60, outage=True)

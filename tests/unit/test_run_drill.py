@@ -119,7 +119,7 @@ class Lab:
         self.drivers.append(("truth", driver))
         return {}
 
-    def logs(self, cluster: Any, ha: Any, pool: RemotePool, limit: int) -> Any:
+    def logs(self, cluster: Any, ha: Any, pool: RemotePool, limit: int, hosts: tuple = ()) -> Any:
         lab = self
 
         class Window:

@@ -10,6 +10,9 @@ Every recipe module defines:
   return once it is healthy or raise;
 - `health(spec) -> (ok, why)`; optionally `repair(spec) -> [what was repaired]`;
 - `clusters(spec) -> {name: cluster mapping}` for the lab inventory;
+- optionally `host_services(spec) -> {host: {"processes": ..., "logs": ...}}`: the services of its
+  hosts that are no cluster member's (etcd, HAProxy, a monitor, a manager), so faults can target
+  them by host and process name;
 - `postgres_data(spec) -> [data dirs]` (postmasters to stop and SysV segments to remove at down).
 """
 
@@ -204,6 +207,12 @@ listen writer
     check.chmod(0o755)
     return daemons.write_launcher(proxy, "haproxy", f"/usr/sbin/haproxy -db -f {cfg}", proxy.dir / "haproxy.pid",
                                   log=proxy.dir / "haproxy.out")
+
+
+def service(pid_file: Path, comm: str, launcher: Path | None = None) -> dict[str, str]:
+    """A host service's process as the lab inventory declares it: found by pid file, checked by
+    comm, started again by its launcher."""
+    return {"pid_file": str(pid_file), "comm": comm, **({"start": str(launcher)} if launcher else {})}
 
 
 def postgres_key() -> Path:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from chaoskit.lab import daemons
-from chaoskit.lab.recipes import Build, psql, wait_tcp
+from chaoskit.lab.recipes import Build, psql, service, wait_tcp
 from chaoskit.lab.spec import ETCD_PORT, PG_PORT, LabHost, LabSpec, Paths
 
 NAME = "base"
@@ -45,3 +45,11 @@ def clusters(spec: LabSpec) -> dict[str, Any]:
 
 def postgres_data(spec: LabSpec) -> list[Path]:
     return [Paths.single_pg_data(spec.jump_host)]
+
+
+def host_services(spec: LabSpec) -> dict[str, Any]:
+    """etcd on dcs1: the DCS Patroni depends on, a fault target of its own."""
+    dcs = spec.jump_host
+    return {dcs.name: {"tags": {"component": "dcs"},
+                       "processes": {"etcd": service(dcs.dir / "etcd.pid", "etcd", Paths.launcher(dcs, "etcd"))},
+                       "logs": {"etcd": str(dcs.dir / "etcd.log")}}}

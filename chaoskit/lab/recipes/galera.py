@@ -24,7 +24,7 @@ from typing import Any
 from chaoskit.errors import LabError
 from chaoskit.lab import daemons
 from chaoskit.lab.procs import alive, read_pid_file, run_launcher
-from chaoskit.lab.recipes import Build, haproxy_writer
+from chaoskit.lab.recipes import Build, haproxy_writer, service
 from chaoskit.lab.recipes import mariadb as my
 from chaoskit.lab.spec import MARIADB_DATABASE, MARIADB_PORT, MARIADB_USER, LabHost, LabSpec, Paths
 
@@ -242,3 +242,11 @@ def clusters(spec: LabSpec) -> dict[str, Any]:
 
 def postgres_data(spec: LabSpec) -> list[Path]:
     return []
+
+
+def host_services(spec: LabSpec) -> dict[str, Any]:
+    """HAProxy in front of the nodes, a fault target of its own."""
+    p = proxy_host(spec)
+    return {p.name: {"tags": {"component": "proxy"},
+                     "processes": {"haproxy": service(p.dir / "haproxy.pid", "haproxy", Paths.launcher(p, "haproxy"))},
+                     "logs": {"haproxy": str(p.dir / "haproxy.out")}}}

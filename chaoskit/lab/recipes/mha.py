@@ -23,7 +23,7 @@ from typing import Any
 from chaoskit.errors import LabError
 from chaoskit.lab import daemons
 from chaoskit.lab.procs import alive, read_pid_file
-from chaoskit.lab.recipes import Build, haproxy_writer
+from chaoskit.lab.recipes import Build, haproxy_writer, service
 from chaoskit.lab.recipes import mariadb as my
 from chaoskit.lab.spec import MARIADB_DATABASE, MARIADB_PORT, MARIADB_USER, LabHost, LabSpec, Paths
 
@@ -313,3 +313,14 @@ def clusters(spec: LabSpec) -> dict[str, Any]:
 
 def postgres_data(spec: LabSpec) -> list[Path]:
     return []
+
+
+def host_services(spec: LabSpec) -> dict[str, Any]:
+    """The manager host's HAProxy and masterha_manager, fault targets of their own (a perl
+    script's comm is its file name, cut to 15 characters)."""
+    m = manager_host(spec)
+    return {m.name: {"tags": {"component": "mha-manager"}, "processes": {
+        "haproxy": service(m.dir / "haproxy.pid", "haproxy", Paths.launcher(m, "haproxy")),
+        "masterha_manager": service(m.dir / "masterha_manager.pid", "masterha_manage",
+                                    Paths.launcher(m, "masterha_manager"))},
+        "logs": {"haproxy": str(m.dir / "haproxy.out"), "masterha_manager": str(manager_log(spec))}}}

@@ -17,7 +17,7 @@ from typing import Any
 from chaoskit.errors import LabError
 from chaoskit.lab import daemons
 from chaoskit.lab.procs import alive, netns_pids, read_pid_file, terminate
-from chaoskit.lab.recipes import PG_SOCKETS, Build, pg_socket_dir, postgres_cluster, psql, run_in
+from chaoskit.lab.recipes import PG_SOCKETS, Build, pg_socket_dir, postgres_cluster, psql, run_in, service
 from chaoskit.lab.spec import SUBNET_PREFIX, LabHost, LabSpec, Paths
 
 NAME = "pg_auto_failover"
@@ -197,3 +197,12 @@ def clusters(spec: LabSpec) -> dict[str, Any]:
 def postgres_data(spec: LabSpec) -> list[Path]:
     return [Paths.pg_data(h) for h in [monitor(spec), *keepers(spec)]]
 
+
+
+def host_services(spec: LabSpec) -> dict[str, Any]:
+    """The monitor: its pg_autoctl and the PostgreSQL that holds the formation's state."""
+    m = monitor(spec)
+    return {m.name: {"tags": {"component": "pgaf-monitor"}, "processes": {
+        "pg_autoctl": service(m.dir / "pg_autoctl.pid", "pg_autoctl", Paths.launcher(m, "pg_autoctl")),
+        "postgres": service(Paths.pg_data(m) / "postmaster.pid", "postgres")},
+        "logs": {"pg_autoctl": str(m.dir / "pg_autoctl.log")}}}
