@@ -498,11 +498,14 @@ def run(
         audit = _audit(pb, operator, participant, change_ref)
         _check_sign_key(sign_key)  # a key named by --sign-key or CHAOSKIT_SIGN_KEY must exist, dry run or not
         if dry_run:
+            from chaoskit.drill.triggers import describe_trigger
+
             out.print(f"{pb.name} on {pb.cluster}: load {pb.load.workload} x {pb.load.workers}, "
                       f"duration {pb.duration:g}s", highlight=False)
             for step in pb.steps:
                 what = step.fault.model_dump(exclude_defaults=True) if step.fault else step.action.model_dump()  # type: ignore[union-attr]
-                out.print(f"  at {step.at:>6g}s  {'fault' if step.fault else 'action'} {what}", highlight=False)
+                when = f"at {step.at:>6g}s" if step.at is not None else describe_trigger(step.after)  # type: ignore[arg-type]
+                out.print(f"  {when}  {'fault' if step.fault else 'action'} {what}", highlight=False)
             out.print(f"  checks {', '.join(pb.checks)}; SLOs {pb.slo.model_dump(exclude_none=True)}", highlight=False)
             return
         refuse_unreachable_lab(inv)

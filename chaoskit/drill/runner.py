@@ -289,7 +289,23 @@ class Drill:
             if self.progress is not None:
                 self.progress(self.record, self.probe.log.current_roles() if self.probe else {}, window)
 
-        Steps(self.inputs, self.record, self.fm, self.ha, recorder, self.clock).run(look)
+        Steps(self.inputs, self.record, self.fm, self.ha, recorder, self.clock, self._probe_events()).run(look)
+
+    def _probe_events(self) -> Callable[[], list[dict[str, Any]]]:
+        """What the role probe and the manager's watch recorded since the last call (for steps
+        that wait for an event)."""
+        seen = 0
+
+        def new() -> list[dict[str, Any]]:
+            nonlocal seen
+            if self.probe is None:
+                return []
+            with self.probe.log.lock:
+                events = self.probe.log.events[seen:]
+                seen += len(events)
+            return list(events)
+
+        return new
 
     def _heal(self) -> None:
         assert self.fm is not None and self.undo is not None

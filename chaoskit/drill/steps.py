@@ -1,7 +1,9 @@
 """The playbook's steps on their instants: faults staged on their hosts ahead of time, triggered at
 their instant (staged again where a role moved meanwhile), reverted at their planned end; actions
 (switchover, rejoin, restart) at theirs. The plan is `playbook.schedule.plan` (pure); this module
-carries it out and records each instant in the drill's record."""
+carries it out and records each instant in the drill's record. A step `after` an event is armed
+when the step before it starts and gets its instant from what the probe and the manager report
+(`chaoskit.drill.triggers`); one whose event never comes is skipped at its deadline, recorded."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import bisect
 from collections.abc import Callable
 from typing import Any
 
+from chaoskit.drill.triggers import Decision, Triggers
 from chaoskit.faults import journal
 from chaoskit.faults.hostscript import HostFacts
 from chaoskit.faults.manager import FaultManager, InjectedFault, StagedFault
@@ -29,45 +32,95 @@ class Steps:
     applied per step (a later action's `target: fault.N` names the host of step N's fault)."""
 
     def __init__(self, inputs: DrillInputs, record: DrillRecord, fm: FaultManager, ha: HAManager,
-                 recorder: Recorder, clock: Clock) -> None:
+                 recorder: Recorder, clock: Clock,
+                 observed: Callable[[], list[dict[str, Any]]] = lambda: []) -> None:
         self.inputs, self.record, self.fm, self.ha = inputs, record, fm, ha
-        self.recorder, self.clock = recorder, clock
+        self.recorder, self.clock, self.observed = recorder, clock, observed
         self.items = schedule.plan(inputs.playbook, record.t0)
+        # each step's planned instant: its offset, or (after an event) the event + delay once seen
+        self.planned: dict[int, float] = {i: record.t0 + st.at for i, st in enumerate(inputs.playbook.steps)
+                                          if st.at is not None}
+        self.triggers = Triggers([m.host for m in inputs.cluster.members])
         self.staged: dict[int, list[StagedFault]] = {}
         self.applied: dict[int, list[InjectedFault]] = {}
         self._do: dict[Do, Callable[[schedule.Item, Step], None]] = {
             Do.STAGE: self._stage, Do.TRIGGER: self._trigger, Do.REVERT: self._revert, Do.ACTION: self._act}
 
     def run(self, look: Callable[[float], None]) -> None:
-        """Every item at its instant, until the playbook's duration is over and nothing is left;
-        between items `look(now)` (the drill's abort rule and progress) at least every 0.25 s."""
+        """Every item at its instant, until the playbook's duration is over and nothing is left
+        (no item due, no step waiting for its event); between items `look(now)` (the drill's abort
+        rule and progress) at least every 0.25 s."""
         end = self.record.t0 + self.inputs.playbook.duration
         while True:
             now = self.clock.now()
+            self._decide(now)
             while self.items and self.items[0].t <= now:
                 item = self.items.pop(0)
                 self._do[item.what](item, self.inputs.playbook.steps[item.step])
+                if item.what in (Do.TRIGGER, Do.ACTION):
+                    self._arm_next(item.step, self._started(item))
                 now = self.clock.now()
-            if now >= end and not self.items:
+            if now >= end and not self.items and not self.triggers.armed:
                 return
             look(now)
             nxt = self.items[0].t if self.items else end
-            self.clock.sleep(max(0.0, min(0.25, nxt - self.clock.now())))
+            self.clock.sleep(max(0.0, min(0.1 if self.triggers.armed else 0.25, nxt - self.clock.now())))
 
-    def _scheduled(self, step: Step) -> float:
-        return self.record.t0 + step.at
+    def _started(self, item: schedule.Item) -> float:
+        """When a step started: its first fault's trigger or its action sent (what the cluster
+        does from then on may be the step's doing, however long the answer took)."""
+        if item.what == Do.TRIGGER and self.applied.get(item.step):
+            return min(f.t_sent for f in self.applied[item.step])
+        if item.what == Do.ACTION and self.record.actions and self.record.actions[-1].get("step") == item.step:
+            return float(self.record.actions[-1].get("t_sent") or self.clock.now())
+        return self.clock.now()
+
+    def _arm_next(self, step_no: int, at: float) -> None:
+        """The step after `step_no` waits for its event from `at`, if it is one that does."""
+        steps = self.inputs.playbook.steps
+        nxt = step_no + 1
+        if nxt < len(steps) and steps[nxt].after is not None:
+            self.triggers.observe(self.observed())  # the picture at arming is the latest one
+            self.triggers.arm(nxt, steps[nxt].after, at)  # type: ignore[arg-type]
+
+    def _decide(self, now: float) -> None:
+        """Armed steps whose event came get their items (staged now, done at event + delay);
+        those past their deadline are skipped, and the next step is armed either way."""
+        self.triggers.observe(self.observed())  # kept current, armed or not
+        for d in self.triggers.decide(now):
+            self._decided(d, now)
+
+    def _decided(self, d: Decision, now: float) -> None:
+        step = self.inputs.playbook.steps[d.step]
+        record = {"fired": d.fired, **d.to_event()}
+        self.record.triggered.append(record)
+        if not d.fired:
+            self.record.event("step_skipped", now, **d.to_event())
+            self._arm_next(d.step, now)
+            return
+        assert d.t_planned is not None
+        self.planned[d.step] = d.t_planned
+        self.record.event("step_triggered", now, **d.to_event())
+        is_fault = step.fault is not None
+        for item in schedule.step_items(d.step, is_fault, max(now, d.t_planned)):
+            if item.what == Do.STAGE:
+                item = schedule.Item.of(now, Do.STAGE, d.step)  # staged at once, done at its instant
+            bisect.insort(self.items, item)
+
+    def _scheduled(self, step_no: int) -> float:
+        return self.planned[step_no]
 
     def _spec(self, step: Step) -> FaultBase:
         assert step.fault is not None
         return step.fault if step.fault.cluster else step.fault.replace(cluster=self.inputs.playbook.cluster)
 
     def _stage(self, item: schedule.Item, step: Step) -> None:
-        self.staged[item.step] = self.fm.stage(self._spec(step), t_scheduled=self._scheduled(step))
+        self.staged[item.step] = self.fm.stage(self._spec(step), t_scheduled=self._scheduled(item.step))
         for s in self.staged[item.step]:
             self.record.event("fault_staged", s.t_staged, id=s.id, host=s.host, step=item.step)
 
     def _trigger(self, item: schedule.Item, step: Step) -> None:
-        spec, t_sched = self._spec(step), self._scheduled(step)
+        spec, t_sched = self._spec(step), self._scheduled(item.step)
         if split_target(spec.target)[0] == CLIENT:
             faults = self.fm.inject(spec, t_scheduled=t_sched)
         else:
@@ -105,7 +158,7 @@ class Steps:
 
     def _act(self, item: schedule.Item, step: Step) -> None:
         record = self._action(step)
-        record["t_scheduled"] = self._scheduled(step)
+        record["t_scheduled"] = self._scheduled(item.step)
         record["step"] = item.step
         if record["kind"] == "switchover":
             self.recorder.history.keep_around(record["t_sent"])

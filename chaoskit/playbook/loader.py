@@ -113,7 +113,11 @@ def check_against_inventory(pb: Playbook, inventory: Inventory, doc: object) -> 
             target = step.action.target
             if target and target.startswith("fault."):
                 n = int(target.split(".")[1])
-                if n >= len(pb.steps) or pb.steps[n].fault is None or pb.steps[n].at > step.at:
+                fault_step = pb.steps[n] if n < len(pb.steps) else None
+                # before this action: earlier by offset, or (an event-triggered step on either side) in list order
+                before = fault_step is not None and (fault_step.at <= step.at if fault_step.at is not None and
+                                                     step.at is not None else n < i)
+                if fault_step is None or fault_step.fault is None or not before:
                     raise doc.error(("steps", i, "action", "target"),  # type: ignore[attr-defined]
                                     f"{target}: steps[{n}] is not a fault scheduled before this action")
             elif target and target not in {m.host for m in cl.members}:

@@ -148,13 +148,39 @@ class Action(Frozen):
         return self
 
 
-class Step(Frozen):
-    """One scheduled fault or action. `expect: failover` says the step's point is a failover: the
-    verdict fails unless it led to one, and preflight refuses a fault shorter than the HA
-    manager's detection bound (`short_fault: warn` runs it anyway, with the warning in the
-    evidence: a drill of what a short blip does)."""
+# what a step may wait for: the HA manager's own events (as each manager reports them) and what
+# the role probe sees (a member becoming the primary, leaving it, going down, an old primary
+# following again, the cluster steady: one primary, every member answering)
+TRIGGER_EVENTS = ("leader_lost", "leader_changed", "failover_started", "promoted", "demoted", "member_state",
+                  "view_change", "member_down", "rejoin_started", "cluster_steady")
 
-    at: Seconds
+
+class Trigger(Frozen):
+    """`after:` a step starts `delay` after the first `event` (of `member`, when named) seen once the
+    step before it has started; none within `within` of that: the step is skipped, and said so."""
+
+    event: Literal[TRIGGER_EVENTS]  # type: ignore[valid-type]
+    member: Name | None = None
+    delay: Seconds = 0.0
+    within: Seconds = 60.0
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Trigger:
+        if self.delay < 0 or not 0 < self.within <= 3600:
+            raise ValueError("delay must be >= 0 and within in (0, 3600s]")
+        if self.event == "cluster_steady" and self.member is not None:
+            raise ValueError("cluster_steady is the whole cluster's: it takes no member")
+        return self
+
+
+class Step(Frozen):
+    """One fault or action, at a fixed offset (`at`) or after an event (`after`). `expect:
+    failover` says the step's point is a failover: the verdict fails unless it led to one, and
+    preflight refuses a fault shorter than the HA manager's detection bound (`short_fault: warn`
+    runs it anyway, with the warning in the evidence: a drill of what a short blip does)."""
+
+    at: Seconds | None = None
+    after: Trigger | None = None
     fault: FaultSpec | None = None
     action: Action | None = None
     expect: Literal["failover", "any"] = "any"
@@ -164,6 +190,8 @@ class Step(Frozen):
     def _one(self) -> Step:
         if (self.fault is None) == (self.action is None):
             raise ValueError("a step has exactly one of fault or action")
+        if (self.at is None) == (self.after is None):
+            raise ValueError("a step has exactly one of at (an offset) or after (an event)")
         return self
 
 
@@ -302,7 +330,11 @@ class Playbook(Frozen):
         if not value:
             raise ValueError("a playbook needs at least one step")
         baseline, duration = info.data.get("baseline"), info.data.get("duration")
+        if value[0].after is not None:
+            raise ValueError("steps[0] starts at an offset: `after` waits for an event once the step before it started")
         for i, step in enumerate(value):
+            if step.at is None:  # after an event: when is known at run time, bounded by its `within`
+                continue
             if baseline is not None and step.at < baseline:
                 raise ValueError(f"steps[{i}].at ({step.at:g}s) is inside the baseline window ({baseline:g}s)")
             end = step.at + ((step.fault.duration or 0) if step.fault else 0)

@@ -76,6 +76,8 @@ class DrillRecord:
     logs: list[dict[str, Any]] = field(default_factory=list)  # chaoskit.hostlogs records
     settings_changed: dict[str, Any] = field(default_factory=dict)
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)  # client group -> profile, workers, route
+    # steps `after` an event: what each waited for and saw (or why it was skipped)
+    triggered: list[dict[str, Any]] = field(default_factory=list)
     aborted: str | None = None
     refused: str | None = None  # preflight refused: nothing was started
 

@@ -46,6 +46,8 @@ class Item:
 def plan(pb: Playbook, t0: float, stage_ahead: float = STAGE_AHEAD_S) -> list[Item]:
     items = []
     for i, step in enumerate(pb.steps):
+        if step.at is None:
+            continue
         t = t0 + step.at
         if step.fault is None:
             items.append(Item.of(t, Do.ACTION, i))
@@ -58,3 +60,10 @@ def plan(pb: Playbook, t0: float, stage_ahead: float = STAGE_AHEAD_S) -> list[It
 
 def revert_item(step: int, t: float) -> Item:
     return Item.of(t, Do.REVERT, step)
+
+
+def step_items(step_no: int, is_fault: bool, t: float) -> list[Item]:
+    """The items of a step decided at run time (after an event): staged now, done at `t`."""
+    if not is_fault:
+        return [Item.of(t, Do.ACTION, step_no)]
+    return [Item.of(t, Do.STAGE, step_no), Item.of(t, Do.TRIGGER, step_no)]

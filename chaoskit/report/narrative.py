@@ -48,6 +48,11 @@ def _line(e: dict[str, Any]) -> str | None:
     if kind == "cluster_steady":
         roles = e.get("roles") or {}
         return "cluster steady: " + ", ".join(f"{m} {r}" for m, r in sorted(roles.items()))
+    if kind == "step_triggered":
+        who = f" of {e.get('member')}" if e.get("member") else ""
+        return f"steps[{e.get('step')}] started by {e.get('event')}{who} ({e.get('source')})"
+    if kind == "step_skipped":
+        return f"steps[{e.get('step')}] skipped: {e.get('reason')}"
     if kind == "load_started":
         return f"load started ({e.get('workers')} clients, {e.get('workload')})"
     if kind in ("throughput_not_recovered", "aborted", "preflight_refused"):

@@ -68,6 +68,7 @@ def write_run(result: DrillResult, rd: RunDirectory, signed: bool | None = None)
         "clock_offsets": run.preflight.get("clock_offsets", {}),
         "roles_before": run.preflight.get("roles_before", []),
         "faults_injected": [f.to_dict() for f in run.faults], "actions": run.actions, "heal": run.heal,
+        "triggered_steps": run.triggered,
         "logs": run.logs,
         "load": {"totals": rec.totals() if rec else {}, "errors_sample": [list(e) for e in (rec.errors[:50] if rec
                                                                                             else [])]},

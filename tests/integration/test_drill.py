@@ -271,6 +271,37 @@ def test_the_dcs_gone_demotes_the_primary_and_no_write_is_taken_until_it_is_back
     assert kept[("dcs1", "etcd")]["file"] == "logs/dcs1/etcd.log" and (run_dir / "logs/dcs1/etcd.log").stat().st_size
 
 
+def test_the_new_primary_is_killed_as_soon_as_it_is_promoted(lab: Inventory, tmp_path: Path) -> None:
+    """pg-kill-new-primary shortened: the leader killed at +8 s; the second step waits for the
+    probe to see a member promoted and kills the primary 0.5 s later. Its fault lands on the
+    member the first failover promoted, within 1 s of the promotion event; both kills are
+    healed (each member's Patroni runs again from its pid file) and no two members were ever
+    writable primaries at once. Which member wins each race, and whether the twice-failed cluster
+    converges in the window, are left to the evidence."""
+    import yaml
+    from drillrun import run, shortened
+
+    pb = shortened("playbooks/pg-kill-new-primary.yaml", tmp_path, ["8s", None], "40s", ["25s", "15s"])
+    data = yaml.safe_load(pb.read_text())
+    del data["steps"][1]["at"]
+    data["recovery"]["within"] = "20s"
+    pb.write_text(yaml.safe_dump(data, sort_keys=False))
+    res, ev, _ = run(pb, tmp_path)
+    assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
+    first, second = ev["results"]["faults"]
+    [trig] = ev["triggered_steps"]
+    assert (trig["fired"], trig["step"], trig["event"]) == (True, 1, "promoted")
+    assert trig["member"] == first["new_primary"] and trig["t_event"] >= first["t_fault"]
+    assert second["target_host"] == trig["member"]
+    assert 0.5 <= second["t_fault"] - trig["t_event"] <= 1.0, second["t_fault"] - trig["t_event"]
+    assert second["t_scheduled"] == trig["planned"] == trig["t_event"] + 0.5
+    assert ev["results"]["checks"]["split_brain"]["valid"] is True
+    for host in {first["target_host"], second["target_host"]}:
+        pid_file = Path(lab.processes_on(host)["patroni"].pid_file)
+        pid = int(pid_file.read_text().split()[0])
+        assert Path(f"/proc/{pid}/comm").read_text().strip() == "patroni", host
+
+
 def test_sync_variant_loses_no_acknowledged_write(lab: Inventory, tmp_path: Path) -> None:
     res, run_dir = drill("playbooks/pg-kill-primary-sync.yaml", tmp_path)
     ev = json.loads((run_dir / "run.json").read_text())

@@ -10,6 +10,7 @@ import signal
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -81,10 +82,14 @@ class Lab:
             self.hosts[name] = r
         self.pool_closed = False
         self.drivers: list[tuple[str, Any]] = []
+        self.hooks: dict[str, Callable[[], None]] = {}  # "trigger pg1" -> what the cluster does then
+        self.probe_log: ProbeLog | None = None
 
     def _logged(self, host: str, what: str, reply: Any) -> Any:
         def answer(cmd: str) -> Reply:
             self.log.append(f"{what} {host}")
+            if f"{what} {host}" in self.hooks:
+                self.hooks[f"{what} {host}"]()
             got = reply(cmd) if callable(reply) and not isinstance(reply, Reply) else reply
             if isinstance(got, BaseException):
                 raise got
@@ -178,6 +183,9 @@ class Lab:
         log = ProbeLog()
         t = time.time()
         log.samples += [(t, "pg1", "primary"), (t, "pg2", "replica")]
+        log.events += [{"kind": "role", "t": t, "member": "pg1", "role": "primary", "previous": None},
+                       {"kind": "role", "t": t, "member": "pg2", "role": "replica", "previous": None}]
+        self.probe_log = log
 
         class Probe:
             def __init__(self) -> None:
@@ -437,3 +445,38 @@ def test_the_recovery_wait_on_a_fake_clock() -> None:
     clock = FakeClock(0.0)
     assert Recovery(clock, healthy_from=None).wait() == [("cluster_not_steady", 3.0)] and len(clock.sleeps) == 15
     # (an aborted drill does not wait at all: test_an_error_mid_drill_is_recorded_healed_and_the_load_stopped)
+
+
+def test_a_step_after_an_event_fires_on_it_and_one_whose_event_never_comes_is_skipped(tmp_path: Path) -> None:
+    """Step 0 pauses pg1 at +2 s; when its trigger is sent, the probe sees pg2 become the primary.
+    Step 1 waits for `promoted` (+0.3 s): it is staged and triggered on pg2 after that event.
+    Step 2 waits 0.5 s for pg1 to go down, which never happens: skipped, recorded, nothing staged."""
+    lab = Lab(tmp_path)
+
+    def promote_pg2() -> None:
+        assert lab.probe_log is not None
+        with lab.probe_log.lock:
+            lab.probe_log.emit({"kind": "role", "t": time.time(), "member": "pg2", "role": "primary",
+                                "previous": "replica"})
+
+    lab.hooks["trigger pg1"] = promote_pg2
+    ctx = lab.drill(playbook(steps=[
+        {"at": "2s", "fault": {"kind": "pause", "target": "pg1", "duration": "0.5s"}},
+        {"after": {"event": "promoted", "delay": "0.3s", "within": "1.5s"},
+         "fault": {"kind": "pause", "target": "pg2", "duration": "0.3s"}},
+        {"after": {"event": "member_down", "member": "pg1", "within": "0.5s"},
+         "fault": {"kind": "pause", "target": "pg1", "duration": "0.3s"}}]))
+    assert ctx.aborted is None
+    assert [e for e in lab.log if e.split()[0] in ("stage", "trigger")] == [
+        "stage pg1", "trigger pg1", "stage pg2", "trigger pg2"]
+    fired, skipped = ctx.triggered
+    assert (fired["fired"], fired["step"], fired["event"], fired["member"], fired["source"]) == (
+        True, 1, "promoted", "pg2", "role-probe")
+    assert fired["planned"] == fired["t_event"] + 0.3
+    first, second = ctx.faults
+    assert first.host == "pg1" and second.host == "pg2" and second.step == 1
+    assert second.t_sent >= fired["planned"] and second.t_scheduled == fired["planned"]
+    assert (skipped["fired"], skipped["step"], skipped["reason"]) == (
+        False, 2, "no member_down of pg1 within 0.5s of arming")
+    assert skipped["armed_at"] >= second.t_sent  # armed once step 1 had started
+    assert [k for k in kinds(ctx) if k.startswith("step_")] == ["step_triggered", "step_skipped"]
