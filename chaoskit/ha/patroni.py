@@ -49,7 +49,9 @@ from chaoskit.validation import Endpoint, Name, NoControl
 _LEADER = {"leader", "master", "primary", "standby_leader"}
 _REPLICA = {"replica", "sync_standby", "standby", "quorum_standby"}
 SETTINGS = ("ttl", "loop_wait", "retry_timeout", "maximum_lag_on_failover", "synchronous_mode",
-            "synchronous_mode_strict", "master_start_timeout", "primary_start_timeout")
+            "synchronous_mode_strict", "master_start_timeout", "primary_start_timeout", "failsafe_mode")
+# switches Patroni treats as off while absent from its dynamic configuration
+_OFF_WHEN_ABSENT = ("synchronous_mode", "synchronous_mode_strict", "failsafe_mode")
 
 
 class PatroniError(RuntimeError):
@@ -161,8 +163,10 @@ class PatroniConfig(HaConfig):
 class PatroniManager(HAManager):
     kind = "patroni"
     Config = PatroniConfig
+    # failsafe_mode (Patroni >= 3.0): a leader that loses the DCS keeps its role while every member
+    # it knows answers its /failsafe call, instead of demoting itself
     changeable_settings: ClassVar[frozenset[str]] = frozenset({"synchronous_mode", "synchronous_mode_strict",
-                                                               "maximum_lag_on_failover"})
+                                                               "maximum_lag_on_failover", "failsafe_mode"})
     healthy_states: ClassVar[frozenset[str]] = frozenset({"running", "streaming"})
 
     # -- REST --------------------------------------------------------------------------------
@@ -278,7 +282,7 @@ class PatroniManager(HAManager):
             raise PatroniError(f"cannot change {', '.join(sorted(unknown))} (changeable: "
                                f"{', '.join(sorted(self.changeable_settings))})")
         base, config = self._first("/config")
-        previous = {k: config.get(k, False if k.startswith("synchronous") else None) for k in values}
+        previous = {k: config.get(k, False if k in _OFF_WHEN_ABSENT else None) for k in values}
         status, body = self.request(f"{base}/config", "PATCH", values)
         if status != 200:
             raise PatroniError(f"{base}/config: PATCH answered HTTP {status}: {str(body)[:200]}")

@@ -46,8 +46,10 @@ def group_line(name: str, g: dict[str, Any]) -> str:
     rpo = g.get("rpo") or {}
     lost = f"; {shown('lost_acknowledged', rpo['lost_acknowledged'])} lost" if "lost_acknowledged" in rpo else ""
     n = len(g.get("workers") or [])
-    return (f"  client group {name} ({g.get('profile')}, {n} client{'s' if n != 1 else ''}): {rto_words(g)}, "
-            f"{label('write_gap_s')} {shown('write_gap_s', g.get('write_gap_s'))}{lost}")
+    head = f"  client group {name} ({g.get('profile')}, {n} client{'s' if n != 1 else ''}): "
+    if g.get("faults") and not any(f.get("outage") for f in g["faults"]):  # its figures are 0.0 by definition
+        return head + "no write outage" + lost
+    return head + f"{rto_words(g)}, {label('write_gap_s')} {shown('write_gap_s', g.get('write_gap_s'))}{lost}"
 
 
 def catchup_line(c: dict[str, Any]) -> str:

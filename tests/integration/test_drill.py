@@ -271,6 +271,34 @@ def test_the_dcs_gone_demotes_the_primary_and_no_write_is_taken_until_it_is_back
     assert kept[("dcs1", "etcd")]["file"] == "logs/dcs1/etcd.log" and (run_dir / "logs/dcs1/etcd.log").stat().st_size
 
 
+def test_with_failsafe_mode_the_primary_keeps_its_role_through_the_dcs_outage(lab: Inventory,
+                                                                              tmp_path: Path) -> None:
+    """pg-dcs-down-failsafe shortened: the same 18 s without etcd, with Patroni's failsafe_mode on
+    for the drill. Every member still answers the leader's /failsafe call, so the primary never
+    leaves its role and no other member is promoted; nothing acknowledged is lost; the setting
+    was journaled, applied and is off again afterwards (read back from Patroni's /config)."""
+    import urllib.request
+
+    import yaml
+    from drillrun import run, shortened
+
+    pb = shortened("playbooks/pg-dcs-down-failsafe.yaml", tmp_path, ["8s"], "40s", ["18s"])
+    data = yaml.safe_load(pb.read_text())
+    data["recovery"]["within"] = "20s"
+    pb.write_text(yaml.safe_dump(data, sort_keys=False))
+    res, ev, _ = run(pb, tmp_path)
+    assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
+    assert ev["settings_changed"]["applied"] == {"failsafe_mode": True}
+    [f] = ev["results"]["faults"]
+    assert (f["kind"], f["target_host"]) == ("stop", "dcs1")
+    assert f["t_left"] is None and f["new_primary"] is None, f["outcome_text"]
+    assert ev["results"]["rpo"]["lost_acknowledged"] == 0
+    assert ev["results"]["checks"]["split_brain"]["valid"] is True
+    member = lab.clusters["pg"].members[0]
+    with urllib.request.urlopen(f"http://{lab.member_address(member)}:8008/config", timeout=5) as answer:
+        assert json.loads(answer.read()).get("failsafe_mode", False) is False
+
+
 def test_the_new_primary_is_killed_as_soon_as_it_is_promoted(lab: Inventory, tmp_path: Path) -> None:
     """pg-kill-new-primary shortened: the leader killed at +8 s; the second step waits for the
     probe to see a member promoted and kills the primary 0.5 s later. Its fault lands on the

@@ -101,3 +101,18 @@ def test_empty_audit_fields_are_said_not_hidden() -> None:
         "says 'not recorded'"]
     full = Audit.model_validate({"scope": "s", "participants": ["DBA"], "change_ref": "CHG-1"})
     assert unrecorded_audit(full) == []
+
+
+def test_a_client_group_without_an_outage_says_so_in_the_terminal() -> None:
+    """Its RTO figures are 0.0 by definition (nothing to wait for); the line says "no write
+    outage" rather than "first client back 0.00 s"."""
+    from chaoskit.report.summary import group_line
+
+    quiet = {"profile": "deadline", "workers": [1, 2], "rto_first_client_s": 0.0, "rto_all_clients_s": 0.0,
+             "write_gap_s": 0.0, "rpo": {"lost_acknowledged": 0}, "faults": [{"id": "f", "outage": False}]}
+    assert group_line("deadline", quiet) == ("  client group deadline (deadline, 2 clients): no write outage; "
+                                             "0 writes lost")
+    hit = {**quiet, "rto_first_client_s": 1.5, "rto_all_clients_s": 2.25, "write_gap_s": 1.25,
+           "faults": [{"id": "f", "outage": True}]}
+    assert group_line("deadline", hit) == ("  client group deadline (deadline, 2 clients): first client back 1.50 s, "
+                                           "all clients back 2.25 s, write gap 1.25 s; 0 writes lost")
