@@ -121,7 +121,8 @@ def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, base
                     "rto_all_clients_s": None, "per_client_rto_s": {}})
         out.update(fault_outcome(probe, t_fault, window_end, outage=False, target_host=fault["host"]))
         out["notes"].append("no write outage observed: no phases; effect is the throughput change below")
-        out["effect"] = _effect(rec, t_fault, fault.get("t_reverted") or window_end, baseline)
+        # to its revert, but never into the next disturbance (whose effect is that one's)
+        out["effect"] = _effect(rec, t_fault, min(fault.get("t_reverted") or window_end, window_end), baseline)
         return out
     clients = {k: v for k, v in client_figures(gaps, t_fault).items() if k not in GROUP_ONLY}
     t_last_ok, t_first_ok = clients["t_last_ok"], clients["t_first_ok"]

@@ -133,6 +133,8 @@ class FaultManager:
             elif peer.startswith("role:"):
                 peer_hosts = resolve_hosts(peer if "@" in peer else peer + "@all", cluster,
                                            lambda: self.roles(cluster))  # type: ignore[arg-type]
+            elif peer.startswith("tag:"):
+                peer_hosts = named_hosts(peer, self.inventory)
             else:
                 peer_hosts = [peer]
             peers += [self.inventory.hosts[p].address for p in peer_hosts if p != host]

@@ -46,9 +46,10 @@ def _target(value: str) -> str:
 
 def _peer(value: str) -> str:
     no_control(value)
-    if value == ALL_HOSTS or _ROLE.match(value) or is_name(value):
+    if value == ALL_HOSTS or _ROLE.match(value) or TAG_TARGET.match(value) or is_name(value):
         return value
-    raise ValueError(f"not a peer: {value[:60]!r} (a host name, role:..., or all-hosts)")
+    raise ValueError(f"not a peer: {value[:60]!r} (a host name, role:..., tag:KEY=VALUE@one|all|minority, "
+                     "or all-hosts)")
 
 
 Target = Annotated[str, AfterValidator(_target)]

@@ -45,7 +45,9 @@ def validate_target(spec: FaultBase, inventory: Inventory, source: str = "comman
     for peer in spec.peers_wanted:
         if peer.startswith("role:") and spec.cluster is None:
             raise InputError("a role peer needs a cluster", source=source, field="peers")
-        if peer != ALL_HOSTS and not peer.startswith("role:") and peer not in inventory.hosts:
+        if peer.startswith("tag:"):
+            tagged_hosts(peer, inventory, source, "peers")
+        elif peer != ALL_HOSTS and not peer.startswith("role:") and peer not in inventory.hosts:
             raise InputError(f"unknown peer host {peer!r}", source=source, field="peers")
 
 

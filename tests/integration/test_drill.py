@@ -271,6 +271,30 @@ def test_the_dcs_gone_demotes_the_primary_and_no_write_is_taken_until_it_is_back
     assert kept[("dcs1", "etcd")]["file"] == "logs/dcs1/etcd.log" and (run_dir / "logs/dcs1/etcd.log").stat().st_size
 
 
+def test_the_leader_cut_from_etcd_alone_demotes_before_anyone_is_promoted(lab: Inventory, tmp_path: Path) -> None:
+    """pg-dcs-partition-primary shortened: only the leader's traffic with the DCS hosts is cut
+    (peers by tag), replicas and clients still reach it. It stops acknowledging writes within
+    ttl + loop_wait of the cut (it demotes before its key can expire), another member is promoted
+    only after that, never both writable at once; the replicas kept streaming from it until it
+    shut down, so nothing acknowledged is lost."""
+    import yaml
+    from drillrun import run, shortened
+
+    pb = shortened("playbooks/pg-dcs-partition-primary.yaml", tmp_path, ["8s"], "35s", ["20s"])
+    data = yaml.safe_load(pb.read_text())
+    data["recovery"]["within"] = "30s"
+    pb.write_text(yaml.safe_dump(data, sort_keys=False))
+    res, ev, _ = run(pb, tmp_path)
+    assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
+    [f] = ev["results"]["faults"]
+    settings = ev["ha"]["settings"]
+    assert f["kind"] == "partition" and f["target_host"] == f["primary_at_fault"]
+    assert f["t_last_ok"] - f["t_fault"] <= settings["ttl"] + settings["loop_wait"]
+    assert f["outcome"] == "failover" and f["t_new_primary"] >= f["t_last_ok"], f["outcome_text"]
+    assert ev["results"]["checks"]["split_brain"]["valid"] is True
+    assert ev["results"]["rpo"]["lost_acknowledged"] == 0
+
+
 def test_with_failsafe_mode_the_primary_keeps_its_role_through_the_dcs_outage(lab: Inventory,
                                                                               tmp_path: Path) -> None:
     """pg-dcs-down-failsafe shortened: the same 18 s without etcd, with Patroni's failsafe_mode on

@@ -147,3 +147,29 @@ def test_standby_kill_reports_its_catch_up(stacks: Inventory, tmp_path: Path) ->
     # primary samples after the return, and the baseline's lag, are samples: never compared here)
     assert ev["results"]["rpo"]["acknowledged"] > 0
     assert c["missed_bytes"] > 0 and c["peak_lag_bytes"] is not None
+
+
+def test_pgaf_without_its_monitor_takes_no_write_and_promotes_nobody(stacks: Inventory, tmp_path: Path) -> None:
+    """pgaf-monitor-down-then-kill-primary shortened: the monitor's keeper tree crashes (a service
+    of afm, no member), then the primary's. Only the monitor orders a promotion and a keeper does
+    not serve without it: no member other than the old primary is writable, and no write is
+    acknowledged, from the primary's crash until the monitor is started again. Nothing
+    acknowledged is lost (synchronous to one standby) and no two members are ever writable."""
+    from drillrun import run as run_short
+    from drillrun import shortened as shortened_steps
+
+    pb = shortened_steps("playbooks/pgaf-monitor-down-then-kill-primary.yaml", tmp_path, ["8s", "11s"], "45s",
+                         ["25s", "12s"])
+    data = yaml.safe_load(pb.read_text())
+    data["recovery"]["within"] = "20s"
+    pb.write_text(yaml.safe_dump(data, sort_keys=False))
+    res, ev, _ = run_short(pb, tmp_path)
+    assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
+    monitor, primary = ev["results"]["faults"]
+    assert (monitor["kind"], monitor["target_host"]) == ("crash", "afm")
+    back = monitor["t_reverted"]
+    assert back is not None and back >= monitor["t_fault"] + 25.0
+    assert primary["t_new_primary"] is None or primary["t_new_primary"] >= back, primary["outcome_text"]
+    assert primary["t_first_ok"] is None or primary["t_first_ok"] >= back
+    assert ev["results"]["rpo"]["lost_acknowledged"] == 0
+    assert ev["results"]["checks"]["split_brain"]["valid"] is True

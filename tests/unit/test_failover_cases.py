@@ -116,6 +116,19 @@ def test_no_outage_whole_record() -> None:
         "window_s": 20.0, "writes_ok": 40, "baseline_tps": None}  # [110, 130): k = 20..59
 
 
+def test_an_effect_stops_at_the_next_disturbance() -> None:
+    """A fault on pg2 from 110.0, reverted only at 125.0, but the next fault starts at 113.0
+    (window_end): the effect is measured over [110.0, 113.0] only, so the writes that fail from
+    k = 26 (113.25) on, the next fault's doing, are not counted against this one: k = 20..25 =
+    6 ok writes in 3 s = 2/s against a baseline of 2/s, no change."""
+    log = roles(pg1=[(0, 999, "primary")], pg2=[(0, 999, "replica")])
+    failing_later = set(range(26, 40))
+    r = analyse(history(failing_later), log, {"id": "g", "kind": "pause", "host": "pg2", "t_effect": 110.0,
+                                               "t_reverted": 125.0}, window_end=113.0)
+    assert r["effect"] == {"window_s": 3.0, "writes_ok": 6, "baseline_tps": 2.0, "min_tps": 2.0, "dip_depth": 0.0,
+                           "mean_tps": 2.0, "tps_change": 0.0, "transactions_lost_to_dip": 0}
+
+
 def test_which_gaps_belong_to_the_fault() -> None:
     """The first failure is k = 22 at 111.25. A gap belongs to a fault when it opened at or after
     min(t_effect, t_apply_start) - clock uncertainty, and before the window's end."""
