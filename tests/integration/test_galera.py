@@ -87,3 +87,23 @@ def test_cut_off_writer_leaves_for_the_majority(galera: Inventory, tmp_path: Pat
     assert all(0 < g["rto_first_client_s"] < 15 for g in groups.values()), groups
     assert all(g["rto_first_client_s"] <= g["rto_all_clients_s"] for g in groups.values()), groups
     check(ev, galera, "galera2")
+
+
+def test_a_killed_proxy_takes_down_its_route_only(galera: Inventory, tmp_path: Path) -> None:
+    """haproxy-kill shortened: HAProxy on gproxy (a service of the proxy host, no member) SIGKILLed
+    for 8 s, the nodes untouched. The clients through it have no write acknowledged from the
+    kill until HAProxy was started again (the revert is never sent before the planned end); the
+    endpoint-list clients never lose service; nothing acknowledged is lost; HAProxy runs again
+    from its pid file."""
+    res, ev, _ = run(shortened("playbooks/haproxy-kill.yaml", tmp_path, ["8s"], "30s", ["8s"]), tmp_path)
+    assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
+    [f] = ev["results"]["faults"]
+    assert (f["kind"], f["target_host"]) == ("kill", "gproxy")
+    groups = ev["results"]["groups"]
+    [through] = groups["haproxy"]["faults"]
+    [direct] = groups["endpoints"]["faults"]
+    assert through["outage"] and through["t_first_ok"] >= f["t_fault"] + 8.0
+    assert direct["outage"] is False
+    check(ev, galera, "galera1")
+    pid = int(Path(galera.processes_on("gproxy")["haproxy"].pid_file).read_text().split()[0])
+    assert Path(f"/proc/{pid}/comm").read_text().strip() == "haproxy"
