@@ -109,3 +109,22 @@ def test_partition_is_split_brain_for_endpoint_clients_only(mha: Inventory, tmp_
     (rejoin,) = ev["actions"]
     assert rejoin["ok"] and rejoin["member"] == f["target_host"], rejoin
     check_rows(mha, ev, f["new_primary"])
+
+
+def test_without_its_manager_mha_promotes_nobody(mha: Inventory, tmp_path: Path) -> None:
+    """mha-manager-down-then-kill-primary shortened: masterha_manager (a service of mham, no member)
+    SIGKILLed, then the primary's mariadbd. Nothing else promotes a replica: no member other than
+    the old primary is writable before the manager is started again, on either route; the manager
+    runs again from its pid file afterwards and no two members were ever writable at once."""
+    pb = shortened("playbooks/mha-manager-down-then-kill-primary.yaml", tmp_path, ["8s", "11s"], "40s",
+                   ["25s", "12s"])
+    res, ev, _ = run(pb, tmp_path)
+    assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
+    manager_fault, primary = ev["results"]["faults"]
+    assert (manager_fault["kind"], manager_fault["target_host"]) == ("kill", "mham")
+    back = manager_fault["t_reverted"]
+    assert back is not None and back >= manager_fault["t_fault"] + 25.0
+    assert primary["t_new_primary"] is None or primary["t_new_primary"] >= back, primary["outcome_text"]
+    assert ev["results"]["checks"]["split_brain"]["valid"] is True
+    pid = int(Path(mha.processes_on("mham")["masterha_manager"].pid_file).read_text().split()[0])
+    assert Path(f"/proc/{pid}/comm").read_text().strip() == "perl"

@@ -316,11 +316,12 @@ def postgres_data(spec: LabSpec) -> list[Path]:
 
 
 def host_services(spec: LabSpec) -> dict[str, Any]:
-    """The manager host's HAProxy and masterha_manager, fault targets of their own (a perl
-    script's comm is its file name, cut to 15 characters)."""
+    """The manager host's HAProxy and masterha_manager, fault targets of their own (the lab runs
+    the manager through a wrapper that execs perl with its compatibility module: its comm is
+    `perl`, and the pid file is what tells it from any other perl)."""
     m = manager_host(spec)
     return {m.name: {"tags": {"component": "mha-manager"}, "processes": {
         "haproxy": service(m.dir / "haproxy.pid", "haproxy", Paths.launcher(m, "haproxy")),
-        "masterha_manager": service(m.dir / "masterha_manager.pid", "masterha_manage",
+        "masterha_manager": service(m.dir / "masterha_manager.pid", "perl",
                                     Paths.launcher(m, "masterha_manager"))},
         "logs": {"haproxy": str(m.dir / "haproxy.out"), "masterha_manager": str(manager_log(spec))}}}
