@@ -17,15 +17,20 @@ INV = "inventories/lab.yaml"
 SECRETS = Path("/var/lib/chaoskit-lab/secrets")
 
 
-def shortened(src: str, tmp: Path, at: list[str], duration: str, fault_durations: list[str] | None = None) -> Path:
-    """The shipped playbook with its steps at `at` (and its faults lasting `fault_durations`),
-    a shorter warm-up and baseline."""
+def shortened(src: str, tmp: Path, at: list[str | None], duration: str, fault_durations: list[str] | None = None,
+              recovery_within: str | None = None) -> Path:
+    """The shipped playbook with its steps at `at` (None: a step after an event keeps its
+    trigger), its faults lasting `fault_durations`, a shorter warm-up and baseline, and a
+    shorter recovery bound where given."""
     data = yaml.safe_load(Path(src).read_text())
     data["name"] += "-short"
     data["load"]["warmup"] = "2s"
     data["baseline"] = "5s"
     for step, when in zip(data["steps"], at, strict=True):
-        step["at"] = when
+        if when is not None:
+            step["at"] = when
+    if recovery_within is not None:
+        data["recovery"]["within"] = recovery_within
     for step, lasts in zip([s for s in data["steps"] if "fault" in s], fault_durations or [], strict=False):
         step["fault"]["duration"] = lasts
     data["duration"] = duration

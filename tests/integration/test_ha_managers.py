@@ -159,10 +159,7 @@ def test_pgaf_without_its_monitor_takes_no_write_and_promotes_nobody(stacks: Inv
     from drillrun import shortened as shortened_steps
 
     pb = shortened_steps("playbooks/pgaf-monitor-down-then-kill-primary.yaml", tmp_path, ["8s", "11s"], "45s",
-                         ["25s", "12s"])
-    data = yaml.safe_load(pb.read_text())
-    data["recovery"]["within"] = "20s"
-    pb.write_text(yaml.safe_dump(data, sort_keys=False))
+                         ["25s", "12s"], recovery_within="20s")
     res, ev, _ = run_short(pb, tmp_path)
     assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
     monitor, primary = ev["results"]["faults"]
