@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from chaoskit.report.vocabulary import label, shown, slo_sentence, verdict_word, worst_over_outages
+from chaoskit.report.vocabulary import check_sentence, label, shown, slo_sentence, verdict_word, worst_over_outages
 
 
 def utc(t: Any) -> str:
@@ -79,6 +79,20 @@ def _failover(res: dict[str, Any]) -> str | None:
     return "; ".join(parts) or None
 
 
+def _why_not(res: dict[str, Any], width: int = 160) -> str | None:
+    """Each check and service level that did not hold, in its own words (cut at `width`): what a
+    reader of a FAIL wants next."""
+    parts = []
+    for name, c in (res.get("checks") or {}).items():
+        if isinstance(c, dict) and c.get("valid") is not True:
+            parts.append("check " + check_sentence(name, c))
+    for name, sl in (res.get("slo") or {}).items():
+        if isinstance(sl, dict) and sl.get("ok") is False:
+            parts.append("SLO " + slo_sentence(name, sl))
+    cut = [p if len(p) <= width else p[: width - 1].rstrip() + "…" for p in parts]
+    return "; ".join(cut) or None
+
+
 def _environment_of_old(ev: dict[str, Any]) -> dict[str, str]:
     """A run.json written before `environment` was recorded: what its own fields still show."""
     if ((ev.get("inventory") or {}).get("content") or {}).get("lab"):
@@ -97,6 +111,9 @@ def headline(ev: dict[str, Any], signed: bool | None = None) -> list[tuple[str, 
     rows = [("verdict", verdict),
             ("environment", f"{env.get('name', 'not stated')}" + (f" ({env['from']})" if env.get("from") else "")),
             ("what was done", _done(ev))]
+    why = _why_not(res) if verdict == "FAIL" else None
+    if why:
+        rows.append(("why it failed", why))
     for key, text in (("RTO", _rto(res)), ("data lost", _loss(res)), ("failover", _failover(res))):
         if text:
             rows.append((key, text))

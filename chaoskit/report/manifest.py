@@ -134,6 +134,13 @@ def verify(run_dir: Path, allowed_signers: Path | None = None) -> Verification:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         v.problems.append(f"{MANIFEST}: missing or unreadable ({exc})")
         return v
+    malformed = "files is not a mapping" if not isinstance(listed, dict) else next(
+        (f"files[{name!r}] is not {{sha256, bytes}}" for name, entry in listed.items()
+         if not (isinstance(entry, dict) and isinstance(entry.get("sha256"), str)
+                 and isinstance(entry.get("bytes"), int))), None)
+    if malformed:  # edited by hand: nothing it says can be trusted
+        v.problems.append(f"{MANIFEST}: not as chaoskit writes it ({malformed})")
+        return v
     present = {p.relative_to(run_dir).as_posix(): p for p in _files(run_dir)}
     v.files = len(present)
     actual: dict[str, str] = {}

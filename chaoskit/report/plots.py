@@ -51,7 +51,7 @@ def timeline_plot(df: pd.DataFrame, t0: float, faults: list[dict[str, Any]], pat
     ratios = [3, 1.4, 2] + ([1.6] if lanes else []) + ([1.2] if lanes and lag else [])
     # column 0: the panels on one x axis; column 1: the outage zoomed (beside the throughput, so
     # it covers no data) and every legend (outside the data)
-    fig = plt.figure(figsize=(13, 2.0 * rows + 1.4))
+    fig = plt.figure(figsize=(13, 2.0 * rows + 1.4))  # the same height as `height` below
     grid = fig.add_gridspec(rows, 2, width_ratios=[4, 1.25], height_ratios=ratios, wspace=0.08)
     ax_tps = fig.add_subplot(grid[0, 0])
     axes = [ax_tps] + [fig.add_subplot(grid[r, 0], sharex=ax_tps) for r in range(1, rows)]
@@ -136,7 +136,9 @@ def timeline_plot(df: pd.DataFrame, t0: float, faults: list[dict[str, Any]], pat
     ax_tps.legend(handles, labels, loc="lower left", bbox_to_anchor=(0.0, 1.01), ncol=3, fontsize=7, frameon=False)
     _legend(ax_err, keys[0])
     _legend(ax_lat, keys[1])
-    fig.subplots_adjust(left=0.06, right=0.97, top=1 - 0.75 / (2.0 * rows + 1.4), bottom=0.6 / (2.0 * rows + 1.4),
+    height = 2.0 * rows + 1.4
+    legend_rows = -(-len(labels) // 3)  # each a line of the legend above the throughput panel
+    fig.subplots_adjust(left=0.06, right=0.97, top=1 - (0.5 + 0.2 * legend_rows) / height, bottom=0.6 / height,
                         hspace=0.25)
     fig.savefig(path, dpi=110)
     plt.close(fig)

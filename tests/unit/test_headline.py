@@ -26,6 +26,9 @@ def run() -> dict:
             "rpo": {"acknowledged": 145_700, "lost_acknowledged": 3, "lost_ack_window_rel_s": [0.015, 0.059]},
             "groups": {"deadline": {"rpo": {"lost_by_node": {"pg1": 2}}},
                        "pool": {"rpo": {"lost_by_node": {"pg1": 1}}}},
+            "checks": {"split_brain": {"valid": True},
+                       "replica_convergence": {"valid": False, "text": "pg3 (replica) holds 68,315 rows of the "
+                                                                       "writer's 339,698"}},
             "slo": {"rto_max": {"target": 30.0, "measured": 10.04, "ok": True, "judges": "rto_all_clients_s"},
                     "rpo_max_writes": {"target": 1, "measured": 2, "ok": False,
                                        "by_group": {"deadline": 2, "pool": 1}}}}}
@@ -33,9 +36,13 @@ def run() -> dict:
 
 def test_headline_rows() -> None:
     rows = dict(headline(run(), signed=False))
-    assert list(rows) == ["verdict", "environment", "what was done", "RTO", "data lost", "failover", "duration",
-                          "operator", "evidence"]
+    assert list(rows) == ["verdict", "environment", "what was done", "why it failed", "RTO", "data lost", "failover",
+                          "duration", "operator", "evidence"]
     assert rows["verdict"] == "FAIL"
+    # what did not hold, in its own words: the failed check, then the missed SLO (the held ones not)
+    assert rows["why it failed"] == ("check replica_convergence FAIL: pg3 (replica) holds 68,315 rows of the "
+                                     "writer's 339,698; SLO acknowledged writes lost 2 writes > 1 write: FAIL "
+                                     "(rpo_max_writes)")
     assert rows["environment"] == "staging (the env tags of the cluster and its hosts)"
     assert rows["what was done"] == "kill on pg1 at 2027-01-15 08:00:10.000 UTC (+10.0 s into the run)"
     assert rows["RTO"] == ("first client back 9.84 s, all clients back 10.04 s; "

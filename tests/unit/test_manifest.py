@@ -62,6 +62,21 @@ def test_any_change_is_named(tmp_path: Path, change: str) -> None:
     assert verify(d).problems == expected
 
 
+@pytest.mark.parametrize(("files", "why"), [
+    ({"run.json": "0" * 64}, "files['run.json'] is not {sha256, bytes}"),
+    ({"run.json": {"sha256": "0" * 64}}, "files['run.json'] is not {sha256, bytes}"),
+    (["run.json"], "files is not a mapping"),
+])
+def test_a_manifest_edited_out_of_shape_is_named_not_a_crash(tmp_path: Path, files: object, why: str) -> None:
+    """A manifest rewritten by hand in another shape (an entry as a bare digest, a list) is
+    reported as not chaoskit's, never raised past verify."""
+    d = run_dir(tmp_path)
+    manifest = json.loads((d / "manifest.json").read_text())
+    manifest["files"] = files
+    (d / "manifest.json").write_text(json.dumps(manifest))
+    assert verify(d).problems == [f"manifest.json: not as chaoskit writes it ({why})"]
+
+
 def keypair(tmp_path: Path, name: str) -> tuple[Path, Path]:
     key = tmp_path / name
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(key)], check=True)
