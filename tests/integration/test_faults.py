@@ -310,8 +310,10 @@ def test_fault_revert_by_id(lab: Inventory, pool: RemotePool) -> None:
     (["--kind", "proxy", "--target", "pg1", "--peers", "pg2", "--set", "peer_port=5432", "--set", "bogus=1"],
      "--set bogus: not an option of this fault kind"),
     (["--kind", "stress", "--target", "pg1", "--set", "vm_bytes=$(reboot)"], "--set vm_bytes: not a valid size"),
-    # what the planner refuses from spec and inventory (dcs1 belongs to no cluster with processes)
-    (["--kind", "kill", "--target", "mham"], "mham: no processes configured"),
+    # a host's own services: named by what it declares, a tag target by its count and by a tag someone carries
+    (["--kind", "kill", "--target", "mham", "--processes", "postgres"], "mham: no process postgres"),
+    (["--kind", "stop", "--target", "tag:component=dcs"], "--target: not a tag target"),
+    (["--kind", "stop", "--target", "tag:component=nosuch@all"], "no host of the inventory carries tag"),
 ])
 def test_bad_input_touches_nothing(lab: Inventory, pool: RemotePool, args: list[str], message: str) -> None:
     res = cli("fault", "inject", "-i", INV, *args)
