@@ -457,10 +457,9 @@ def validate(playbook: Annotated[Path, typer.Argument(help="Playbook YAML.")], i
         _fail(exc)
     out.print(f"{playbook}: ok ({pb.name}: {len(pb.steps)} steps over {pb.duration:g}s on cluster {pb.cluster})",
               highlight=False)
-    from chaoskit.faults.targets import named_hosts
+    from chaoskit.faults.targets import fault_hosts
 
-    hosts = {m.host for m in inv.clusters[pb.cluster].members}
-    hosts |= {h for step in pb.steps if step.fault is not None for h in named_hosts(step.fault.target, inv)}
+    hosts = {m.host for m in inv.clusters[pb.cluster].members} | set(fault_hosts(pb.steps, inv))
     commands = sorted(f"{host}.{name}" for host in hosts for name, ref in inv.processes_on(host).items()
                       if ref.start or ref.stop)
     if commands:

@@ -18,7 +18,7 @@ from chaoskit.faults import journal
 from chaoskit.faults.client_link import ClientLink
 from chaoskit.faults.manager import FaultManager, _discovered_roles
 from chaoskit.faults.spec import CLIENT
-from chaoskit.faults.targets import RoleView, named_hosts, split_target
+from chaoskit.faults.targets import RoleView, fault_hosts, split_target
 from chaoskit.faults.ttl import DRILL_HEAL_MARGIN_S
 from chaoskit.ha.base import HAManager
 from chaoskit.ha.registry import manager_for
@@ -164,9 +164,7 @@ class Drill:
             yield
             return
         inv = self.inputs.inventory
-        acted_on = [h for step in self.pb.steps if step.fault is not None
-                    for h in named_hosts(step.fault.target, inv)]
-        hosts = tuple(inv.hosts[h] for h in dict.fromkeys(acted_on) if inv.hosts[h].logs)
+        hosts = tuple(inv.hosts[h] for h in fault_hosts(self.pb.steps, inv) if inv.hosts[h].logs)
         logs = self.parts.logs(self.cluster, self.ha, self.pool, limit, hosts)
         logs.mark()
         try:

@@ -91,20 +91,17 @@ class Steps:
             self._decided(d, now)
 
     def _decided(self, d: Decision, now: float) -> None:
-        step = self.inputs.playbook.steps[d.step]
-        record = {"fired": d.fired, **d.to_event()}
-        self.record.triggered.append(record)
+        said = d.to_event()
+        self.record.triggered.append({"fired": d.fired, **said})
         if not d.fired:
-            self.record.event("step_skipped", now, **d.to_event())
+            self.record.event("step_skipped", now, **said)
             self._arm_next(d.step, now)
             return
         assert d.t_planned is not None
         self.planned[d.step] = d.t_planned
-        self.record.event("step_triggered", now, **d.to_event())
-        is_fault = step.fault is not None
-        for item in schedule.step_items(d.step, is_fault, max(now, d.t_planned)):
-            if item.what == Do.STAGE:
-                item = schedule.Item.of(now, Do.STAGE, d.step)  # staged at once, done at its instant
+        self.record.event("step_triggered", now, **said)
+        is_fault = self.inputs.playbook.steps[d.step].fault is not None
+        for item in schedule.step_items(d.step, is_fault, now, max(now, d.t_planned)):  # staged at once
             bisect.insort(self.items, item)
 
     def _scheduled(self, step_no: int) -> float:

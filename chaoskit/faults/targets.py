@@ -10,6 +10,7 @@ deterministic; a role's default), `@all`, `@minority` (a tag target always write
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from chaoskit.errors import InputError
 from chaoskit.faults.spec import ALL_HOSTS, CLIENT, TAG_TARGET, FaultBase
@@ -72,6 +73,13 @@ def named_hosts(target: str, inventory: Inventory) -> list[str]:
     if base.startswith("tag:"):
         return tagged_hosts(target, inventory, source=inventory.source, field="target")
     return [base]
+
+
+def fault_hosts(steps: tuple[Any, ...], inventory: Inventory) -> list[str]:
+    """The hosts a playbook's faults name before the run (host and tag targets), in step order,
+    each once."""
+    return list(dict.fromkeys(h for step in steps if step.fault is not None
+                              for h in named_hosts(step.fault.target, inventory)))
 
 
 def _counted(chosen: list[str], count: str, of: int) -> list[str]:

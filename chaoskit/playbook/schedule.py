@@ -62,8 +62,8 @@ def revert_item(step: int, t: float) -> Item:
     return Item.of(t, Do.REVERT, step)
 
 
-def step_items(step_no: int, is_fault: bool, t: float) -> list[Item]:
-    """The items of a step decided at run time (after an event): staged now, done at `t`."""
+def step_items(step_no: int, is_fault: bool, now: float, t: float) -> list[Item]:
+    """The items of a step decided at run time (after an event): a fault staged `now`, done at `t`."""
     if not is_fault:
         return [Item.of(t, Do.ACTION, step_no)]
-    return [Item.of(t, Do.STAGE, step_no), Item.of(t, Do.TRIGGER, step_no)]
+    return [Item.of(now, Do.STAGE, step_no), Item.of(t, Do.TRIGGER, step_no)]
