@@ -62,3 +62,16 @@ def canonical_rate(value: str) -> str:
     spaces (refused rather than normalised: `10 mbit` would be two words in a tc batch)."""
     parse_rate(value)
     return value.lower()
+
+
+_SIZE = re.compile(r"^([0-9]{1,12})([bBkKmMgGtT])?$", re.ASCII)
+_SIZE_FACTORS = {None: 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(value: str) -> int:
+    """Bytes from `0`, `512K`, `64M`, `2G` (binary units, as df and fallocate read them)."""
+    match = _SIZE.match(str(value)) if isinstance(value, str | int) and not isinstance(value, bool) else None
+    if not match:
+        raise ValueError(f"not a size: {str(value)[:40]!r} (expected e.g. 0, 64M, 2G)")
+    unit = match.group(2).lower() if match.group(2) else None
+    return int(match.group(1)) * _SIZE_FACTORS[unit]

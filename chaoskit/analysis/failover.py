@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from typing import Any
 
 from chaoskit.ha.base import REACTION_EVENTS
@@ -127,7 +128,8 @@ def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, base
     clients = {k: v for k, v in client_figures(gaps, t_fault).items() if k not in GROUP_ONLY}
     t_last_ok, t_first_ok = clients["t_last_ok"], clients["t_first_ok"]
 
-    outcome = fault_outcome(probe, t_fault, window_end, outage=True, target_host=fault["host"])
+    outcome = fault_outcome(probe, t_fault, window_end, outage=True, target_host=fault["host"],
+                            refused=_refusal(gaps))
     old_primary, new_primary = outcome["primary_at_fault"], outcome.get("new_primary")
     # the writer that ended the outage: the member that took over (a failover), else the old one
     # back in place; an old primary writable again for a moment before the failover (its agent
@@ -195,12 +197,24 @@ def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, base
     return out
 
 
+# the server's own refusals, as the outcome says them (the class that opened most clients' outages)
+REFUSALS = {"resources": "it refused writes meanwhile: out of disk space, memory or connections",
+            "read_only": "it refused writes as read-only meanwhile"}
+
+
+def _refusal(gaps: list[Any]) -> str | None:
+    classes = Counter(g.first_err_class for g in gaps)
+    top = classes.most_common(1)[0][0] if classes else None
+    return top if top in REFUSALS else None
+
+
 def fault_outcome(probe: ProbeLog, t_fault: float, window_end: float, *, outage: bool,
-                  target_host: str | None = None) -> dict[str, Any]:
+                  target_host: str | None = None, refused: str | None = None) -> dict[str, Any]:
     """What the fault led to, from the role probe between the fault and the next disturbance:
     `failover` (another member became the primary), `restarted_in_place` (the primary left its
     role and the same member came back as the only one), `no_reaction` (the primary never left
-    its role: the manager held its leader through the fault), `no_writer` (the primary left and
+    its role: the manager held its leader through the fault; `refused` names the server's own
+    refusal that opened the clients' outages, if one did), `no_writer` (the primary left and
     nobody took over within the window). Split-brain is judged over the same window by the caller
     from the split-brain check. `outcome_text` says it in words for the evidence; `t_rejoined` is
     when the old primary was first seen as a replica after a failover (null otherwise);
@@ -232,7 +246,7 @@ def fault_outcome(probe: ProbeLog, t_fault: float, window_end: float, *, outage:
     elif t_left is None:
         kind = "no_reaction"
         text = f"no failover: {old} stayed the primary through the fault" + (
-            " (writes stopped meanwhile)" if outage else "")
+            f" ({REFUSALS[refused] if refused else 'writes stopped meanwhile'})" if outage else "")
     elif back is not None and read_only is not None:
         kind = "restarted_in_place"
         text = (f"{old} {'demoted by its manager' if demoted else 'left the primary role'} at {since(t_left)} "

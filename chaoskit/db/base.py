@@ -36,6 +36,9 @@ class ErrorClass(StrEnum):
     timeout = "timeout"
     serialization = "serialization"
     constraint = "constraint"
+    # the server out of disk space, memory or connections (PostgreSQL SQLSTATE class 53, MySQL's
+    # "table is full", "disk full", errno 28): it refused the statement, so nothing was committed
+    resources = "resources"
     other = "other"
 
 

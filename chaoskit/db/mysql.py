@@ -24,6 +24,8 @@ _LOST = {2006, 2013, 2014, 2055, 1152, 1153, 1159, 1161, 1317, 4031}
 _READ_ONLY = {1290, 1792, 1836, 1874}
 _TIMEOUT = {1205, 3024, 1969, 1907}  # lock wait, max_execution_time, MariaDB max_statement_time
 _SERIALIZATION = {1213, 1614, 3101}
+# disk full (1021), table full (1114, InnoDB out of room in its files), out of memory (1037, 1038, 1041)
+_RESOURCES = {1021, 1114, 1037, 1038, 1041}
 _CONSTRAINT = {1022, 1062, 1169, 1216, 1217, 1451, 1452, 1557, 1586, 3819, 4025}
 
 
@@ -232,6 +234,8 @@ class MySQLDriver(Driver):
             return ErrorClass.timeout
         if code in _SERIALIZATION:
             return ErrorClass.serialization
+        if code in _RESOURCES or (code is not None and "errno: 28" in text) or "no space left" in text:
+            return ErrorClass.resources
         if code in _CONSTRAINT or isinstance(exc, pymysql.err.IntegrityError):
             return ErrorClass.constraint
         if isinstance(exc, OSError):

@@ -210,6 +210,8 @@ class PostgresDriver(Driver):
             return ErrorClass.connection_lost
         if isinstance(exc, pgerr.CannotConnectNow):
             return ErrorClass.connect_refused
+        if isinstance(exc, psycopg.Error) and (exc.sqlstate or "").startswith("53"):  # disk full, out of memory
+            return ErrorClass.resources
         text = str(exc).lower()
         if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError | OSError):
             if any(m in text for m in _TIMEOUT_MARKERS):

@@ -40,6 +40,8 @@ class HostFacts:
     # fault here must not cut the controller's path to them
     exempt: tuple[tuple[str, int], ...] = ()
     db_socket: str | None = None  # the member's database server socket (members[].db_socket)
+    data_dir: str | None = None  # the member's data directory (members[].data_dir)
+    wal_dir: str | None = None  # its WAL directory, where that is elsewhere (members[].wal_dir)
 
 
 @dataclass(frozen=True)

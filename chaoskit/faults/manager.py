@@ -126,6 +126,9 @@ class FaultManager:
         if REGISTRY[spec.kind].spec.family == "replication" and (member is None or member.db_socket is None):
             raise InputError(f"{host}: a {spec.kind} fault runs through the server's socket: give the member "
                              "db_socket in the inventory", source=self.inventory.source, field="db_socket")
+        if REGISTRY[spec.kind].spec.family == "disk" and (member is None or member.data_dir is None):
+            raise InputError(f"{host}: a {spec.kind} fault acts on a member's data directory: give the member "
+                             "data_dir in the inventory", source=self.inventory.source, field="data_dir")
         peers: list[str] = []
         for peer in spec.peers_wanted:
             if peer == ALL_HOSTS:
@@ -141,7 +144,8 @@ class FaultManager:
         caps = self.capabilities.get(host)
         return HostFacts(host=host, processes=processes, service=member.service if member else None,
                          systemd=bool(caps and caps.systemd), peer_addresses=tuple(dict.fromkeys(peers)),
-                         exempt=self._jump_exempt(host), db_socket=member.db_socket if member else None)
+                         exempt=self._jump_exempt(host), db_socket=member.db_socket if member else None,
+                         data_dir=member.data_dir if member else None, wal_dir=member.wal_dir if member else None)
 
     def _jump_exempt(self, host: str) -> tuple[tuple[str, int], ...]:
         """SSH endpoints of the hosts the controller reaches through this one."""

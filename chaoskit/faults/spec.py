@@ -17,7 +17,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, TypeAdapter, field_
 
 from chaoskit.faults.ttl import DEADMAN_MARGIN_S, DEFAULT_TTL_S, MAX_TTL_S
 from chaoskit.models import Frozen
-from chaoskit.units import canonical_rate, parse_duration, parse_rate
+from chaoskit.units import canonical_rate, parse_duration, parse_rate, parse_size
 from chaoskit.validation import Interface, Name, PosixUser, SizeSpec, is_name, no_control
 
 Seconds = Annotated[float, BeforeValidator(parse_duration)]
@@ -264,9 +264,71 @@ class ReplicaStopSpec(FaultBase):
     thread: Literal["sql", "io", "all"] = "sql"
 
 
+class _MemberDisk(FaultBase):
+    """A fault on the filesystem that holds a member's data: its WAL directory when the member
+    declares one (members[].wal_dir), else its data directory (members[].data_dir)."""
+
+    family: ClassVar[str] = "disk"
+    on: Literal["wal", "data"] = "wal"  # wal: the WAL directory if the member declares one, else data
+
+
+def _free(value: str | int) -> str:
+    text = str(value).strip()
+    if text.endswith("%"):
+        pct = text[:-1]
+        if not pct.isascii() or not pct.isdigit() or not 0 <= int(pct) < 100:
+            raise ValueError(f"not a free-space level: {text[:20]!r} (a size such as 0 or 64M, or a percentage 0%-99%)")
+        return f"{int(pct)}%"
+    return str(parse_size(text))
+
+
+class DiskFullSpec(_MemberDisk):
+    """The member's filesystem filled until `free` is left (bytes, `64M`, or `5%` of its size) by
+    one ballast file at the filesystem's top, recorded in the journal and deleted at the revert (by
+    the dead-man if the controller is gone). Refused on the host's root filesystem unless
+    `allow_root_filesystem` says so: a full / stops more than the database."""
+
+    kind: Literal["disk_full"] = "disk_full"
+    free: Annotated[str, BeforeValidator(_free)] = "0"
+    allow_root_filesystem: bool = False
+
+    @property
+    def free_bytes(self) -> int | None:
+        return None if self.free.endswith("%") else int(self.free)
+
+
+class DiskSlowSpec(_MemberDisk):
+    """The member's processes (all of them and every descendant, or the named ones) throttled on
+    the block device under its data: read/write bytes per second (`read_rate: 1mbps`) and/or
+    operations per second, through the cgroup blkio controller; moved back where they were on
+    revert. Refused where that filesystem has no block device (tmpfs) or the host has no blkio."""
+
+    kind: Literal["disk_slow"] = "disk_slow"
+    processes: tuple[Name, ...] = ()
+    read_rate: str | None = None
+    write_rate: str | None = None
+    read_iops: int | None = Field(None, ge=1, le=10_000_000)
+    write_iops: int | None = Field(None, ge=1, le=10_000_000)
+
+    @field_validator("read_rate", "write_rate")
+    @classmethod
+    def _rate(cls, value: str | None) -> str | None:
+        return None if value is None else canonical_rate(value)
+
+    @model_validator(mode="after")
+    def _some(self) -> DiskSlowSpec:
+        if not (self.read_rate or self.write_rate or self.read_iops or self.write_iops):
+            raise ValueError("disk_slow needs read_rate, write_rate, read_iops or write_iops")
+        return self
+
+    @property
+    def processes_wanted(self) -> tuple[str, ...]:
+        return self.processes
+
+
 SPEC_TYPES: tuple[type[FaultBase], ...] = (KillSpec, CrashSpec, PauseSpec, StopSpec, PartitionSpec, LossSpec,
                                           BandwidthSpec, NetemSpec, LatencySpec, ProxySpec, StressSpec,
-                                          ReplicaStopSpec)
+                                          ReplicaStopSpec, DiskFullSpec, DiskSlowSpec)
 KINDS: dict[str, type[FaultBase]] = {t.model_fields["kind"].default: t for t in SPEC_TYPES}
 # any kind, picked by its `kind` (the union of SPEC_TYPES: a new kind is listed there once)
 FaultSpec = Annotated[Union[SPEC_TYPES], Field(discriminator="kind")]  # type: ignore[valid-type]  # noqa: UP007

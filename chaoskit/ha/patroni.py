@@ -164,9 +164,11 @@ class PatroniManager(HAManager):
     kind = "patroni"
     Config = PatroniConfig
     # failsafe_mode (Patroni >= 3.0): a leader that loses the DCS keeps its role while every member
-    # it knows answers its /failsafe call, instead of demoting itself
+    # it knows answers its /failsafe call, instead of demoting itself; primary_start_timeout: how
+    # long a leader whose PostgreSQL stopped may try to start it again before a failover (0: at once)
     changeable_settings: ClassVar[frozenset[str]] = frozenset({"synchronous_mode", "synchronous_mode_strict",
-                                                               "maximum_lag_on_failover", "failsafe_mode"})
+                                                               "maximum_lag_on_failover", "failsafe_mode",
+                                                               "primary_start_timeout"})
     healthy_states: ClassVar[frozenset[str]] = frozenset({"running", "streaming"})
 
     # -- REST --------------------------------------------------------------------------------

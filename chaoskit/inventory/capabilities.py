@@ -2,7 +2,8 @@
 
 The answer is a set of capability names that fault kinds declare as their needs
 (`chaoskit.faults.registry`): commands present, `python3.7` (a /usr/bin/python3 >= 3.7 for the
-link relay), `systemd` (the host runs it) and `netem`. netem is probed by adding a netem qdisc to
+link relay), `systemd` (the host runs it), `blkio` (the cgroup v1 block I/O throttle) and
+`netem`. netem is probed by adding a netem qdisc to
 the loopback of a throwaway network namespace (`unshare -n`): a definitive answer that cannot
 disturb the host's own interfaces.
 """
@@ -14,13 +15,14 @@ from dataclasses import dataclass, field
 from chaoskit.inventory.remote import Remote
 
 COMMANDS = ("tc", "iptables", "ip6tables", "iptables-restore", "nft", "stress-ng", "ss", "setpriv", "setsid",
-            "base64", "sha256sum", "awk", "ps", "unshare", "systemctl")
+            "base64", "sha256sum", "awk", "ps", "unshare", "systemctl", "findmnt", "fallocate", "stat")
 
 PROBE = r"""
 for c in """ + " ".join(COMMANDS) + r"""; do
   if command -v "$c" >/dev/null 2>&1; then echo "have=$c"; fi
 done
 if [ -d /run/systemd/system ]; then echo "have=systemd"; fi
+if [ -e /sys/fs/cgroup/blkio/blkio.throttle.write_bps_device ]; then echo "have=blkio"; fi
 if command -v mariadb >/dev/null 2>&1 || command -v mysql >/dev/null 2>&1; then echo "have=mariadb-client"; fi
 if /usr/bin/python3 -c 'import sys; sys.exit(sys.version_info < (3, 7))' 2>/dev/null; then echo "have=python3.7"; fi
 if command -v tc >/dev/null 2>&1 && command -v unshare >/dev/null 2>&1; then

@@ -96,6 +96,7 @@ class Member(Frozen):
     db_port: int | None = Field(None, ge=1, le=65535)
     db_address: HostAddress | None = None  # defaults to the host's address
     data_dir: SafePath | None = None
+    wal_dir: SafePath | None = None  # where the WAL lives when not under data_dir (a disk_full fills its filesystem)
     db_socket: SafePath | None = None  # the server's unix socket (replication faults act through it as root)
     processes: dict[Name, ProcessRef] = Field(default_factory=dict)
     service: ServiceName | None = None
@@ -263,7 +264,7 @@ class Inventory(Frozen):
 
 
 _HOST_FIELDS = ("name", "address", "port", "user", "jump", "become", "become_user", "strict_host_keys")
-_MEMBER_FIELDS = ("host", "db_port", "db_address", "data_dir", "db_socket", "service")
+_MEMBER_FIELDS = ("host", "db_port", "db_address", "data_dir", "wal_dir", "db_socket", "service")
 _CLUSTER_FIELDS = ("name", "engine", "port", "database", "user", "dsn", "endpoints")
 
 

@@ -152,6 +152,8 @@ def patroni_setup(host: LabHost, dcs: LabHost, flavour: str, superuser_pw: str, 
                         "wal_level": "replica", "hot_standby": "on", "wal_log_hints": "on",
                         "max_wal_senders": 10, "max_replication_slots": 10, "max_connections": 200,
                         "wal_keep_size": "128MB", "wal_sender_timeout": "5s", "wal_receiver_timeout": "5s",
+                        # bounded WAL: each member's data lives on its own 2 GB filesystem (lab.disks)
+                        "max_wal_size": "256MB", "max_slot_wal_keep_size": "512MB",
                     },
                 },
             },

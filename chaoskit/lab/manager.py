@@ -33,7 +33,7 @@ from chaoskit.errors import LabError
 from chaoskit.faults.journal import JOURNAL_ROOT as FAULT_JOURNAL_ROOT
 from chaoskit.faults.relay import RELAY_ROOT
 from chaoskit.guard import routed_elsewhere
-from chaoskit.lab import daemons, network
+from chaoskit.lab import daemons, disks, network
 from chaoskit.lab.procs import alive, netns_pids, read_pid_file, sh, terminate
 from chaoskit.lab.recipes import Build, default_stacks, lab_spec, postgres_key, recipe, recipes, stack_names, wait_tcp
 from chaoskit.lab.spec import BRIDGE, SSH_USER, STATE_DIR, SUBNET_PREFIX, LabSpec, Paths
@@ -117,6 +117,8 @@ def _revive(state: dict[str, Any], stacks: set[str], spec: LabSpec, timeout: flo
     rebuilt: seconds instead of a rebuild, and the other stacks keep running. Returns "" when the
     lab is whole again, else why not (kept in `UpResult` so a rebuild says what forced it)."""
     hosts = {h.name for h in spec.of_stacks(stacks)}
+    for host in spec.of_stacks(stacks):  # mounts do not survive a reboot; the images do
+        disks.remount(host)
     entries = {k: e for k, e in state.get("daemons", {}).items() if k.split("/")[0] in hosts and e.get("script")}
     for name in sorted(stacks):  # stacks that cannot come back daemon by daemon (a Galera cold start)
         module = recipe(name)
@@ -151,7 +153,7 @@ def up_stacks() -> tuple[str, ...]:
 
 def has_leftovers() -> bool:
     return bool(network.existing_netns()) or network.link_exists(BRIDGE) or Paths.state.exists() or \
-        any((STATE_DIR / "hosts").glob("*"))
+        any((STATE_DIR / "hosts").glob("*")) or any(disks.is_mounted(Paths.pg_disk(h)) for h in lab_spec().hosts)
 
 
 # -- up -------------------------------------------------------------------------------------
@@ -234,6 +236,8 @@ def _prepare_dirs(hosts: list[Any]) -> None:
     for host in hosts:
         host.dir.mkdir(parents=True, exist_ok=True)
         host.dir.chmod(0o755)
+        if host.role in disks.MEMBER_ROLES or host.role == "pgaf-monitor":
+            disks.ensure_disk(host)
     if not Paths.client_key.exists():
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "chaoskit-lab",
                         "-f", str(Paths.client_key)], check=True, capture_output=True)
@@ -359,6 +363,9 @@ def _down_locked(spec: LabSpec) -> None:
     if left:
         raise LabError(f"processes would not die: {left}")
     _remove_shared_memory(data_dirs)
+    stuck = disks.release_disks(spec.hosts)
+    if stuck:
+        raise LabError(f"lab disks would not unmount: {', '.join(stuck)}")
     network.destroy(spec)
     for host in spec.hosts:  # fault journals of lab hosts (their dead-men died with the namespaces)
         journal_dir = Path(FAULT_JOURNAL_ROOT) / host.name

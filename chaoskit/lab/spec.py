@@ -88,8 +88,13 @@ class Paths:
         return STATE_DIR / "secrets" / name
 
     @staticmethod
+    def pg_disk(host: LabHost) -> Path:
+        """The member's own small filesystem (`chaoskit.lab.disks`): a full disk stays in it."""
+        return host.dir / "disk"
+
+    @staticmethod
     def pg_data(host: LabHost) -> Path:
-        return host.dir / "pgdata"
+        return host.dir / "disk" / "pgdata"
 
     @staticmethod
     def patroni_pid(host: LabHost) -> Path:

@@ -10,7 +10,10 @@ from __future__ import annotations
 from chaoskit.db.base import Driver, ErrorClass
 from chaoskit.recorder import FAIL, INFO
 
-_DEFINITE = {ErrorClass.connect_refused, ErrorClass.read_only, ErrorClass.constraint, ErrorClass.serialization}
+# the server answered with an error for the transaction itself: it did not commit (a failure
+# while the commit record was written would end the connection instead: connection_lost, unknown)
+_DEFINITE = {ErrorClass.connect_refused, ErrorClass.read_only, ErrorClass.constraint, ErrorClass.serialization,
+             ErrorClass.resources}
 DROP_CONNECTION = {ErrorClass.connection_lost, ErrorClass.timeout, ErrorClass.read_only,
                    ErrorClass.connect_refused, ErrorClass.other}
 

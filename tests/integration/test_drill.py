@@ -336,6 +336,62 @@ def test_the_new_primary_is_killed_as_soon_as_it_is_promoted(lab: Inventory, tmp
         assert Path(f"/proc/{pid}/comm").read_text().strip() == "patroni", host
 
 
+def _disk_use(lab: Inventory) -> dict[str, tuple[int, int]]:
+    """Per member: free bytes of its own lab filesystem, and bytes its data directory holds."""
+    import os
+
+    out = {}
+    for m in lab.clusters["pg"].members:
+        data = Path(m.data_dir or "")
+        st = os.statvfs(data.parent)
+        used = int(subprocess.run(["du", "-s", "-B1", "--", str(data)], capture_output=True, text=True,
+                                  check=True).stdout.split()[0])
+        out[m.host] = (st.f_bavail * st.f_frsize, used)
+    return out
+
+
+@pytest.mark.parametrize("playbook", ["pg-disk-full-primary", "pg-disk-full-primary-start-timeout-0"])
+def test_a_full_disk_under_the_primary(lab: Inventory, tmp_path: Path, playbook: str) -> None:
+    """pg-disk-full-primary (Patroni's default primary_start_timeout, 300 s) and its variant with 0,
+    shortened: the primary's own filesystem left without free space for 12 s. PostgreSQL answers
+    the writes that need room with its own error (SQLSTATE 53100: class resources), counted as
+    failed, never as unknown: nothing was committed. With the default no member is promoted (300 s
+    is longer than the run); with 0 the setting was applied for the drill and is gone afterwards.
+    Where the primary stayed, nothing acknowledged is lost. After the revert no ballast file is left
+    on any member's filesystem and its free space is back: what it was before the run, less what the
+    data directory grew by (one WAL segment of slack for a checkpoint between the two readings)."""
+    import urllib.request
+
+    from drillrun import run, shortened
+
+    before = _disk_use(lab)
+    pb = shortened(f"playbooks/{playbook}.yaml", tmp_path, ["8s"], "32s", ["12s"], recovery_within="20s")
+    res, ev, _ = run(pb, tmp_path)
+    assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
+    [f] = ev["results"]["faults"]
+    assert (f["kind"], f["target_host"]) == ("disk_full", f["primary_at_fault"]) and f["t_reverted"]
+    refused = [r for r in ev["results"]["errors"]["rows"] if r["class"] == "resources"]
+    assert refused and all(r["outcome"] == "fail" for r in refused), ev["results"]["errors"]["rows"]
+    assert "No space left on device" in refused[0]["sample"]
+    if playbook == "pg-disk-full-primary":
+        assert ev["ha"]["settings"].get("primary_start_timeout") in (None, 300)
+        assert f["outcome"] in ("no_reaction", "restarted_in_place"), f["outcome_text"]
+    else:
+        assert ev["settings_changed"]["applied"] == {"primary_start_timeout": 0}
+        member = lab.clusters["pg"].members[0]
+        with urllib.request.urlopen(f"http://{lab.member_address(member)}:8008/config", timeout=5) as answer:
+            assert json.loads(answer.read()).get("primary_start_timeout", 300) == 300
+    if f["outcome"] != "failover":
+        assert ev["results"]["rpo"]["lost_acknowledged"] == 0
+    assert ev["results"]["checks"]["split_brain"]["valid"] is True
+    after = _disk_use(lab)
+    for m in lab.clusters["pg"].members:
+        disk = Path(m.data_dir or "").parent
+        assert not list(disk.glob(".chaoskit-ballast-*")), m.host
+        (free0, used0), (free1, used1) = before[m.host], after[m.host]
+        assert free1 >= free0 - max(0, used1 - used0) - 16 * 2**20, (m.host, free0, free1, used0, used1)
+
+
 def test_sync_variant_loses_no_acknowledged_write(lab: Inventory, tmp_path: Path) -> None:
     res, run_dir = drill("playbooks/pg-kill-primary-sync.yaml", tmp_path)
     ev = json.loads((run_dir / "run.json").read_text())

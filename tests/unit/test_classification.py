@@ -47,6 +47,9 @@ def _free_port() -> int:
                               "Connection refused"), ErrorClass.connect_refused),
     (psycopg.errors.ConnectionTimeout("connection timeout expired"), ErrorClass.timeout),
     (psycopg.OperationalError("connection failed: server is in hot standby mode"), ErrorClass.read_only),
+    # what the lab's PostgreSQL answered on a full disk (SQLSTATE 53100), and out of memory (53200)
+    (pgerr.DiskFull('could not extend file "base/5/16390": No space left on device'), ErrorClass.resources),
+    (pgerr.OutOfMemory("out of memory"), ErrorClass.resources),
     (ValueError("weird"), ErrorClass.other),
 ])
 def test_postgres_classes(exc: BaseException, cls: ErrorClass) -> None:
@@ -73,6 +76,9 @@ def test_postgres_real_refused_connection() -> None:
     (pymysql.err.OperationalError(1213, "Deadlock found"), ErrorClass.serialization),
     (pymysql.err.OperationalError(1205, "Lock wait timeout exceeded"), ErrorClass.timeout),
     (pymysql.err.IntegrityError(1062, "Duplicate entry"), ErrorClass.constraint),
+    (pymysql.err.OperationalError(1114, "The table 'chaoskit_ledger' is full"), ErrorClass.resources),
+    (pymysql.err.InternalError(3, "Error writing file './binlog.000002' (Errcode: 28 \"No space left on device\")"),
+     ErrorClass.resources),
     (pymysql.err.InterfaceError(0, ""), ErrorClass.connection_lost),
     (pymysql.err.ProgrammingError(1064, "syntax"), ErrorClass.other),
 ])
@@ -133,6 +139,7 @@ def test_postgres_writer_conninfo_has_timeouts_and_passthrough(monkeypatch: pyte
     (ErrorClass.timeout, "commit", False, FAIL),  # the server cancelled the statement
     (ErrorClass.read_only, "commit", False, FAIL),
     (ErrorClass.constraint, "commit", False, FAIL),
+    (ErrorClass.resources, "commit", False, FAIL),  # the server refused the statement: nothing committed
     (ErrorClass.other, "commit", False, INFO),
 ])
 def test_commit_phase_errors_are_info(cls: ErrorClass, phase: str, interrupted: bool, expected: str) -> None:

@@ -23,11 +23,11 @@ def t(k: int) -> float:
     return 100.25 + 0.5 * k
 
 
-def history(failing: set[int], last: int = 59) -> Recorder:
+def history(failing: set[int], last: int = 59, error_class: str = "connect_refused") -> Recorder:
     rec = Recorder(100.0, interval=0.5)
     for k in range(last + 1):
         rec.record(1, "write", t(k) - 0.01, t(k), FAIL if k in failing else OK,
-                   None if k not in failing else "connect_refused", key=k + 1, keyed=SEQUENCE)
+                   None if k not in failing else error_class, key=k + 1, keyed=SEQUENCE)
     rec.finish()
     return rec
 
@@ -208,6 +208,20 @@ def test_no_manager_and_no_reaction_notes() -> None:
                           "no leader: no failover, so no detection is reported"]
     assert (r["t_detect"], r["detect_signal"], r["detect_uncertainty_s"]) == (None, None, None)
     assert (r["t_promoted"], r["promoted_evidence"]) == (112.25, "client")  # no probe evidence of a new writer
+
+
+@pytest.mark.parametrize(("error_class", "said"), [
+    ("resources", "it refused writes meanwhile: out of disk space, memory or connections"),
+    ("read_only", "it refused writes as read-only meanwhile"),
+    ("timeout", "writes stopped meanwhile")])
+def test_no_reaction_says_what_the_server_answered(error_class: str, said: str) -> None:
+    """A full disk: the primary stays, the server refuses each write itself (SQLSTATE 53100), and
+    the outcome says so rather than "writes stopped"; a timeout is not the server's refusal."""
+    rec = history({20, 21, 22, 23}, error_class=error_class)
+    log = roles(pg1=[(0, 999, "primary")], pg2=[(0, 999, "replica")])
+    r = analyse(rec, log)
+    assert r["outcome"] == "no_reaction"
+    assert r["outcome_text"] == f"no failover: pg1 stayed the primary through the fault ({said})"
 
 
 def test_no_writer_and_no_baseline() -> None:

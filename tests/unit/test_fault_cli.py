@@ -20,7 +20,9 @@ SAMPLES: dict[str, tuple[str, Any]] = {
     "jitter_ms": ("1", 1.0), "corrupt_pct": ("2", 2.0), "duplicate_pct": ("3", 3.0), "peer_port": ("5432", 5432),
     "proxy_user": ("ckproxy", "ckproxy"), "stream": ("upstream", "upstream"), "reset_after_ms": ("100", 100.0),
     "down": ("true", True), "cpu_workers": ("1", 1), "io_workers": ("2", 2), "vm_workers": ("3", 3),
-    "vm_bytes": ("64M", "64M"), "thread": ("io", "io"),
+    "vm_bytes": ("64M", "64M"), "thread": ("io", "io"), "on": ("data", "data"), "free": ("64M", str(64 << 20)),
+    "allow_root_filesystem": ("true", True), "read_rate": ("2mbps", "2mbps"), "write_rate": ("1MBPS", "1mbps"),
+    "read_iops": ("100", 100), "write_iops": ("50", 50),
 }
 
 
@@ -30,7 +32,8 @@ def fields_of(kind: str) -> list[str]:
 
 # what a kind's own rules ask for beyond its required fields (one of several, or a pair)
 RELAYED = ["peers", "peer_port", "delay_ms"]
-NEEDED = {"netem": ["delay_ms"], "latency": RELAYED, "proxy": RELAYED, "stress": ["cpu_workers"]}
+NEEDED = {"netem": ["delay_ms"], "latency": RELAYED, "proxy": RELAYED, "stress": ["cpu_workers"],
+          "disk_slow": ["write_rate"]}
 
 
 def required(kind: str) -> list[str]:

@@ -49,7 +49,7 @@ def spec_of(kind: str, **fields: object) -> object:
 def make_facts(value: str, pid_file: str, peers: tuple[str, ...] = ("10.0.0.2",)) -> HostFacts:
     ref = ProcessRef.model_construct(pid_file=pid_file, comm="sleep", exe=None, start=None, stop=None)
     return HostFacts(host="h", processes={"p": ref}, service=value, systemd=True, peer_addresses=peers,
-                     exempt=(("10.0.0.9", 22),), db_socket=value)
+                     exempt=(("10.0.0.9", 22),), db_socket=value, data_dir=os.path.dirname(pid_file))
 
 
 def kind_fields(kind: str, value: str) -> dict[str, object]:
@@ -65,12 +65,17 @@ def kind_fields(kind: str, value: str) -> dict[str, object]:
         "proxy": {"peers": (value,), "peer_port": 5432, "proxy_user": value, "down": True},
         "stress": {"cpu_workers": 1, "vm_workers": 1, "vm_bytes": value},
         "replica_stop": {"thread": "sql"},  # its data is the member's socket path (facts.db_socket)
+        # their data is the member's data directory (facts.data_dir, holding the value); the test
+        # directory is on / here, so disk_full stops at its root-filesystem refusal
+        "disk_full": {"free": "0", "on": "data", "allow_root_filesystem": False},
+        "disk_slow": {"processes": ("p",), "write_rate": "1mbps", "on": "data"},
     }[kind]
 
 
 def test_every_kind_is_in_the_registry_with_its_needs() -> None:
     assert set(REGISTRY) == set(KINDS) == {"kill", "crash", "pause", "stop", "partition", "loss", "bandwidth",
-                                           "netem", "latency", "proxy", "stress", "replica_stop"}
+                                           "netem", "latency", "proxy", "stress", "replica_stop",
+                                           "disk_full", "disk_slow"}
     assert "netem" in REGISTRY["netem"].needs and "stress-ng" in REGISTRY["stress"].needs
     assert {"iptables", "python3.7"} <= REGISTRY["latency"].needs
     assert all("base64" in k.needs for k in REGISTRY.values())  # the journal itself

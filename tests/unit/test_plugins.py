@@ -80,6 +80,6 @@ def test_the_shipped_families_are_found() -> None:
     assert set(MANAGERS.names()) == set(HA_CONFIGS.names()) == {
         "none", "patroni", "pg_auto_failover", "repmgr", "mha", "galera"}
     assert set(DRIVERS.names()) == {"postgres", "mysql", "dameng"}
-    assert set(FAMILIES.names()) == {"process", "network", "relay", "stress", "replication"}
+    assert set(FAMILIES.names()) == {"process", "network", "relay", "stress", "replication", "disk"}
     assert {"base", "patroni", "mariadb", "pg_auto_failover", "repmgr", "mha", "galera"} == set(RECIPES.names())
     assert list(WORKLOADS) == ["ledger", "bank", "update", "read", "oltp", "oltp-ro", "oltp-wo"]
