@@ -29,12 +29,21 @@ PG_BIN = Path("/usr/lib/postgresql/15/bin")
 DEBIAN_PATRONI = Path("/usr/bin/patroni")
 
 
+# `ip netns exec` mounts a fresh /sys for the namespace, without the cgroup filesystems under
+# /sys/fs/cgroup a real host has (disk_slow's blkio throttle lives there): mounted again as on the
+# machine (same hierarchies, so the same cgroups), in the daemon's own mount namespace only
+MIRROR_CGROUPS = ("mount -t tmpfs -o mode=755 ck-cgroup /sys/fs/cgroup && "
+                  "awk '$2 ~ \"^/sys/fs/cgroup/\" && ($3 == \"cgroup\" || $3 == \"cgroup2\") { print $2, $3, $4 }' "
+                  "/proc/1/mounts | while read -r dir type opts; do mkdir -p \"$dir\" && "
+                  "mount -t \"$type\" -o \"$opts\" \"$type\" \"$dir\"; done; ")
+
+
 def write_launcher(host: LabHost, daemon: str, command: str, pid_file: Path, *, log: Path,
-                   user: str | None = None, env: dict[str, str] | None = None) -> Path:
+                   user: str | None = None, env: dict[str, str] | None = None, cgroups: bool = False) -> Path:
     """A script that starts `command` detached in the host's namespace and records its pid; a
     no-op while the recorded pid still runs (a second copy would fail on the daemon's own pid
     file or port and leave its dead pid recorded over the live one's)."""
-    inner = f"hostname {host.name}; exec "
+    inner = f"hostname {host.name}; " + (MIRROR_CGROUPS if cgroups else "") + "exec "
     if env:
         inner += "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " "
     if user:
@@ -77,7 +86,7 @@ def sshd_setup(host: LabHost) -> Path:
         f"SetEnv PATH={Paths.tools}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "",
     ]))
     return write_launcher(host, "sshd", f"/usr/sbin/sshd -D -f {config}", host.dir / "sshd.pid",
-                          log=host.dir / "sshd.log")
+                          log=host.dir / "sshd.log", cgroups=True)
 
 
 def host_public_key(host: LabHost) -> str:

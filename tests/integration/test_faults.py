@@ -173,6 +173,50 @@ def test_stress_runs_and_stops(lab: Inventory, pool: RemotePool, fm: FaultManage
     assert live.strip() == ""
 
 
+def _blkio_cgroup(pool: RemotePool, host: str, pid: int) -> str:
+    out = pool.get(host).shell(f"cat /proc/{pid}/cgroup").stdout
+    return next(line.split(":", 2)[2] for line in out.splitlines() if "blkio" in line.split(":")[1].split(","))
+
+
+def test_disk_slow_throttles_the_primarys_writes_and_lets_go(lab: Inventory, pool: RemotePool,
+                                                             fm: FaultManager) -> None:
+    """disk_slow at 1 MB/s on the primary's PostgreSQL (the postmaster and every process of its
+    tree) on its own lab disk: every byte of WAL a statement writes goes through the throttle, so
+    the statement takes at least its WAL volume over the rate (less the first 1 MiB the throttle
+    may let through in its first slices). Reverted: the postmaster is back in its own cgroup and
+    the fault's cgroup is gone."""
+    from chaoskit.db.registry import driver_for
+
+    cluster = lab.clusters["pg"]
+    primary = next(h for h, r in pg_roles(lab).items() if r == "primary")
+    member = next(m for m in cluster.members if m.host == primary)
+    postmaster = int(Path(lab.processes_on(primary)["postgres"].pid_file).read_text().split()[0])
+    home = _blkio_cgroup(pool, primary, postmaster)
+    driver = driver_for(cluster, lab, connect_timeout=2, op_timeout=120)
+    conn = driver.connect_member(member)
+    try:
+        conn.execute("DROP TABLE IF EXISTS ck_disk_slow")
+        (fault,) = fm.inject(FaultSpec(kind="disk_slow", target="role:primary", cluster="pg", processes=("postgres",),
+                                       write_rate="1mbps", ttl=90))
+        assert fault.host == primary and fm.is_active(fault)
+        assert _blkio_cgroup(pool, primary, postmaster) == f"/chaoskit-{fault.id}"
+        lsn0 = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
+        t0 = time.monotonic()
+        conn.execute("CREATE TABLE ck_disk_slow AS SELECT g, repeat('x', 200) AS pad FROM generate_series(1, 12000) g")
+        elapsed = time.monotonic() - t0
+        wal = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)::bigint", (lsn0,)).fetchone()[0]
+        assert wal > 2 * 2**20, wal  # the statement wrote enough WAL to tell a throttle from none
+        assert elapsed >= (wal - 2**20) / 1e6, (elapsed, wal)
+        fm.revert(fault)
+        assert fault.revert_verified
+        assert _blkio_cgroup(pool, primary, postmaster) == home
+        gone = pool.get(primary).shell(f"test -e /sys/fs/cgroup/blkio/chaoskit-{fault.id}", check=False).exited
+        assert gone != 0
+    finally:
+        conn.execute("DROP TABLE IF EXISTS ck_disk_slow")
+        conn.close()
+
+
 def test_stop_and_start_mariadb_replica(lab: Inventory, pool: RemotePool, fm: FaultManager) -> None:
     (fault,) = fm.inject(FaultSpec(kind="stop", target="my2", cluster="mariadb", processes=("mariadb",), ttl=60))
     pid_file = lab.clusters["mariadb"].members[1].processes["mariadb"].pid_file

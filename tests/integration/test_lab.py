@@ -93,6 +93,21 @@ def test_unknown_host_key_is_rejected(lab: Inventory, tmp_path: Path) -> None:
     remote.close()
 
 
+def test_each_postgres_member_has_a_filesystem_of_its_own(lab: Inventory) -> None:
+    """So a disk_full drill fills one member's disk and nothing else: every member's data directory
+    is on a filesystem mounted for it (another device than the machine's root and than the other
+    members'), owned by postgres."""
+    import os
+
+    devices = {}
+    for m in lab.clusters["pg"].members:
+        data = Path(m.data_dir or "")
+        assert os.path.ismount(data.parent), m.host
+        devices[m.host] = os.stat(data).st_dev
+        assert data.parent.owner() == "postgres"
+    assert len(set(devices.values())) == len(devices) and os.stat("/").st_dev not in devices.values()
+
+
 def test_one_leader_two_streaming_replicas(lab: Inventory) -> None:
     roles = discover_roles(lab.clusters["pg"], lab)
     assert sorted(r.sql_role for r in roles) == ["primary", "replica", "replica"]
@@ -236,6 +251,10 @@ def _lab_leftovers() -> list[str]:
     found += [f"netns {line.split()[0]}" for line in netns.splitlines() if line.startswith("ck-")]
     if Path("/sys/class/net/ckbr0").exists():
         found.append("bridge ckbr0")
+    found += [f"mount {line.split()[1]}" for line in Path("/proc/mounts").read_text().splitlines()
+              if line.split()[1].startswith("/var/lib/chaoskit-lab")]  # the members' own disks
+    loops = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+    found += [f"loop device {ln.split(':')[0]}" for ln in loops.splitlines() if "/var/lib/chaoskit-lab" in ln]
     listen = subprocess.run(["ss", "-Hltn"], capture_output=True, text=True).stdout
     found += [f"listener {ln.split()[3]}" for ln in listen.splitlines() if "10.77.0." in ln]
     for proc in Path("/proc").glob("[0-9]*"):
