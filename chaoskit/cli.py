@@ -502,9 +502,11 @@ def run(
             out.print(f"{pb.name} on {pb.cluster}: load {pb.load.workload} x {pb.load.workers}, "
                       f"duration {pb.duration:g}s", highlight=False)
             for step in pb.steps:
-                what = step.fault.model_dump(exclude_defaults=True) if step.fault else step.action.model_dump()  # type: ignore[union-attr]
                 when = f"at {step.at:>6g}s" if step.at is not None else describe_trigger(step.after)  # type: ignore[arg-type]
-                out.print(f"  {when}  {'fault' if step.fault else 'action'} {what}", highlight=False)
+                for spec in step.specs:
+                    out.print(f"  {when}  fault {spec.model_dump(exclude_defaults=True)}", highlight=False)
+                if step.action is not None:
+                    out.print(f"  {when}  action {step.action.model_dump()}", highlight=False)
             out.print(f"  checks {', '.join(pb.checks)}; SLOs {pb.slo.model_dump(exclude_none=True)}", highlight=False)
             return
         refuse_unreachable_lab(inv)

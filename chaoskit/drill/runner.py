@@ -179,7 +179,7 @@ class Drill:
         """How the load reaches the cluster: directly, or, when a step cuts the client link, through
         clean relays on the control node for the whole drill (the step changes their toxics)."""
         assert self.driver is not None and self.fm is not None
-        if not any(st.fault is not None and split_target(st.fault.target)[0] == CLIENT for st in self.pb.steps):
+        if not any(split_target(f.target)[0] == CLIENT for st in self.pb.steps for f in st.specs):
             self.load_route = (self.cluster, self.driver)
             yield
             return

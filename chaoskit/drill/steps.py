@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from chaoskit.drill.triggers import Decision, Triggers
@@ -41,7 +42,7 @@ class Steps:
         self.planned: dict[int, float] = {i: record.t0 + st.at for i, st in enumerate(inputs.playbook.steps)
                                           if st.at is not None}
         self.triggers = Triggers([m.host for m in inputs.cluster.members])
-        self.staged: dict[int, list[StagedFault]] = {}
+        self.staged: dict[int, dict[int, list[StagedFault]]] = {}  # step -> its fault's index -> staged
         self.applied: dict[int, list[InjectedFault]] = {}
         self._do: dict[Do, Callable[[schedule.Item, Step], None]] = {
             Do.STAGE: self._stage, Do.TRIGGER: self._trigger, Do.REVERT: self._revert, Do.ACTION: self._act}
@@ -100,28 +101,33 @@ class Steps:
         assert d.t_planned is not None
         self.planned[d.step] = d.t_planned
         self.record.event("step_triggered", now, **said)
-        is_fault = self.inputs.playbook.steps[d.step].fault is not None
+        is_fault = bool(self.inputs.playbook.steps[d.step].specs)
         for item in schedule.step_items(d.step, is_fault, now, max(now, d.t_planned)):  # staged at once
             bisect.insort(self.items, item)
 
     def _scheduled(self, step_no: int) -> float:
         return self.planned[step_no]
 
-    def _spec(self, step: Step) -> FaultBase:
-        assert step.fault is not None
-        return step.fault if step.fault.cluster else step.fault.replace(cluster=self.inputs.playbook.cluster)
+    def _specs(self, step: Step) -> list[FaultBase]:
+        pb_cluster = self.inputs.playbook.cluster
+        return [s if s.cluster else s.replace(cluster=pb_cluster) for s in step.specs]
 
     def _stage(self, item: schedule.Item, step: Step) -> None:
-        self.staged[item.step] = self.fm.stage(self._spec(step), t_scheduled=self._scheduled(item.step))
-        for s in self.staged[item.step]:
-            self.record.event("fault_staged", s.t_staged, id=s.id, host=s.host, step=item.step)
+        t_sched = self._scheduled(item.step)
+        specs = self._specs(step)
+        self.staged[item.step] = {j: self.fm.stage(spec, t_scheduled=t_sched) for j, spec in enumerate(specs)
+                                  if split_target(spec.target)[0] != CLIENT}
+        for staged in self.staged[item.step].values():
+            for s in staged:
+                self.record.event("fault_staged", s.t_staged, id=s.id, host=s.host, step=item.step)
 
     def _trigger(self, item: schedule.Item, step: Step) -> None:
-        spec, t_sched = self._spec(step), self._scheduled(item.step)
-        if split_target(spec.target)[0] == CLIENT:
-            faults = self.fm.inject(spec, t_scheduled=t_sched)
+        specs, t_sched = self._specs(step), self._scheduled(item.step)
+        if len(specs) == 1 and split_target(specs[0].target)[0] == CLIENT:
+            faults = self.fm.inject(specs[0], t_scheduled=t_sched)
         else:
-            faults = [self.fm.trigger(s) for s in self._ready(item.step, spec, t_sched)]
+            ready = [s for j, spec in enumerate(specs) for s in self._ready(item.step, j, spec, t_sched)]
+            faults = self._trigger_together(ready)
         self.applied[item.step] = faults
         for f in faults:
             self.recorder.history.keep_around(f.t_effect)
@@ -129,13 +135,29 @@ class Steps:
             self.record.event("fault_injected", f.t_effect, id=f.id, fault_kind=f.kind, host=f.host, step=item.step,
                               scheduled=t_sched, sent=f.t_sent, applied_from=f.t_apply_start,
                               t_effect_host=f.t_effect_host, offset_s=f.offset_s,
-                              uncertainty_s=f.offset_uncertainty_s, duration=spec.duration)
-        if spec.duration:
-            bisect.insort(self.items, schedule.revert_item(item.step, max(f.t_effect for f in faults) + spec.duration))
+                              uncertainty_s=f.offset_uncertainty_s, duration=step.duration)
+        if step.duration:
+            bisect.insort(self.items, schedule.revert_item(item.step, max(f.t_effect for f in faults) + step.duration))
 
-    def _ready(self, step_no: int, spec: FaultBase, t_sched: float) -> list[StagedFault]:
-        """What was staged for the step, staged again where a role target moved since staging."""
-        ready = self.staged.pop(step_no, [])
+    def _trigger_together(self, ready: list[StagedFault]) -> list[InjectedFault]:
+        """Every staged fault of the step at one instant: each host's in a thread of its own (on
+        one host, one after the other on its channel), so several hosts take theirs at once
+        instead of one SSH round trip apart. In staging order; the first failure is raised once
+        all have answered (those applied are in the manager's record and healed with the rest)."""
+        hosts = list(dict.fromkeys(s.host for s in ready))
+        if len(hosts) <= 1:
+            return [self.fm.trigger(s) for s in ready]
+        with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
+            jobs = {h: pool.submit(lambda h=h: [self.fm.trigger(s) for s in ready if s.host == h]) for h in hosts}
+        errors = [job.exception() for job in jobs.values() if job.exception() is not None]
+        if errors:
+            raise errors[0]  # type: ignore[misc]
+        done = {f.id: f for job in jobs.values() for f in job.result()}
+        return [done[s.id] for s in ready]
+
+    def _ready(self, step_no: int, j: int, spec: FaultBase, t_sched: float) -> list[StagedFault]:
+        """What was staged for the step's fault `j`, staged again where a role target moved since."""
+        ready = self.staged.get(step_no, {}).pop(j, [])
         if ready and split_target(spec.target)[0].startswith("role:"):
             now_hosts = self.fm.resolve(spec)
             if sorted(now_hosts) != sorted(s.host for s in ready):

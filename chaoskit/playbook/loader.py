@@ -96,14 +96,15 @@ def check_against_inventory(pb: Playbook, inventory: Inventory, doc: object) -> 
             raise doc.error(("load", "groups", i, "route"), f"route {group.route!r} must be a cluster of the "  # type: ignore[attr-defined]
                                                             f"inventory with the members of {pb.cluster}: {why}")
     for i, step in enumerate(pb.steps):
-        if step.fault is not None:
+        for j, fault in enumerate(step.specs):
+            where: tuple[str | int, ...] = ("steps", i, "fault") if step.fault else ("steps", i, "faults", j)
             try:
-                validate_target(step.fault, inventory, source=doc.source, field="target")  # type: ignore[attr-defined]
+                validate_target(fault, inventory, source=doc.source, field="target")  # type: ignore[attr-defined]
             except InputError as exc:
                 field = "target" if exc.field in ("target", "--target") else exc.field or "target"
-                raise doc.error(("steps", i, "fault", field.removeprefix("--")), exc.detail) from None  # type: ignore[attr-defined]
-            _processes_declared(step.fault, inventory, step.fault.cluster or pb.cluster, doc, ("steps", i, "fault"))
-            _rehearse(step.fault, inventory, doc, ("steps", i, "fault"))
+                raise doc.error((*where, field.removeprefix("--")), exc.detail) from None  # type: ignore[attr-defined]
+            _processes_declared(fault, inventory, fault.cluster or pb.cluster, doc, where)
+            _rehearse(fault, inventory, doc, where)
         if step.action is not None:
             can = {"switchover": manager.switchover is not managers()["none"].switchover,
                    "rejoin": manager.rejoin is not managers()["none"].rejoin}
@@ -117,7 +118,7 @@ def check_against_inventory(pb: Playbook, inventory: Inventory, doc: object) -> 
                 # before this action: earlier by offset, or (an event-triggered step on either side) in list order
                 before = fault_step is not None and (fault_step.at <= step.at if fault_step.at is not None and
                                                      step.at is not None else n < i)
-                if fault_step is None or fault_step.fault is None or not before:
+                if fault_step is None or not fault_step.specs or not before:
                     raise doc.error(("steps", i, "action", "target"),  # type: ignore[attr-defined]
                                     f"{target}: steps[{n}] is not a fault scheduled before this action")
             elif target and target not in {m.host for m in cl.members}:

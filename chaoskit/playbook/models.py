@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StringConstraints, ValidationInfo, field_validator, model_validator
 
-from chaoskit.faults.spec import FaultSpec, Seconds
+from chaoskit.faults.spec import CLIENT, FaultBase, FaultSpec, Seconds
 from chaoskit.faults.ttl import drill_fault_ttl
 from chaoskit.models import Frozen
 from chaoskit.units import parse_duration
@@ -173,8 +173,12 @@ class Trigger(Frozen):
         return self
 
 
+MAX_FAULTS_PER_STEP = 8
+
+
 class Step(Frozen):
-    """One fault or action, at a fixed offset (`at`) or after an event (`after`). `expect:
+    """One fault, several faults started at one instant (`faults:`, e.g. the primary and its sync
+    standby together), or an action; at a fixed offset (`at`) or after an event (`after`). `expect:
     failover` says the step's point is a failover: the verdict fails unless it led to one, and
     preflight refuses a fault shorter than the HA manager's detection bound (`short_fault: warn`
     runs it anyway, with the warning in the evidence: a drill of what a short blip does)."""
@@ -182,17 +186,36 @@ class Step(Frozen):
     at: Seconds | None = None
     after: Trigger | None = None
     fault: FaultSpec | None = None
+    faults: tuple[FaultSpec, ...] = ()
     action: Action | None = None
     expect: Literal["failover", "any"] = "any"
     short_fault: Literal["refuse", "warn"] = "refuse"
 
     @model_validator(mode="after")
     def _one(self) -> Step:
-        if (self.fault is None) == (self.action is None):
-            raise ValueError("a step has exactly one of fault or action")
+        if sum((self.fault is not None, bool(self.faults), self.action is not None)) != 1:
+            raise ValueError("a step has exactly one of fault, faults (several at one instant) or action")
         if (self.at is None) == (self.after is None):
             raise ValueError("a step has exactly one of at (an offset) or after (an event)")
+        if self.faults:
+            if not 2 <= len(self.faults) <= MAX_FAULTS_PER_STEP:
+                raise ValueError(f"faults: 2 to {MAX_FAULTS_PER_STEP} faults started together (one fault: fault:)")
+            if len({f.duration for f in self.faults}) != 1:
+                raise ValueError("the faults of one step share their duration (they start and end together; "
+                                 "give a fault with another duration a step of its own at the same instant)")
+            if any(f.target == CLIENT for f in self.faults):
+                raise ValueError("target client goes in a step of its own (fault:), not in faults:")
         return self
+
+    @property
+    def specs(self) -> tuple[FaultBase, ...]:
+        """The step's faults: none for an action, one for `fault:`, several for `faults:`."""
+        return (self.fault,) if self.fault is not None else tuple(self.faults)
+
+    @property
+    def duration(self) -> float | None:
+        """How long the step's faults last (they share it), None for an action or an open end."""
+        return self.specs[0].duration if self.specs else None
 
 
 class Recovery(Frozen):
@@ -269,20 +292,27 @@ class Playbook(Frozen):
         steps = data.get("steps")
         if not isinstance(steps, list):
             return data
+        def completed(step: dict[str, Any], given: Any) -> Any:
+            if not isinstance(given, dict):
+                return given
+            fault = dict(given)
+            fault.setdefault("cluster", data.get("cluster"))
+            if "ttl" not in fault:
+                try:
+                    at = parse_duration(step.get("at"))
+                    dur = parse_duration(fault["duration"]) if fault.get("duration") is not None else None
+                except (ValueError, TypeError):
+                    at, dur = None, None
+                if at is not None:
+                    fault["ttl"] = drill_fault_ttl(None, dur, max(0.0, duration - at), within)
+            return fault
+
         out = []
         for step in steps:
             if isinstance(step, dict) and isinstance(step.get("fault"), dict):
-                fault = dict(step["fault"])
-                fault.setdefault("cluster", data.get("cluster"))
-                if "ttl" not in fault:
-                    try:
-                        at = parse_duration(step.get("at"))
-                        dur = parse_duration(fault["duration"]) if fault.get("duration") is not None else None
-                    except (ValueError, TypeError):
-                        at, dur = None, None
-                    if at is not None:
-                        fault["ttl"] = drill_fault_ttl(None, dur, max(0.0, duration - at), within)
-                step = {**step, "fault": fault}
+                step = {**step, "fault": completed(step, step["fault"])}
+            if isinstance(step, dict) and isinstance(step.get("faults"), list):
+                step = {**step, "faults": [completed(step, f) for f in step["faults"]]}
             out.append(step)
         return {**data, "steps": out}
 
@@ -337,7 +367,7 @@ class Playbook(Frozen):
                 continue
             if baseline is not None and step.at < baseline:
                 raise ValueError(f"steps[{i}].at ({step.at:g}s) is inside the baseline window ({baseline:g}s)")
-            end = step.at + ((step.fault.duration or 0) if step.fault else 0)
+            end = step.at + (step.duration or 0)
             if duration is not None and end > duration:
                 raise ValueError(f"steps[{i}] ends at {end:g}s, after the drill's duration ({duration:g}s)")
         return value

@@ -42,12 +42,12 @@ def touched_hosts(pb: Playbook, inv: Inventory) -> list[str]:
     """Every host a step may change: the cluster's members and any host a step names."""
     hosts = set(cluster_hosts(inv, pb.cluster))
     for step in pb.steps:
-        if step.fault is not None:
-            base = split_target(step.fault.target)[0]
+        for fault in step.specs:
+            base = split_target(fault.target)[0]
             if base in inv.hosts:
                 hosts.add(base)
-            elif base.startswith("role:") and step.fault.cluster:
-                hosts.update(cluster_hosts(inv, step.fault.cluster))
+            elif base.startswith("role:") and fault.cluster:
+                hosts.update(cluster_hosts(inv, fault.cluster))
     return sorted(hosts)
 
 
@@ -66,13 +66,14 @@ def run_preflight(pb: Playbook, inv: Inventory, pool: RemotePool, ha: HAManager,
         fm.offsets[host] = offsets[host]  # type: ignore[assignment]
         fm.capabilities[host] = caps[host]  # type: ignore[assignment]
     for i, step in enumerate(pb.steps):
-        if step.fault is None or split_target(step.fault.target)[0] == CLIENT:
-            continue
-        base = split_target(step.fault.target)[0]
-        for host in ([base] if base in inv.hosts else cluster_hosts(inv, step.fault.cluster or pb.cluster)):
-            why = kind_of(step.fault).refusal(host, f"steps[{i}] ({step.fault.kind})", caps[host])  # type: ignore[arg-type]
-            if why:
-                raise PreflightError(why)
+        for fault in step.specs:
+            base = split_target(fault.target)[0]
+            if base == CLIENT:
+                continue
+            for host in ([base] if base in inv.hosts else cluster_hosts(inv, fault.cluster or pb.cluster)):
+                why = kind_of(fault).refusal(host, f"steps[{i}] ({fault.kind})", caps[host])  # type: ignore[arg-type]
+                if why:
+                    raise PreflightError(why)
     ok, why = ha.health()
     if not ok:
         raise PreflightError(f"cluster {cluster.name}: the HA manager ({ha.kind}) reports it unhealthy: {why}")
@@ -95,9 +96,8 @@ def run_preflight(pb: Playbook, inv: Inventory, pool: RemotePool, ha: HAManager,
     bound = ha.detection_bound_s()
     warnings = []
     for i, step in enumerate(pb.steps):
-        if step.expect == "failover" and step.fault is not None and step.fault.duration is not None and bound and \
-                step.fault.duration <= bound:
-            why = (f"steps[{i}] expects a failover but lasts {step.fault.duration:g}s, and {ha.kind} notices a "
+        if step.expect == "failover" and step.duration is not None and bound and step.duration <= bound:
+            why = (f"steps[{i}] expects a failover but lasts {step.duration:g}s, and {ha.kind} notices a "
                    f"failed leader only after {bound:g}s with these settings: the drill would measure no failover")
             if step.short_fault == "refuse":
                 raise PreflightError(why + " (lengthen the fault, set expect: any, or short_fault: warn)")

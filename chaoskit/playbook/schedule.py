@@ -49,10 +49,10 @@ def plan(pb: Playbook, t0: float, stage_ahead: float = STAGE_AHEAD_S) -> list[It
         if step.at is None:
             continue
         t = t0 + step.at
-        if step.fault is None:
+        if not step.specs:
             items.append(Item.of(t, Do.ACTION, i))
             continue
-        if split_target(step.fault.target)[0] != CLIENT:
+        if any(split_target(f.target)[0] != CLIENT for f in step.specs):
             items.append(Item.of(max(t0, t - stage_ahead), Do.STAGE, i))
         items.append(Item.of(t, Do.TRIGGER, i))
     return sorted(items)

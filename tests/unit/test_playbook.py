@@ -41,6 +41,9 @@ def test_shipped_playbooks_validate(path: Path) -> None:
      "not a valid name"),
     ("duration: 20s}", "duration: 20s, ttl: 10s}", "fault:", "steps[0].fault", "ttl (10s) must be at least"),
     ("duration: 20s}", "duration: .nan}", "fault:", "steps[0].fault.duration", "finite"),
+    # several faults at one instant: each is checked against the inventory where it stands
+    ("    fault: {kind: kill", "    faults:\n      - {kind: pause, target: nosuch, duration: 20s}\n      - {kind: kill",
+     "nosuch", "steps[0].faults[0].target", "unknown host"),
     ("at: 12s", "at: .inf", "at: .inf", "steps[0].at", "finite"),
     ("name: pg-kill-primary", "name: \"pg-kill; rm\"", "name:", "name", "String should match"),
     ("checks: [rpo, split_brain, replica_convergence]", "checks: [rpo, bank]", "checks:", "checks",

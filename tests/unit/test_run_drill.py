@@ -480,3 +480,40 @@ def test_a_step_after_an_event_fires_on_it_and_one_whose_event_never_comes_is_sk
         False, 2, "no member_down of pg1 within 0.5s of arming")
     assert skipped["armed_at"] >= second.t_sent  # armed once step 1 had started
     assert [k for k in kinds(ctx) if k.startswith("step_")] == ["step_triggered", "step_skipped"]
+
+
+def test_several_faults_of_one_step_start_together_and_end_together(tmp_path: Path) -> None:
+    """`faults:` pauses pg1 and pg2 at +2 s for 1 s. Both are staged ahead; at the instant each host
+    gets its trigger on its own channel at once: pg1's host takes 0.4 s to answer, and pg2's trigger
+    is still sent within 0.1 s of pg1's (one after the other it would wait those 0.4 s). Both carry
+    the step's planned instant and are reverted by the schedule at the last effect + 1 s."""
+    lab = Lab(tmp_path)
+    lab.hooks["trigger pg1"] = lambda: time.sleep(0.4)
+    ctx = lab.drill(playbook(steps=[{"at": "2s", "faults": [
+        {"kind": "pause", "target": "pg1", "duration": "1s"},
+        {"kind": "pause", "target": "pg2", "duration": "1s"}]}]))
+    assert ctx.aborted is None
+    staged = [e for e in lab.log if e.startswith(("stage", "trigger", "revert"))]
+    assert sorted(staged[:2]) == ["stage pg1", "stage pg2"] and sorted(staged[2:4]) == ["trigger pg1", "trigger pg2"]
+    assert sorted(staged[4:]) == ["revert pg1", "revert pg2"]
+    one, two = sorted(ctx.faults, key=lambda f: f.host)  # the manager's record is in order of answer
+    assert (one.host, two.host, one.step, two.step) == ("pg1", "pg2", 0, 0)
+    assert one.t_scheduled == two.t_scheduled == ctx.t0 + 2.0
+    assert abs(two.t_sent - one.t_sent) < 0.1, two.t_sent - one.t_sent
+    last = max(one.t_effect, two.t_effect)
+    for f in (one, two):
+        assert f.reverted_by == "controller" and 1.0 <= f.t_reverted - last <= 1.3
+
+
+@pytest.mark.parametrize(("faults", "message"), [
+    ([{"kind": "pause", "target": "pg1"}], "2 to 8 faults"),
+    ([{"kind": "pause", "target": "pg1", "duration": "1s"}, {"kind": "pause", "target": "pg2", "duration": "2s"}],
+     "share their duration"),
+    ([{"kind": "pause", "target": "pg1"}, {"kind": "latency", "target": "client", "delay_ms": 5}],
+     "target client goes in a step of its own"),
+])
+def test_several_faults_in_one_step_are_refused_where_they_cannot_go_together(faults: list, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        playbook(steps=[{"at": "2s", "faults": faults}])
+    with pytest.raises(ValueError, match="exactly one of fault, faults"):
+        playbook(steps=[{"at": "2s", "fault": faults[0], "faults": faults}])
