@@ -61,6 +61,29 @@ def gather_truth(inputs: DrillInputs, run_id: str, load: LoadSource, driver: Dri
     return truth
 
 
+def together_by_step(disturbances: list[dict[str, Any]], probe: ProbeLog) -> list[dict[str, Any]]:
+    """One disturbance per step: the faults a step started at one instant (several faults, or a
+    target on several hosts) are one event for the cluster, analysed once over one window. It is
+    named by the fault on the member that was the primary then (what a failover answers), else the
+    first to take effect; the others are listed with it (`together_with`)."""
+    out: list[dict[str, Any]] = []
+    by_step: dict[int, list[dict[str, Any]]] = {}
+    for d in disturbances:
+        if d.get("step") is None or str(d.get("id", "")).startswith("action"):
+            out.append(d)
+        else:
+            by_step.setdefault(d["step"], []).append(d)
+    for group in by_step.values():
+        primary = [d for d in group if role_at(probe, d["t_effect"]).get(d["host"]) == "primary"]
+        lead = {**(primary or group)[0]}
+        others = [d for d in group if d["id"] != lead["id"]]
+        if others:
+            lead["together_with"] = [{"id": d["id"], "kind": d["kind"], "host": d["host"], "t_effect": d["t_effect"],
+                                      "t_reverted": d.get("t_reverted")} for d in others]
+        out.append(lead)
+    return sorted(out, key=lambda f: f["t_effect"])
+
+
 def analyse(pb: Playbook, run: DrillRecord, rec: Recorder, probe: ProbeLog, truth: dict[str, Any],
             cluster: Cluster | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The drill's `results` (per fault figures, checks, SLOs, verdict) and the phase marks to
@@ -76,7 +99,7 @@ def analyse(pb: Playbook, run: DrillRecord, rec: Recorder, probe: ProbeLog, trut
         {"id": f"action{i}", "kind": a["kind"], "host": a.get("member"), "t_effect": a["t_sent"],
          "t_scheduled": a.get("t_scheduled"), "step": a.get("step")}
         for i, a in enumerate(run.actions) if a["kind"] == "switchover"]
-    first_at = sorted(disturbances, key=lambda f: f["t_effect"])
+    first_at = together_by_step(sorted(disturbances, key=lambda f: f["t_effect"]), probe)
     faults = []
     for i, f in enumerate(first_at):
         window_end = first_at[i + 1]["t_effect"] if i + 1 < len(first_at) else run.ended

@@ -115,6 +115,8 @@ def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, base
                            "t_scheduled": fault.get("t_scheduled"), "t_fault": t_fault,
                            "t_open": gap_window_start(fault),
                            "t_reverted": fault.get("t_reverted"), "step": fault.get("step"), "notes": []}
+    if fault.get("together_with"):  # the other faults its step started at the same instant
+        out["together_with"] = fault["together_with"]
     null_phases = {"detection_s": None, "promotion_s": None, "reconnect_s": None, "stabilisation_s": None}
     if not gaps:
         out.update({"outage": False, "t_last_ok": None, "t_first_err": None, "t_detect": None, "t_promoted": None,

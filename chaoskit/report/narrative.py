@@ -12,6 +12,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from chaoskit.report.vocabulary import fault_name
+
 MARK_WORDS = {"t_detect": "detection (the HA manager's first reaction)", "t_promoted": "a writer again (promotion)",
               "t_first_ok": "first client back", "t_recovered": "throughput back to its threshold (recovered)"}
 
@@ -92,7 +94,7 @@ def phases_in_words(ev: dict[str, Any]) -> list[str]:
                           ("stabilisation_s", "stabilisation")):
             if ph.get(key) is not None:
                 words.append(f"{name} {ph[key]:.2f} s")
-        out.append(f"{f.get('kind')} on {f.get('target_host')}: " + (", ".join(words) or "no phases measured"))
+        out.append(f"{fault_name(f)}: " + (", ".join(words) or "no phases measured"))
     return out
 
 

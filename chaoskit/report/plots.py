@@ -13,6 +13,8 @@ import matplotlib.patches
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from chaoskit.report.vocabulary import fault_name
+
 MARK_STYLE = {"t_fault": ("red", "fault"), "t_detect": ("orange", "detection"), "t_promoted": ("purple", "promoted"),
               "t_first_ok": ("green", "first client back"), "t_recovered": ("blue", "recovered"),
               "t_rejoined": ("saddlebrown", "old primary rejoined")}
@@ -77,7 +79,7 @@ def timeline_plot(df: pd.DataFrame, t0: float, faults: list[dict[str, Any]], pat
     for n, f in enumerate(timed, start=1):
         start = f["t_fault"] - origin
         end = f.get("t_reverted") or f.get("t_recovered") or f.get("t_first_ok")
-        what = f"{f.get('kind')} on {f.get('target_host')}"
+        what = fault_name(f)
         for ax in data_axes:
             if end:
                 ax.axvspan(start, end - origin, color="red", alpha=0.07, label=f"fault {n}: {what}" if ax is ax_tps

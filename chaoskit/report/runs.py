@@ -15,7 +15,7 @@ from chaoskit.errors import InputError
 from chaoskit.report.campaign import pass_rate
 from chaoskit.report.legacy import upgrade
 from chaoskit.report.manifest import MANIFEST, verify
-from chaoskit.report.vocabulary import verdict_word, worst_over_outages
+from chaoskit.report.vocabulary import fault_name, verdict_word, worst_over_outages
 from chaoskit.report.writer import CSP, template_env
 
 # what may explain a difference between two runs of one playbook
@@ -67,7 +67,7 @@ def compare_rows(run_dirs: list[Path]) -> tuple[list[dict[str, Any]], list[str]]
         for f in res.get("faults") or [{}]:
             ph = f.get("phases") or {}
             rows.append({"run": d.name, "name": ev["playbook"]["content"]["name"], "type": "drill",
-                         "verdict": res.get("verdict"), "what": f"{f.get('kind', '')} {f.get('target_host', '')}",
+                         "verdict": res.get("verdict"), "what": fault_name(f) if f else "",
                          "tps": res.get("baseline_tps"), "p99_ms": None,
                          "rto_first_client_s": f.get("rto_first_client_s"),
                          "rto_all_clients_s": f.get("rto_all_clients_s"),

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from chaoskit.report.headline import headline
 from chaoskit.report.legacy import upgrade
-from chaoskit.report.vocabulary import label, shown, slo_sentence, verdict_word
+from chaoskit.report.vocabulary import fault_name, label, shown, slo_sentence, verdict_word
 
 
 def seconds(v: float | None) -> str:
@@ -27,7 +27,7 @@ def rto_words(f: dict[str, Any]) -> str:
 
 
 def fault_line(f: dict[str, Any]) -> str:
-    where = f"{f.get('kind')} on {f.get('target_host')}"
+    where = fault_name(f)
     if f.get("valid") == "unknown":
         return f"{where}: analysis failed: {f.get('error')}"
     if not f.get("outage"):

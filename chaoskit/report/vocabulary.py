@@ -146,3 +146,11 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
     ("split-brain", "two members answering as writable primaries at the same time"),
     ("client group", "clients of one kind (deadline, pool, per-op), each with its own figures"),
 )
+
+
+def fault_name(f: dict[str, Any]) -> str:
+    """A disturbance as every part of the evidence names it: "kill on pg3", and the faults of the
+    same step started with it: "kill on pg3 with kill on pg1"."""
+    name = f"{f.get('kind')} on {f.get('target_host')}"
+    together = [f"{o.get('kind')} on {o.get('host')}" for o in f.get("together_with") or ()]
+    return name + (" with " + ", ".join(together) if together else "")

@@ -213,6 +213,7 @@ def _vocabulary(env: jinja2.Environment) -> None:
     env.filters["ts"] = _ts
     env.filters["sec"] = _sec
     env.filters["num"] = _num
+    env.filters["fault_name"] = vocabulary.fault_name
     env.globals.update(label=vocabulary.label, shown=vocabulary.shown, slo_figure=vocabulary.slo_figure,
                        verdict_word=vocabulary.verdict_word, check_sentence=vocabulary.check_sentence,
                        check_rows=vocabulary.check_rows)

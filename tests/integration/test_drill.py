@@ -392,6 +392,35 @@ def test_a_full_disk_under_the_primary(lab: Inventory, tmp_path: Path, playbook:
         assert free1 >= free0 - max(0, used1 - used0) - 16 * 2**20, (m.host, free0, free1, used0, used1)
 
 
+def test_primary_and_sync_standby_killed_together_the_async_replica_never_takes_over(lab: Inventory,
+                                                                                    tmp_path: Path) -> None:
+    """pg-kill-primary-and-sync-standby shortened: one step kills the leader and its synchronous
+    standby (synchronous_mode on) at one instant, for 15 s. Both faults carry the step's planned
+    instant and took effect within 1 s of each other; the step is analysed as one disturbance
+    (the primary's fault, with the other listed). Patroni promotes only a member that was
+    synchronous, so the third member is never seen as the primary, no write is taken before one of
+    the two is started again (the planned end), and nothing acknowledged is lost."""
+    from drillrun import run, shortened
+
+    pb = shortened("playbooks/pg-kill-primary-and-sync-standby.yaml", tmp_path, ["8s"], "45s", ["15s"],
+                   recovery_within="30s")
+    res, ev, run_dir = run(pb, tmp_path)
+    assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
+    one, two = ev["faults_injected"]
+    assert one["t_scheduled"] == two["t_scheduled"] and abs(one["t_effect"] - two["t_effect"]) < 1.0
+    [f] = ev["results"]["faults"]
+    assert f["target_host"] == f["primary_at_fault"]
+    [other] = f["together_with"]
+    hit = {f["target_host"], other["host"]}
+    [spared] = {m.host for m in lab.clusters["pg"].members} - hit
+    roles = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert not [e for e in roles if e.get("kind") == "role" and e["member"] == spared and e["role"] == "primary"
+                and e["t"] > f["t_fault"]]
+    assert f["t_first_ok"] >= min(one["t_effect"], two["t_effect"]) + 15.0
+    assert ev["results"]["rpo"]["lost_acknowledged"] == 0
+    assert ev["results"]["checks"]["split_brain"]["valid"] is True
+
+
 def test_sync_variant_loses_no_acknowledged_write(lab: Inventory, tmp_path: Path) -> None:
     res, run_dir = drill("playbooks/pg-kill-primary-sync.yaml", tmp_path)
     ev = json.loads((run_dir / "run.json").read_text())

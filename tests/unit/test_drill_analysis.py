@@ -43,11 +43,11 @@ def playbook(**changes: Any) -> Playbook:
     return Playbook.model_validate(data)
 
 
-def kill(t_effect: float = F, fid: str = "f") -> InjectedFault:
+def kill(t_effect: float = F, fid: str = "f", step: int = 0) -> InjectedFault:
     return InjectedFault(id=fid, kind="kill", host="pg1", target="role:primary", spec={}, t_scheduled=t_effect,
                          t_staged=t_effect - 1.5, t_sent=t_effect - 0.01, t_effect=t_effect, t_effect_host=t_effect,
                          t_apply_start=t_effect - 0.001, t_applied=t_effect + 0.001, offset_s=0.0,
-                         offset_uncertainty_s=0.0005, step=0)
+                         offset_uncertainty_s=0.0005, step=step)
 
 
 @dataclass
@@ -496,7 +496,7 @@ def test_a_fault_on_a_standby_reports_its_catch_up() -> None:
     pb = playbook(steps=[{"at": "4s", "fault": {"kind": "kill", "target": "pg2", "processes": ["postgres"]}},
                          {"at": "10s", "fault": {"kind": "kill", "target": "role:primary"}}],
                   baseline="4s", slo={})
-    results, _ = analyse(Ctx(pb, recorder(), Probe(log), [standby, kill()], actions=[{"kind": "rejoin",
+    results, _ = analyse(Ctx(pb, recorder(), Probe(log), [standby, kill(step=1)], actions=[{"kind": "rejoin",
                          "member": "pg2", "rewound": True, "rebuilt": False, "t_sent": 1009.0, "ok": True}]),
                          {"ledger_present": {"rows": ACKED}})
     cu = results["faults"][0]["catchup"]
@@ -756,7 +756,7 @@ def test_each_window_ends_at_the_next_disturbance() -> None:
     pb = playbook(steps=[{"at": "4s", "fault": {"kind": "pause", "target": "pg2", "processes": ["postgres"]}},
                          {"at": "10s", "fault": {"kind": "kill", "target": "role:primary"}},
                          {"at": "20s", "action": {"kind": "switchover"}}], baseline="4s", slo={})
-    results, _ = analyse(Ctx(pb, recorder(), Probe(probe()), [kill(), standby], actions=[action]),
+    results, _ = analyse(Ctx(pb, recorder(), Probe(probe()), [kill(step=1), standby], actions=[action]),
                          {"ledger_present": {"rows": ACKED}})
     # disturbances in time order, whatever order they were recorded in
     assert [(f["id"], f["window_end"]) for f in results["faults"]] == [("s", 1010.0), ("f", 1020.0),

@@ -420,3 +420,25 @@ def test_equal_instants_of_a_return_and_a_late_signal() -> None:
     log.manager_events.append(ManagerEvent(113.0, "leader_changed", "rest-poll", "pg2", "pg1 -> pg2", 0.1))
     r = analyse(history(FAILOVER_FAILING), log)
     assert r["notes"] == [] and r["t_detect"] == 113.0 and r["outcome"] == "failover"
+
+
+def test_the_faults_of_one_step_are_one_disturbance_named_by_the_primarys() -> None:
+    """A step that killed the sync standby pg2 (first, at 110.000) and the primary pg1 (110.004)
+    is one disturbance, named by pg1's fault, pg2's listed with it; a later switchover and another
+    step's fault stay disturbances of their own."""
+    from chaoskit.analysis.drill import together_by_step
+
+    log = roles(pg1=[(0, 999, "primary")], pg2=[(0, 999, "replica")], pg3=[(0, 999, "replica")])
+    got = together_by_step([
+        {"id": "a", "kind": "kill", "host": "pg2", "t_effect": 110.000, "step": 0, "t_reverted": 120.0},
+        {"id": "b", "kind": "kill", "host": "pg1", "t_effect": 110.004, "step": 0},
+        {"id": "c", "kind": "pause", "host": "pg3", "t_effect": 115.0, "step": 1},
+        {"id": "action0", "kind": "switchover", "host": None, "t_effect": 118.0, "step": 2}], log)
+    assert [d["id"] for d in got] == ["b", "c", "action0"]
+    assert got[0]["together_with"] == [{"id": "a", "kind": "kill", "host": "pg2", "t_effect": 110.0,
+                                        "t_reverted": 120.0}]
+    assert "together_with" not in got[1]
+    from chaoskit.report.vocabulary import fault_name
+
+    r = analyse(history({20, 21, 22, 23}), log, got[0])
+    assert fault_name(r) == "kill on pg1 with kill on pg2" and r["together_with"][0]["id"] == "a"
