@@ -17,7 +17,7 @@ from chaoskit.faults import journal
 from chaoskit.faults.hostscript import HostFacts
 from chaoskit.faults.manager import FaultManager, InjectedFault, StagedFault
 from chaoskit.faults.process import restart_scripts
-from chaoskit.faults.spec import CLIENT, FaultBase
+from chaoskit.faults.spec import CLIENT, STEP_TARGET, FaultBase
 from chaoskit.faults.targets import split_target
 from chaoskit.ha.base import HAManager
 from chaoskit.playbook import schedule
@@ -109,8 +109,23 @@ class Steps:
         return self.planned[step_no]
 
     def _specs(self, step: Step) -> list[FaultBase]:
+        """The step's faults as staged: with the playbook's cluster, and a `fault.N` target as the
+        host steps[N]'s fault landed on."""
         pb_cluster = self.inputs.playbook.cluster
-        return [s if s.cluster else s.replace(cluster=pb_cluster) for s in step.specs]
+        out = []
+        for s in step.specs:
+            s = s if s.cluster else s.replace(cluster=pb_cluster)
+            if STEP_TARGET.match(s.target):
+                s = s.replace(target=self._fault_host(s.target))
+            out.append(s)
+        return out
+
+    def _fault_host(self, target: str) -> str:
+        """The host of `fault.N`: where step N's (first) fault was applied."""
+        faults = self.applied.get(int(target.split(".")[1]), [])
+        if not faults:
+            raise RuntimeError(f"{target}: that fault was not applied, so there is no host to act on")
+        return faults[0].host
 
     def _stage(self, item: schedule.Item, step: Step) -> None:
         t_sched = self._scheduled(item.step)
@@ -193,10 +208,7 @@ class Steps:
         assert action.target
         target = action.target
         if target.startswith("fault."):
-            faults = self.applied.get(int(target.split(".")[1]), [])
-            if not faults:
-                raise RuntimeError(f"{target}: that fault was not applied, so there is no host to act on")
-            target = faults[0].host
+            target = self._fault_host(target)
         if action.kind == "rejoin":
             record = self.ha.rejoin(target).to_dict()
             record["restart"] = self._restart(target)  # whatever of the member is still not running

@@ -26,7 +26,15 @@ from chaoskit.faults.hostscript import HostFacts
 from chaoskit.faults.registry import REGISTRY, kind_of, scripts_for
 from chaoskit.faults.relay import stats_script
 from chaoskit.faults.spec import ALL_HOSTS, CLIENT, FaultBase
-from chaoskit.faults.targets import RoleView, member_of, named_hosts, resolve_hosts, split_target, validate_target
+from chaoskit.faults.targets import (
+    RoleView,
+    live_target,
+    member_of,
+    named_hosts,
+    resolve_hosts,
+    split_target,
+    validate_target,
+)
 from chaoskit.faults.ttl import DEADMAN_MARGIN_S
 from chaoskit.inventory.capabilities import Capabilities, probe_capabilities
 from chaoskit.inventory.clock import ClockOffset, measure_offset
@@ -197,7 +205,7 @@ class FaultManager:
         if base == CLIENT:
             return
         cluster = self.cluster_for(spec)
-        hosts = ([m.host for m in cluster.members] if base.startswith("role:") and cluster
+        hosts = ([m.host for m in cluster.members] if live_target(base) and cluster
                  else named_hosts(spec.target, self.inventory))
         live_roles = self.roles
         self.roles = lambda c: ({m.host: "primary" for m in c.members}, {m.host for m in c.members})

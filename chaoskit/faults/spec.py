@@ -29,19 +29,22 @@ ALL_HOSTS = "all-hosts"  # as a peer: every other host of the inventory (not the
 _ROLE = re.compile(r"^role:(primary|replica|sync_standby|any)(@(one|all|minority))?$")
 # every host carrying a tag (an inventory fact, not a live role): `tag:component=etcd@all`; the
 # count is always written, since "the etcd hosts" could mean one of them or all
+# the host an earlier step's fault landed on (`fault.0`): in a playbook only, known at run time
+# ("partition the old primary while it rejoins": the member step 0 killed)
+STEP_TARGET = re.compile(r"^fault\.([0-9]{1,3})$")
 TAG_TARGET = re.compile(r"^tag:([A-Za-z0-9][A-Za-z0-9_.-]{0,62})=([A-Za-z0-9][A-Za-z0-9_.-]{0,127})"
                         r"@(one|all|minority)$")
 
 
 def _target(value: str) -> str:
     no_control(value)
-    if value == CLIENT or _ROLE.match(value) or TAG_TARGET.match(value) or is_name(value):
+    if value == CLIENT or _ROLE.match(value) or TAG_TARGET.match(value) or STEP_TARGET.match(value) or is_name(value):
         return value
     if value.startswith("tag:"):
         raise ValueError(f"not a tag target: {value[:60]!r} (tag:KEY=VALUE@one|all|minority: a tag target "
                          "names how many of its hosts)")
     raise ValueError(f"not a target: {value[:60]!r} (a host name, role:primary|replica|sync_standby|any"
-                     "[@one|all|minority], tag:KEY=VALUE@one|all|minority, or client)")
+                     "[@one|all|minority], tag:KEY=VALUE@one|all|minority, fault.N (in a playbook), or client)")
 
 
 def _peer(value: str) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from chaoskit.errors import InputError
-from chaoskit.faults.spec import ALL_HOSTS, CLIENT, TAG_TARGET, FaultBase
+from chaoskit.faults.spec import ALL_HOSTS, CLIENT, STEP_TARGET, TAG_TARGET, FaultBase
 from chaoskit.ha.registry import is_multi_writer
 from chaoskit.inventory.models import Cluster, Inventory, Member
 from chaoskit.topology.probe import first_writer
@@ -26,6 +26,11 @@ def split_target(target: str) -> tuple[str, str]:
     return base, count or "one"
 
 
+def live_target(base: str) -> bool:
+    """A target known only at the instant: a live role, or the host an earlier step's fault hit."""
+    return base.startswith("role:") or STEP_TARGET.match(base) is not None
+
+
 def validate_target(spec: FaultBase, inventory: Inventory, source: str = "command line",
                     field: str = "--target") -> None:
     """Static checks against the inventory (no host touched): names exist, the cluster is known."""
@@ -35,7 +40,7 @@ def validate_target(spec: FaultBase, inventory: Inventory, source: str = "comman
     if spec.cluster is not None and spec.cluster not in inventory.clusters:
         raise InputError(f"unknown cluster {spec.cluster!r}; inventory has: {', '.join(sorted(inventory.clusters))}",
                          source=source, field="--cluster" if source == "command line" else "cluster")
-    if base.startswith("role:"):
+    if live_target(base):
         if spec.cluster is None:
             raise InputError("a role target needs a cluster", source=source, field=field)
     elif base.startswith("tag:"):
@@ -68,7 +73,7 @@ def named_hosts(target: str, inventory: Inventory) -> list[str]:
     """The hosts a target names before the run: itself for a host, the tagged hosts for a tag
     target; none for a live role or the client link (known only at the instant)."""
     base, _ = split_target(target)
-    if base == CLIENT or base.startswith("role:"):
+    if base == CLIENT or live_target(base):
         return []
     if base.startswith("tag:"):
         return tagged_hosts(target, inventory, source=inventory.source, field="target")
@@ -78,8 +83,8 @@ def named_hosts(target: str, inventory: Inventory) -> list[str]:
 def fault_hosts(steps: tuple[Any, ...], inventory: Inventory) -> list[str]:
     """The hosts a playbook's faults name before the run (host and tag targets), in step order,
     each once."""
-    return list(dict.fromkeys(h for step in steps if step.fault is not None
-                              for h in named_hosts(step.fault.target, inventory)))
+    return list(dict.fromkeys(h for step in steps for spec in step.specs
+                              for h in named_hosts(spec.target, inventory)))
 
 
 def _counted(chosen: list[str], count: str, of: int) -> list[str]:
@@ -107,6 +112,9 @@ def resolve_hosts(target: str, cluster: Cluster | None, roles: Callable[[], tupl
         if inventory is None:
             raise InputError("a tag target needs the inventory", source="topology", field="target")
         return tagged_hosts(target, inventory, source=inventory.source, field="target")
+    if STEP_TARGET.match(base):
+        raise InputError(f"{base} names the host of a playbook step's fault: a target in a playbook only",
+                         source="command line", field="--target")
     if not base.startswith("role:"):
         return [base]
     assert cluster is not None

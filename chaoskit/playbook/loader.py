@@ -9,8 +9,8 @@ from pydantic import ValidationError
 
 from chaoskit.errors import InputError
 from chaoskit.faults.manager import FaultManager
-from chaoskit.faults.spec import CLIENT, FaultBase
-from chaoskit.faults.targets import named_hosts, split_target, validate_target
+from chaoskit.faults.spec import CLIENT, STEP_TARGET, FaultBase
+from chaoskit.faults.targets import live_target, named_hosts, split_target, validate_target
 from chaoskit.inventory.models import Inventory
 from chaoskit.playbook.models import Playbook
 from chaoskit.yamlsrc import load_yaml, raise_validation
@@ -57,7 +57,7 @@ def _processes_declared(spec: FaultBase, inventory: Inventory, cluster: str, doc
     base, _ = split_target(spec.target)
     if base == CLIENT:
         return
-    if base.startswith("role:"):
+    if live_target(base):
         known = {p for m in inventory.clusters[cluster].members for p in inventory.processes_on(m.host)}
         for name in spec.processes_wanted:
             if name not in known:
@@ -72,6 +72,22 @@ def _processes_declared(spec: FaultBase, inventory: Inventory, cluster: str, doc
             raise doc.error((*path, "processes" if missing else "target"),  # type: ignore[attr-defined]
                             f"host {host} declares {what} (known: {', '.join(sorted(known)) or 'none'}; "
                             f"hosts.{host}.processes or a member's processes)")
+
+
+def _earlier_fault(pb: Playbook, i: int, target: str, doc: object, path: tuple) -> None:
+    """`fault.N` in steps[i] names the host of steps[N]'s fault: a fault step scheduled before it
+    (earlier by offset, or, with an event-triggered step on either side, earlier in the list). An
+    action may share the fault's instant (it runs after the trigger); a fault is staged ahead, so
+    it may not."""
+    n = int(target.split(".")[1])
+    step = pb.steps[i]
+    fault_step = pb.steps[n] if n < len(pb.steps) else None
+    offsets = fault_step is not None and fault_step.at is not None and step.at is not None
+    before = fault_step is not None and (
+        (fault_step.at < step.at or (step.action is not None and fault_step.at == step.at)) if offsets  # type: ignore[operator]
+        else n < i)
+    if fault_step is None or not fault_step.specs or not before:
+        raise doc.error(path, f"{target}: steps[{n}] is not a fault scheduled before this step")  # type: ignore[attr-defined]
 
 
 def check_against_inventory(pb: Playbook, inventory: Inventory, doc: object) -> None:
@@ -103,6 +119,8 @@ def check_against_inventory(pb: Playbook, inventory: Inventory, doc: object) -> 
             except InputError as exc:
                 field = "target" if exc.field in ("target", "--target") else exc.field or "target"
                 raise doc.error((*where, field.removeprefix("--")), exc.detail) from None  # type: ignore[attr-defined]
+            if STEP_TARGET.match(fault.target):
+                _earlier_fault(pb, i, fault.target, doc, (*where, "target"))
             _processes_declared(fault, inventory, fault.cluster or pb.cluster, doc, where)
             _rehearse(fault, inventory, doc, where)
         if step.action is not None:
@@ -113,14 +131,7 @@ def check_against_inventory(pb: Playbook, inventory: Inventory, doc: object) -> 
                                                         f"cluster {pb.cluster} has ha: {cl.ha.kind}")
             target = step.action.target
             if target and target.startswith("fault."):
-                n = int(target.split(".")[1])
-                fault_step = pb.steps[n] if n < len(pb.steps) else None
-                # before this action: earlier by offset, or (an event-triggered step on either side) in list order
-                before = fault_step is not None and (fault_step.at <= step.at if fault_step.at is not None and
-                                                     step.at is not None else n < i)
-                if fault_step is None or not fault_step.specs or not before:
-                    raise doc.error(("steps", i, "action", "target"),  # type: ignore[attr-defined]
-                                    f"{target}: steps[{n}] is not a fault scheduled before this action")
+                _earlier_fault(pb, i, target, doc, ("steps", i, "action", "target"))
             elif target and target not in {m.host for m in cl.members}:
                 raise doc.error(("steps", i, "action", "target"),  # type: ignore[attr-defined]
                                 f"{target!r} is not a member of cluster {pb.cluster}")

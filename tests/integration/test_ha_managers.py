@@ -91,6 +91,34 @@ def test_repmgr_primary_killed_fails_over_and_is_rejoined_rewound(stacks: Invent
     assert "unable to connect to upstream" in next(promoted).read_text()
 
 
+def test_repmgr_partition_during_rejoin_lands_on_the_rejoining_member_and_heals(stacks: Inventory,
+                                                                                tmp_path: Path) -> None:
+    """repmgr-partition-during-rejoin shortened: the primary killed at +8 s, repmgr rejoins it at
+    +25 s, and the third step waits for the probe to see it rejoining. Its partition lands on that
+    member (the host step 0 killed: `fault.0`), no earlier than the event, with every other member
+    as a peer; the outcome is said in words; the cut is reverted and verified, and afterwards the
+    member reaches the others' PostgreSQL again. Whether repmgrd on the cut standby promotes itself
+    is the drill's finding, left to the evidence (split_brain says it)."""
+    from chaoskit.inventory.fanout import RemotePool
+
+    res, ev = run(shortened("playbooks/repmgr-partition-during-rejoin.yaml", tmp_path, fault_duration="15s",
+                            duration="45s"), tmp_path)
+    assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
+    kill, cut = ev["faults_injected"]
+    [trig] = ev["triggered_steps"]
+    assert (trig["fired"], trig["step"], trig["event"], trig["member"]) == (True, 2, "rejoin_started", kill["host"])
+    assert cut["host"] == kill["host"] and cut["kind"] == "partition" and cut["t_effect"] >= trig["t_event"]
+    assert cut["revert_verified"] is True and kill["revert_verified"] is True
+    faults = {f["id"]: f for f in ev["results"]["faults"]}
+    assert faults[cut["id"]]["outcome_text"] and faults[kill["id"]]["outcome"] == "failover"
+    others = [m for m in stacks.clusters["repmgr"].members if m.host != cut["host"]]
+    with RemotePool(stacks) as pool:
+        for m in others:
+            probe = pool.get(cut["host"]).shell(
+                f"timeout 5 bash -c '</dev/tcp/{stacks.member_address(m)}/{m.db_port or 5432}'", check=False)
+            assert probe.exited == 0, (m.host, probe.stderr)
+
+
 @pytest.mark.parametrize("playbook", ["pgaf-switchover", "repmgr-switchover"])
 def test_switchover_moves_the_primary_and_loses_nothing(stacks: Inventory, tmp_path: Path, playbook: str) -> None:
     res, ev = run(shortened(f"playbooks/{playbook}.yaml", tmp_path), tmp_path)

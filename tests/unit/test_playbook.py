@@ -148,3 +148,28 @@ def test_sync_axis_needs_patroni(tmp_path: Path) -> None:
     res = subprocess.run([sys.executable, "-m", "chaoskit.cli", "experiment", "run", str(path), "-i",
                           str(ROOT / "inventories" / "lab.yaml")], capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and f"{path}:4: grid.synchronous_mode" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize(("target", "ok"), [("fault.0", True), ("fault.1", False), ("fault.7", False)])
+def test_a_fault_may_target_the_host_of_an_earlier_steps_fault(tmp_path: Path, target: str, ok: bool) -> None:
+    """`fault.N` is the host steps[N]'s fault landed on (known at run time, like a role): only an
+    earlier fault step; on the command line it is refused (no step to name)."""
+    text = BASE.replace("duration: 40s", "duration: 40s\n", 1).replace(
+        "    fault: {kind: kill, target: \"role:primary\", processes: [patroni, postgres], duration: 20s}\n",
+        "    fault: {kind: kill, target: \"role:primary\", processes: [patroni, postgres], duration: 20s}\n"
+        f"  - at: 25s\n    fault: {{kind: partition, target: \"{target}\", peers: [\"role:any\"], duration: 5s}}\n", 1)
+    path = tmp_path / "pb.yaml"
+    path.write_text(text)
+    if ok:
+        assert load_playbook(path, LAB).playbook.steps[1].fault.target == "fault.0"  # type: ignore[union-attr]
+        return
+    with pytest.raises(InputError) as info:
+        load_playbook(path, LAB)
+    assert info.value.field == "steps[1].fault.target" and "is not a fault scheduled before" in info.value.detail
+
+
+def test_a_step_target_is_refused_outside_a_playbook() -> None:
+    from chaoskit.faults.targets import resolve_hosts
+
+    with pytest.raises(InputError, match="a target in a playbook only"):
+        resolve_hosts("fault.0", None, lambda: ({}, set()))
