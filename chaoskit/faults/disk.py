@@ -29,12 +29,15 @@ B=$(cat "$J/$ID.ballast" 2>/dev/null)
 case "$B" in */.chaoskit-ballast-"$ID") ;; *) B="" ;; esac
 """
 
-FULL_PREPARE = FIND_FS + r"""
+FULL_CHECK = FIND_FS + r"""
 if [ "$(stat -c %d -- "$DIR")" = "$(stat -c %d /)" ] && [ "$ALLOW_ROOT" != 1 ]; then
   echo "$DIR is on the host's root filesystem: disk_full would fill / (allow_root_filesystem: true to do it anyway)" >&2
   exit 3
 fi
 [ -w "$MNT" ] || { echo "$MNT: not writable, no room for the ballast file" >&2; exit 3; }
+"""
+
+FULL_PREPARE = FULL_CHECK + r"""
 if [ "$MNT" = / ]; then B="/.chaoskit-ballast-$ID"; else B="$MNT/.chaoskit-ballast-$ID"; fi
 printf '%s\n' "$B" > "$J/$ID.ballast"
 """
@@ -76,13 +79,16 @@ BLKIO = "/sys/fs/cgroup/blkio"
 
 # The cgroup is ours (named after the fault id); its rules are written at staging, inert until the
 # processes move in at the instant. Where they came from is kept to send them back.
-SLOW_PREPARE = FIND_FS + r"""
+SLOW_CHECK = FIND_FS + r"""
 if [ ! -e "$BLKIO/blkio.throttle.write_bps_device" ]; then
   echo "no cgroup v1 blkio controller at $BLKIO (disk_slow needs it)" >&2; exit 3
 fi
 case "$DEV" in
   0:*|"") echo "$DIR is on $MNT, which has no block device (tmpfs or similar): nothing to throttle" >&2; exit 3 ;;
 esac
+"""
+
+SLOW_PREPARE = SLOW_CHECK + r"""
 CG="$BLKIO/chaoskit-$ID"
 mkdir -p -- "$CG" || exit 3
 for rule in "read_bps_device $RBPS" "write_bps_device $WBPS" "read_iops_device $RIOPS" "write_iops_device $WIOPS"; do
@@ -146,6 +152,7 @@ def disk_dir(spec: DiskFullSpec | DiskSlowSpec, facts: HostFacts) -> str:
 def disk_full_scripts(fault_id: str, spec: DiskFullSpec, facts: HostFacts) -> FaultScripts:
     pct = spec.free[:-1] if spec.free.endswith("%") else ""
     return FaultScripts(inject=FULL_INJECT, revert=FULL_REVERT, active=FULL_ACTIVE, prepare=FULL_PREPARE,
+                        check=FULL_CHECK,
                         env={"DIR": disk_dir(spec, facts), "FREE": "" if pct else spec.free, "FREE_PCT": pct,
                              "ALLOW_ROOT": "1" if spec.allow_root_filesystem else "0"})
 
@@ -161,6 +168,7 @@ def disk_slow_scripts(fault_id: str, spec: DiskSlowSpec, facts: HostFacts) -> Fa
         return "" if value is None else str(max(1, int(parse_rate(value))))
 
     return FaultScripts(inject=SLOW_INJECT, revert=SLOW_REVERT, active=SLOW_ACTIVE, prepare=SLOW_PREPARE,
+                        check=SLOW_CHECK,
                         env={"DIR": disk_dir(spec, facts), "BLKIO": BLKIO, "PROCS": " ".join(names),
                              "RBPS": rate(spec.read_rate), "WBPS": rate(spec.write_rate),
                              "RIOPS": str(spec.read_iops or ""), "WIOPS": str(spec.write_iops or "")},
@@ -169,7 +177,7 @@ def disk_slow_scripts(fault_id: str, spec: DiskSlowSpec, facts: HostFacts) -> Fa
 
 FAMILY = "disk"
 FAULT_KINDS = (
-    fault_kind("disk_full", {"findmnt", "fallocate", "stat"}, disk_full_scripts),
-    fault_kind("disk_slow", {"findmnt", "stat", "blkio"}, disk_slow_scripts,
+    fault_kind("disk_full", {"findmnt", "fallocate", "stat"}, disk_full_scripts, checked=True),
+    fault_kind("disk_slow", {"findmnt", "stat", "blkio"}, disk_slow_scripts, checked=True,
                instead="disk_slow needs the cgroup v1 blkio controller; a cgroup v2-only host is not supported yet"),
 )

@@ -49,12 +49,15 @@ class FaultScripts:
     """`prepare` runs when the fault is staged (pid checks, process trees, rule files: everything
     that can happen before the instant); `inject` is the instant itself and calls `mark_effect`
     right after the decisive action; `active` exits 0 while the fault is in effect, 1 once it is
-    not, anything else: unknown."""
+    not, anything else: unknown. `check`, where a kind has one, is read-only and exits 3 with the
+    reason where the host cannot carry the fault (the filesystem under a member's data is the
+    root one, has no block device): preflight runs it, so the drill is refused before it starts."""
 
     inject: str
     revert: str
     active: str
     prepare: str = ""
+    check: str = ""
     env: dict[str, str] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
 

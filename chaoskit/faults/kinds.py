@@ -24,6 +24,7 @@ class FaultKind:
     needs: frozenset[str]
     scripts: Callable[[str, Any, HostFacts], FaultScripts]
     instead: str = ""  # what to use where a host lacks what this kind needs (said in the refusal)
+    checked: bool = False  # its scripts carry a `check` preflight runs on each host it may land on
 
     @property
     def spec(self) -> type[FaultBase]:
@@ -50,8 +51,8 @@ class FaultKind:
 
 
 def fault_kind(name: str, needs: set[str], scripts: Callable[[str, Any, HostFacts], FaultScripts],
-               instead: str = "") -> FaultKind:
+               instead: str = "", checked: bool = False) -> FaultKind:
     """A kind as a family declares it; the journal's own needs are added."""
     if name not in KINDS:
         raise ValueError(f"fault kind {name!r} has no spec model in chaoskit.faults.spec")
-    return FaultKind(name, frozenset(needs) | JOURNAL_NEEDS, scripts, instead)
+    return FaultKind(name, frozenset(needs) | JOURNAL_NEEDS, scripts, instead, checked)

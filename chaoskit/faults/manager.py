@@ -189,6 +189,23 @@ class FaultManager:
             planned.append(PlannedFault(host, files, script))
         return fault_id, planned
 
+    def host_refusal(self, spec: FaultBase, host: str) -> str | None:
+        """Why `host` cannot carry `spec`, from its kind's read-only check run there (the
+        filesystem under the member's data is the root one, has no block device); None if it can
+        or the kind has no check."""
+        if not REGISTRY[spec.kind].checked:
+            return None
+        try:
+            scripts = scripts_for("0" * 12, spec, self.facts(spec, host))
+        except ValueError as exc:
+            return f"{host}: {exc}"
+        res = self.pool.get(host).shell(journal.oneshot_script(scripts, scripts.check, root=self.journal_root),
+                                        check=False, timeout=60)
+        if res.exited == 0:
+            return None
+        said = (res.stderr or res.stdout).strip().splitlines()
+        return f"{host}: {said[-1] if said else f'the {spec.kind} check exited {res.exited}'}"
+
     @property
     def pool(self) -> RemotePool:
         if self._pool is None:

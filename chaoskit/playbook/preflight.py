@@ -70,10 +70,14 @@ def run_preflight(pb: Playbook, inv: Inventory, pool: RemotePool, ha: HAManager,
             base = split_target(fault.target)[0]
             if base == CLIENT:
                 continue
-            for host in ([base] if base in inv.hosts else cluster_hosts(inv, fault.cluster or pb.cluster)):
+            spec = fault if fault.cluster else fault.replace(cluster=pb.cluster)
+            for host in ([base] if base in inv.hosts else cluster_hosts(inv, spec.cluster or pb.cluster)):
                 why = kind_of(fault).refusal(host, f"steps[{i}] ({fault.kind})", caps[host])  # type: ignore[arg-type]
                 if why:
                     raise PreflightError(why)
+                why = fm.host_refusal(spec, host)
+                if why:
+                    raise PreflightError(f"steps[{i}] ({fault.kind}) on {why}")
     ok, why = ha.health()
     if not ok:
         raise PreflightError(f"cluster {cluster.name}: the HA manager ({ha.kind}) reports it unhealthy: {why}")

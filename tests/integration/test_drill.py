@@ -392,6 +392,25 @@ def test_a_full_disk_under_the_primary(lab: Inventory, tmp_path: Path, playbook:
         assert free1 >= free0 - max(0, used1 - used0) - 16 * 2**20, (m.host, free0, free1, used0, used1)
 
 
+def test_a_full_disk_on_the_root_filesystem_is_refused_before_the_drill(lab: Inventory, tmp_path: Path) -> None:
+    """pg-single keeps its data on dcs1's root filesystem (no disk of its own): preflight runs the
+    disk_full check on the host and refuses the drill, naming the step, the host and why, before
+    any fault is staged or the load started."""
+    import yaml
+    from drillrun import run, shortened
+
+    pb = shortened("playbooks/pg-disk-full-primary.yaml", tmp_path, ["8s"], "20s", ["5s"])
+    data = yaml.safe_load(pb.read_text())
+    data["cluster"] = "pg-single"
+    data["checks"] = ["rpo", "split_brain"]
+    data["steps"][0]["fault"]["target"] = "dcs1"
+    pb.write_text(yaml.safe_dump(data, sort_keys=False))
+    res, ev, _ = run(pb, tmp_path)
+    assert res.returncode != 0
+    assert ev["refused"].startswith("steps[0] (disk_full) on dcs1: ") and "root filesystem" in ev["refused"]
+    assert ev["faults_injected"] == [] and not list(Path("/var/lib/chaoskit/faults/dcs1").glob("*.json"))
+
+
 def test_primary_and_sync_standby_killed_together_the_async_replica_never_takes_over(lab: Inventory,
                                                                                     tmp_path: Path) -> None:
     """pg-kill-primary-and-sync-standby shortened: one step kills the leader and its synchronous

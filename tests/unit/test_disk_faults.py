@@ -204,3 +204,24 @@ def test_disk_slow_refuses_a_filesystem_without_a_block_device(tmpfs: Path, tmp_
     finally:
         target.kill()
         target.wait()
+
+
+def test_the_preflight_check_refuses_what_staging_would(tmpfs: Path, tmp_path: Path) -> None:
+    """The kinds' read-only `check` (run by preflight on each host a fault may land on) gives the
+    refusals staging would give, before anything is journaled: the root filesystem for disk_full,
+    a filesystem without a block device for disk_slow; and passes where the fault can go."""
+    on_root = tmp_path / "pgdata"
+    on_root.mkdir()
+
+    def check(kind: dict, data_dir: Path) -> subprocess.CompletedProcess[str]:
+        scripts = scripts_for(FID, parse_fault({"target": "pg1", **kind}), facts(data_dir, tmp_path / "pid"))
+        return sh(journal.oneshot_script(scripts, scripts.check, root=str(tmp_path / "journal")))
+
+    (tmp_path / "pid").write_text("1\n")
+    assert check({"kind": "disk_full"}, tmpfs / "pgdata").returncode == 0
+    if os.stat(on_root).st_dev == os.stat("/").st_dev:
+        res = check({"kind": "disk_full"}, on_root)
+        assert res.returncode == 3 and "root filesystem" in res.stderr
+    res = check({"kind": "disk_slow", "write_rate": "1mbps"}, tmpfs / "pgdata")
+    assert res.returncode == 3 and ("no block device" in res.stderr or "no cgroup v1 blkio" in res.stderr)
+    assert not list((tmp_path / "journal").glob(f"*/{FID}.*"))  # nothing journaled
