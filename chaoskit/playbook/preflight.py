@@ -18,7 +18,7 @@ from chaoskit.errors import PreflightError
 from chaoskit.faults.manager import FaultManager
 from chaoskit.faults.registry import kind_of
 from chaoskit.faults.spec import CLIENT
-from chaoskit.faults.targets import split_target
+from chaoskit.faults.targets import live_target, named_hosts, split_target
 from chaoskit.guard import cluster_hosts, refuse_production
 from chaoskit.ha.base import HAManager
 from chaoskit.inventory.capabilities import probe_capabilities
@@ -39,14 +39,14 @@ MY_SETTINGS = ("version", "sync_binlog", "innodb_flush_log_at_trx_commit", "max_
 
 
 def touched_hosts(pb: Playbook, inv: Inventory) -> list[str]:
-    """Every host a step may change: the cluster's members and any host a step names."""
+    """Every host a step may change: the cluster's members and any host a step names (by name or
+    by tag: the production guard must see the etcd host a `tag:` target stops)."""
     hosts = set(cluster_hosts(inv, pb.cluster))
     for step in pb.steps:
         for fault in step.specs:
             base = split_target(fault.target)[0]
-            if base in inv.hosts:
-                hosts.add(base)
-            elif base.startswith("role:") and fault.cluster:
+            hosts.update(named_hosts(fault.target, inv))
+            if live_target(base) and fault.cluster:
                 hosts.update(cluster_hosts(inv, fault.cluster))
     return sorted(hosts)
 
@@ -71,7 +71,7 @@ def run_preflight(pb: Playbook, inv: Inventory, pool: RemotePool, ha: HAManager,
             if base == CLIENT:
                 continue
             spec = fault if fault.cluster else fault.replace(cluster=pb.cluster)
-            for host in ([base] if base in inv.hosts else cluster_hosts(inv, spec.cluster or pb.cluster)):
+            for host in named_hosts(spec.target, inv) or cluster_hosts(inv, spec.cluster or pb.cluster):
                 why = kind_of(fault).refusal(host, f"steps[{i}] ({fault.kind})", caps[host])  # type: ignore[arg-type]
                 if why:
                     raise PreflightError(why)

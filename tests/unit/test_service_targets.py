@@ -151,3 +151,12 @@ def test_a_process_declared_on_the_host_and_by_its_member_is_refused(tmp_path: P
 def test_two_clusters_listing_the_same_member_process_alike_are_one_declaration() -> None:
     # the MHA cluster and its HAProxy route list mha1-3 with the same mariadb process: no conflict
     assert LAB.clusters["mha"].members[0].processes == LAB.clusters["mha-haproxy"].members[0].processes
+
+
+def test_the_hosts_a_tag_target_changes_go_through_the_production_guard() -> None:
+    """pg-dcs-down stops etcd on the hosts tagged component=dcs: dcs1 is among the hosts the drill
+    may change (the production guard and the capability checks see it), beside the members."""
+    from chaoskit.playbook.preflight import touched_hosts
+
+    pb = load_playbook(ROOT / "playbooks" / "pg-dcs-down.yaml", LAB).playbook
+    assert touched_hosts(pb, LAB) == sorted(["dcs1", *(m.host for m in LAB.clusters["pg"].members)])
