@@ -1,4 +1,4 @@
-"""Each PostgreSQL member of the lab keeps its data directory on a small filesystem of its own, so
+"""Each Patroni member of the lab keeps its data directory on a small filesystem of its own, so
 a `disk_full` drill fills that filesystem and nothing else of this machine: an ext4 image
 loop-mounted at `<host dir>/disk` (a block device, so `disk_slow` can throttle it), or a sized
 tmpfs where loop devices do not work (then `disk_slow` is refused there with its reason).
@@ -16,7 +16,10 @@ from pathlib import Path
 
 from chaoskit.lab.spec import STATE_DIR, LabHost, Paths
 
-MEMBER_ROLES = ("pg", "pgaf", "repmgr")  # the hosts whose PostgreSQL holds a member's data
+# the hosts whose data gets a disk of its own: the Patroni members (the disk drills are Patroni's).
+# pg_auto_failover's and repmgr's stay on the machine's filesystem: with loop disks, a pg_auto_failover
+# node stayed "demoted > catchingup" for over 3 minutes once in CI (cause not found; see README)
+MEMBER_ROLES = ("pg",)
 DISK_SIZE_MB = 2048  # room for the lab's WAL retention (repmgr keeps 512 MB) and a CI day of drills
 IMAGES = STATE_DIR / "disks"
 

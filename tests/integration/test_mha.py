@@ -104,7 +104,14 @@ def test_partition_is_split_brain_for_endpoint_clients_only(mha: Inventory, tmp_
     endpoints, haproxy = ev["results"]["groups"]["endpoints"], ev["results"]["groups"]["haproxy"]
     assert endpoints["rpo"]["lost_acknowledged"] > 0
     assert set(endpoints["rpo"]["lost_by_node"]) == {f["target_host"]}  # acknowledged by the isolated primary
-    assert haproxy["rpo"]["lost_acknowledged"] == 0 and haproxy["rto_first_client_s"] < 30
+    # through HAProxy only a write acknowledged before it could route away can be lost: asynchronous,
+    # committed on the old primary at the cut and never replicated (seen once: one write at +0.000 s).
+    # HAProxy marks it down after `fall` failed checks `inter` apart; one more interval of slack
+    from chaoskit.lab.recipes import HAPROXY_CHECK_MS, HAPROXY_FALL
+
+    routed_away = (HAPROXY_FALL + 1) * HAPROXY_CHECK_MS / 1000
+    assert haproxy["rpo"]["lost_acknowledged"] == 0 or haproxy["rpo"]["lost_ack_window_rel_s"][1] <= routed_away
+    assert haproxy["rto_first_client_s"] < 30
     # the rejoin picked the primary MHA promoted, not the isolated one that was still writable
     (rejoin,) = ev["actions"]
     assert rejoin["ok"] and rejoin["member"] == f["target_host"], rejoin

@@ -171,6 +171,11 @@ def psql(host_dir_or_socket: str, port: int, sql: str, *, database: str = "postg
     return res.stdout
 
 
+# the lab's HAProxy checks each backend every 500 ms and marks it down after 2 failures in a row
+HAPROXY_CHECK_MS = 500
+HAPROXY_FALL = 2
+
+
 def haproxy_writer(proxy: LabHost, port: int, backends: list[LabHost], backend_port: int, check_body: str, *,
                    backups: bool) -> Path:
     """HAProxy on `proxy` with one TCP listener for writes and its launcher. Each backend is
@@ -184,7 +189,8 @@ def haproxy_writer(proxy: LabHost, port: int, backends: list[LabHost], backend_p
     cfg = proxy.dir / "haproxy.cfg"
     check = proxy.dir / "writer-check"
     servers = "\n".join(
-        f"  server {h.name} {h.address}:{backend_port} check inter 500 fall 2 rise 2 on-marked-down shutdown-sessions"
+        f"  server {h.name} {h.address}:{backend_port} check inter {HAPROXY_CHECK_MS} fall {HAPROXY_FALL} rise 2 "
+        "on-marked-down shutdown-sessions"
         + (" backup" if backups and i else "")
         for i, h in enumerate(backends))
     cfg.write_text(f"""global
