@@ -164,9 +164,9 @@ class Steps:
             return [self.fm.trigger(s) for s in ready]
         with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
             jobs = {h: pool.submit(lambda h=h: [self.fm.trigger(s) for s in ready if s.host == h]) for h in hosts}
-        errors = [job.exception() for job in jobs.values() if job.exception() is not None]
+        errors = [exc for job in jobs.values() if (exc := job.exception()) is not None]
         if errors:
-            raise errors[0]  # type: ignore[misc]
+            raise errors[0]
         done = {f.id: f for job in jobs.values() for f in job.result()}
         return [done[s.id] for s in ready]
 

@@ -11,7 +11,7 @@ throttle a cgroup of our own that the processes leave again.
 
 from __future__ import annotations
 
-from chaoskit.faults.hostscript import FaultScripts, HostFacts, process_files
+from chaoskit.faults.hostscript import FaultScripts, HostFacts, process_files, process_names
 from chaoskit.faults.kinds import fault_kind
 from chaoskit.faults.spec import DiskFullSpec, DiskSlowSpec
 from chaoskit.units import parse_rate
@@ -150,19 +150,16 @@ def disk_dir(spec: DiskFullSpec | DiskSlowSpec, facts: HostFacts) -> str:
 
 
 def disk_full_scripts(fault_id: str, spec: DiskFullSpec, facts: HostFacts) -> FaultScripts:
-    pct = spec.free[:-1] if spec.free.endswith("%") else ""
+    free = spec.free_bytes
     return FaultScripts(inject=FULL_INJECT, revert=FULL_REVERT, active=FULL_ACTIVE, prepare=FULL_PREPARE,
                         check=FULL_CHECK,
-                        env={"DIR": disk_dir(spec, facts), "FREE": "" if pct else spec.free, "FREE_PCT": pct,
+                        env={"DIR": disk_dir(spec, facts), "FREE": "" if free is None else str(free),
+                             "FREE_PCT": spec.free.removesuffix("%") if free is None else "",
                              "ALLOW_ROOT": "1" if spec.allow_root_filesystem else "0"})
 
 
 def disk_slow_scripts(fault_id: str, spec: DiskSlowSpec, facts: HostFacts) -> FaultScripts:
-    names = list(spec.processes) or list(facts.processes)
-    missing = [n for n in names if n not in facts.processes]
-    if missing or not names:
-        known = ", ".join(facts.processes) or "none"
-        raise ValueError(f"{facts.host}: no process {', '.join(missing) or '(any)'} in the inventory (known: {known})")
+    names = process_names(spec.processes, facts, all_by_default=True)
 
     def rate(value: str | None) -> str:
         return "" if value is None else str(max(1, int(parse_rate(value))))

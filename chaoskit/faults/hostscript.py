@@ -85,6 +85,22 @@ def check_files(files: dict[str, str]) -> None:
             no_control(line)
 
 
+def process_names(wanted: tuple[str, ...], facts: HostFacts, all_by_default: bool) -> list[str]:
+    """The processes a fault acts on: those it names, else all the host declares (or the first),
+    each one declared there; refused naming what is missing and what is known."""
+    if wanted:
+        names = list(wanted)
+    elif all_by_default:
+        names = list(facts.processes)
+    else:
+        names = list(facts.processes)[:1]
+    missing = [n for n in names if n not in facts.processes]
+    if missing or not names:
+        known = ", ".join(facts.processes) or "none"
+        raise ValueError(f"{facts.host}: no process {', '.join(missing) or '(any)'} in the inventory (known: {known})")
+    return names
+
+
 def process_files(facts: HostFacts, names: list[str]) -> dict[str, str]:
     """One journal file per process: pid file, comm, exe, start, stop (one per line, may be empty)."""
     out = {}

@@ -8,7 +8,7 @@ hosts share one process table, and a real host may run several instances.
 
 from __future__ import annotations
 
-from chaoskit.faults.hostscript import FaultScripts, HostFacts, process_files
+from chaoskit.faults.hostscript import FaultScripts, HostFacts, process_files, process_names
 from chaoskit.faults.kinds import fault_kind
 from chaoskit.faults.spec import CrashSpec, KillSpec, PauseSpec, StopSpec
 
@@ -102,20 +102,6 @@ exit 0
 """
 
 
-def _names(spec: KillSpec | CrashSpec | PauseSpec | StopSpec, facts: HostFacts, all_by_default: bool) -> list[str]:
-    if spec.processes:
-        names = list(spec.processes)
-    elif all_by_default:
-        names = list(facts.processes)
-    else:
-        names = list(facts.processes)[:1]
-    missing = [n for n in names if n not in facts.processes]
-    if missing or not names:
-        known = ", ".join(facts.processes) or "none"
-        raise ValueError(f"{facts.host}: no process {', '.join(missing) or '(any)'} in the inventory (known: {known})")
-    return names
-
-
 def _scripts(inject: str, revert: str, active: str, names: list[str], facts: HostFacts, prepare: str = RECORD,
              **env: str) -> FaultScripts:
     return FaultScripts(inject=inject, revert=revert, active=active, prepare=prepare,
@@ -123,17 +109,17 @@ def _scripts(inject: str, revert: str, active: str, names: list[str], facts: Hos
 
 
 def kill_scripts(fault_id: str, spec: KillSpec, facts: HostFacts) -> FaultScripts:
-    names = _names(spec, facts, all_by_default=False)
+    names = process_names(spec.processes, facts, all_by_default=False)
     return _scripts(KILL_INJECT, RESTART_REVERT, RESTART_ACTIVE, names, facts, SIGNAL=spec.signal)
 
 
 def crash_scripts(fault_id: str, spec: CrashSpec, facts: HostFacts) -> FaultScripts:
-    names = _names(spec, facts, all_by_default=True)
+    names = process_names(spec.processes, facts, all_by_default=True)
     return _scripts(CRASH_INJECT, RESTART_REVERT, RESTART_ACTIVE, names, facts, prepare=RECORD_TREE)
 
 
 def pause_scripts(fault_id: str, spec: PauseSpec, facts: HostFacts) -> FaultScripts:
-    names = _names(spec, facts, all_by_default=False)
+    names = process_names(spec.processes, facts, all_by_default=False)
     return _scripts(PAUSE_INJECT, PAUSE_REVERT, PAUSE_ACTIVE, names, facts, prepare=RECORD_TREE)
 
 
@@ -143,7 +129,7 @@ def stop_scripts(fault_id: str, spec: StopSpec, facts: HostFacts) -> FaultScript
     if facts.systemd and facts.service:
         return FaultScripts(inject=SERVICE_INJECT, revert=SERVICE_REVERT, active=SERVICE_ACTIVE,
                             env={"SERVICE": facts.service})
-    names = _names(spec, facts, all_by_default=False)
+    names = process_names(spec.processes, facts, all_by_default=False)
     for name in names:
         if not facts.processes[name].start:
             raise ValueError(f"{facts.host}: stop needs a start command for {name} (processes.{name}.start)")

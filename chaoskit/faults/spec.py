@@ -27,11 +27,11 @@ COUNTS = ("one", "all", "minority")
 CLIENT = "client"  # as a target: the load's own link to the database, through relays on the control node
 ALL_HOSTS = "all-hosts"  # as a peer: every other host of the inventory (not the controller)
 _ROLE = re.compile(r"^role:(primary|replica|sync_standby|any)(@(one|all|minority))?$")
-# every host carrying a tag (an inventory fact, not a live role): `tag:component=etcd@all`; the
-# count is always written, since "the etcd hosts" could mean one of them or all
 # the host an earlier step's fault landed on (`fault.0`): in a playbook only, known at run time
 # ("partition the old primary while it rejoins": the member step 0 killed)
 STEP_TARGET = re.compile(r"^fault\.([0-9]{1,3})$")
+# every host carrying a tag (an inventory fact, not a live role): `tag:component=etcd@all`; the
+# count is always written, since "the etcd hosts" could mean one of them or all
 TAG_TARGET = re.compile(r"^tag:([A-Za-z0-9][A-Za-z0-9_.-]{0,62})=([A-Za-z0-9][A-Za-z0-9_.-]{0,127})"
                         r"@(one|all|minority)$")
 

@@ -20,7 +20,8 @@ from chaoskit.lab.spec import STATE_DIR, LabHost, Paths
 # pg_auto_failover's and repmgr's stay on the machine's filesystem: with loop disks, a pg_auto_failover
 # node stayed "demoted > catchingup" for over 3 minutes once in CI (cause not found; see README)
 MEMBER_ROLES = ("pg",)
-DISK_SIZE_MB = 2048  # room for the lab's WAL retention (repmgr keeps 512 MB) and a CI day of drills
+POSTGRES_ROLES = ("pg", "pgaf", "pgaf-monitor", "repmgr")  # every lab host whose data lives under disk/
+DISK_SIZE_MB = 2048  # room for a member's bounded WAL (max_wal_size 256 MB, slots 512 MB) and a CI day of drills
 IMAGES = STATE_DIR / "disks"
 
 

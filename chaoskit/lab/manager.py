@@ -236,7 +236,7 @@ def _prepare_dirs(hosts: list[Any]) -> None:
     for host in hosts:
         host.dir.mkdir(parents=True, exist_ok=True)
         host.dir.chmod(0o755)
-        if host.role in ("pg", "pgaf", "pgaf-monitor", "repmgr"):  # a PostgreSQL host: its data under disk/
+        if host.role in disks.POSTGRES_ROLES:
             disks.ensure_disk(host)
     if not Paths.client_key.exists():
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "chaoskit-lab",
