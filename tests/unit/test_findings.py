@@ -64,6 +64,29 @@ def test_report_shows_scope_findings_and_sign_off(tmp_path: Path) -> None:
     assert "nothing much" not in html
 
 
+def test_the_playbook_description_is_quoted_line_by_line_in_summary_md(tmp_path: Path) -> None:
+    """A folded description ends in a newline, a literal one keeps several: summary.md quotes each
+    line (no "\\n" shown for the end of a line, and a line cannot start a heading of its own);
+    a control character inside a line is still shown escaped."""
+    import json
+
+    from chaoskit.report.writer import render
+
+    (tmp_path / "plots").mkdir()
+    ev = {"schema_version": 2, "playbook": {"path": "p", "sha256": "0" * 64, "content": {
+        "name": "x", "description": "Kills the primary.\n# not a heading\nbell \x07 here\n",
+        "load": {"workload": "ledger", "workers": 1}, "baseline": 1}},
+        "inventory": {"path": "i", "sha256": "0" * 64}, "cluster": {"name": "c", "engine": "postgres", "ha": "none"},
+        "tool": {"version": "0"}, "operator": "ops@host", "run_id": "r", "started": 0, "ended": 1, "aborted": None,
+        "ha": {}, "server": {}, "roles_before": [], "faults_injected": [], "actions": [],
+        "results": {"verdict": True, "faults": [], "checks": {}, "slo": {}}}
+    (tmp_path / "run.json").write_text(json.dumps(ev))
+    render(tmp_path)
+    md = (tmp_path / "summary.md").read_text()
+    assert "> Kills the primary.\n> # not a heading\n> bell \\x07 here\n" in md, md
+    assert "primary.\\n" not in md
+
+
 def test_cli_audit_values_are_validated(tmp_path: Path) -> None:
     res = subprocess.run([sys.executable, "-m", "chaoskit.cli", "run", "playbooks/pg-kill-primary.yaml", "-i",
                           "inventories/lab.yaml", "--dry-run", "--change-ref", "x\x1b[31m"], capture_output=True,

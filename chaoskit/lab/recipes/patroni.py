@@ -117,9 +117,11 @@ def _history_tli(name: str) -> int | None:
 
 
 def repair(spec: LabSpec) -> list[str]:
-    """Replicas that do not stream (e.g. a diverged old primary that was not rewound), or that hold
-    an abandoned timeline's history (`abandoned_timelines`), are rebuilt from the leader through
-    Patroni's REST API (POST /reinitialize)."""
+    """Replicas that do not stream (a diverged old primary that was not rewound; one left
+    "starting" for good, waiting for WAL the leader has recycled), or that hold an abandoned
+    timeline's history (`abandoned_timelines`), are rebuilt from the leader through Patroni's REST
+    API (POST /reinitialize, forced: it cancels the start Patroni is waiting on). Called only
+    after the lab stayed unhealthy for a while (`manager.wait_healthy`'s repair_after)."""
     ms = members(spec)
     leader = next((m for m in ms if m["role"] == "leader"), None)
     if leader is None:
@@ -133,8 +135,7 @@ def repair(spec: LabSpec) -> list[str]:
     done = []
     stale = abandoned_timelines(spec, ms)
     for m in ms:
-        if m["role"] == "replica" and (m["name"] not in streaming or m["name"] in stale) \
-                and m["state"] in ("running", "streaming"):
+        if m["role"] == "replica" and (m["name"] not in streaming or m["name"] in stale):
             status, _ = rest(f"http://{spec.host(m['name']).address}:{PATRONI_PORT}/reinitialize", "POST",
                              {"force": True}, timeout=10)
             if status == 200:
