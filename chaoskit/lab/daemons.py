@@ -14,6 +14,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from chaoskit.lab import disks
 from chaoskit.lab.spec import (
     ETCD_PORT,
     MARIADB_PORT,
@@ -161,14 +162,7 @@ def patroni_setup(host: LabHost, dcs: LabHost, flavour: str, superuser_pw: str, 
                         "wal_level": "replica", "hot_standby": "on", "wal_log_hints": "on",
                         "max_wal_senders": 10, "max_replication_slots": 10, "max_connections": 200,
                         "wal_sender_timeout": "5s", "wal_receiver_timeout": "5s",
-                        # bounded WAL: each member's data lives on its own 2 GB filesystem (lab.disks).
-                        # wal_keep_size: a rewound old primary replays from the redo point of the last
-                        # checkpoint the two timelines share, which may lie far before the fork. With
-                        # 128 MB the new primary had recycled it (pg-kill-new-primary in CI: redo at
-                        # 0/17000118, fork at 0/21349478, the leader at 0/22..., and the old primary
-                        # "starting" for good on "requested WAL segment ... has already been removed":
-                        # the lab has no WAL archive)
-                        "wal_keep_size": "512MB", "max_wal_size": "256MB", "max_slot_wal_keep_size": "512MB",
+                        **disks.BOUNDED_WAL,  # each member's data lives on its own 2 GB filesystem
                     },
                 },
             },

@@ -25,6 +25,15 @@ def stacks(lab: Inventory) -> Inventory:
     return lab
 
 
+@pytest.mark.parametrize("cluster", ["pgaf", "repmgr"])
+def test_each_member_has_a_filesystem_of_its_own_and_bounded_wal(stacks: Inventory, cluster: str) -> None:
+    """As Patroni's (test_lab): pg_autoctl sizes wal_keep_size for the machine (8 GB here), so the
+    lab's bound is checked on the servers themselves."""
+    from labdisks import assert_members_on_their_own_bounded_disks
+
+    assert_members_on_their_own_bounded_disks(stacks, cluster)
+
+
 def shortened(src: str, tmp: Path, **changes: Any) -> Path:
     """The shipped playbook with the drill's clock shortened (same faults, checks and SLOs)."""
     data = yaml.safe_load(Path(src).read_text())

@@ -94,18 +94,10 @@ def test_unknown_host_key_is_rejected(lab: Inventory, tmp_path: Path) -> None:
 
 
 def test_each_postgres_member_has_a_filesystem_of_its_own(lab: Inventory) -> None:
-    """So a disk_full drill fills one member's disk and nothing else: every member's data directory
-    is on a filesystem mounted for it (another device than the machine's root and than the other
-    members'), owned by postgres."""
-    import os
+    """Patroni's members (pg_auto_failover's and repmgr's: test_ha_managers)."""
+    from labdisks import assert_members_on_their_own_bounded_disks
 
-    devices = {}
-    for m in lab.clusters["pg"].members:
-        data = Path(m.data_dir or "")
-        assert os.path.ismount(data.parent), m.host
-        devices[m.host] = os.stat(data).st_dev
-        assert data.parent.owner() == "postgres"
-    assert len(set(devices.values())) == len(devices) and os.stat("/").st_dev not in devices.values()
+    assert_members_on_their_own_bounded_disks(lab, "pg")
 
 
 def test_one_leader_two_streaming_replicas(lab: Inventory) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from chaoskit.errors import LabError
-from chaoskit.lab import daemons
+from chaoskit.lab import daemons, disks
 from chaoskit.lab.procs import alive, netns_pids, read_pid_file, terminate
 from chaoskit.lab.recipes import PG_SOCKETS, Build, pg_socket_dir, postgres_cluster, psql, run_in, service
 from chaoskit.lab.spec import SUBNET_PREFIX, LabHost, LabSpec, Paths
@@ -92,12 +92,26 @@ def build(b: Build) -> None:
             b.wait(lambda h=host: _state_is(b.spec, h.name, {"single", "primary"}), f"{host.name} as the first node")
             # the keeper may still restart its server once: retry until it answers
             b.wait(lambda h=host: _set_password(h, b.secrets["pg_superuser"]), f"the password on {host.name}")
+            b.wait(lambda h=host: _bound_wal(h), f"the WAL bounds on {host.name}")
     b.wait(lambda: health(b.spec), "the pg_auto_failover formation")
 
 
 def _set_password(host: LabHost, password: str) -> tuple[bool, str]:
     try:
         psql(SOCKETS, port(host), f"ALTER USER postgres PASSWORD '{password}'")
+        return True, "ok"
+    except LabError as exc:
+        return False, str(exc)
+
+
+def _bound_wal(host: LabHost) -> tuple[bool, str]:
+    """The lab's WAL bounds instead of pg_autoctl's machine-sized ones (its wal_keep_size is 8 GB
+    on this machine, four times a member's disk), set on the first node before any standby
+    exists: pg_basebackup copies postgresql.auto.conf to each standby."""
+    try:
+        for name, value in disks.BOUNDED_WAL.items():  # ALTER SYSTEM: one statement per call
+            psql(SOCKETS, port(host), f"ALTER SYSTEM SET {name} = '{value}'")
+        psql(SOCKETS, port(host), "SELECT pg_reload_conf()")
         return True, "ok"
     except LabError as exc:
         return False, str(exc)

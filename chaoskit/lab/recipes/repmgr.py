@@ -20,7 +20,7 @@ from typing import Any
 
 from chaoskit.errors import LabError
 from chaoskit.ha.repmgr import CLONE_SCRIPT, CURRENT_TIMELINE, REJOIN_SCRIPT
-from chaoskit.lab import daemons
+from chaoskit.lab import daemons, disks
 from chaoskit.lab.recipes import PG_SOCKETS, Build, pg_socket_dir, postgres_cluster, postgres_key, psql, run_in
 from chaoskit.lab.spec import SUBNET_PREFIX, LabHost, LabSpec, Paths
 
@@ -137,7 +137,8 @@ def _init_primary(host: LabHost, b: Build) -> None:
         fh.write("\n".join([
             "listen_addresses = '*'", "shared_preload_libraries = 'repmgr'", "wal_level = replica",
             "hot_standby = on", "wal_log_hints = on", "max_wal_senders = 10", "max_replication_slots = 10",
-            "wal_keep_size = '512MB'", "checkpoint_timeout = 30s", "max_connections = 200", "shared_buffers = 64MB",
+            *(f"{k} = '{v}'" for k, v in disks.BOUNDED_WAL.items()),
+            "checkpoint_timeout = 30s", "max_connections = 200", "shared_buffers = 64MB",
             "dynamic_shared_memory_type = mmap", "wal_sender_timeout = 5s", "wal_receiver_timeout = 5s",
             "wal_retrieve_retry_interval = 1s", "archive_mode = off", ""]))
     with open(data / "pg_hba.conf", "a") as fh:
