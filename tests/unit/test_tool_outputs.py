@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chaoskit.tools import pgbench, sysbench
+from chaoskit.tools import jmeter, pgbench, sysbench
 
 FIX = Path(__file__).parent.parent / "fixtures" / "tools"
 
@@ -77,3 +77,44 @@ def test_sysbench_that_crashed_leaves_its_reports_and_no_fatal_line(run: str) ->
     only sign, so the runner must read it."""
     rep = sysbench.parse((FIX / run / "stdout").read_text())
     assert [r.t_s for r in rep.intervals] == [1.0, 2.0, 3.0] and rep.fatal == []
+
+
+def test_jmeter_jtl_of_a_run_whose_server_stopped() -> None:
+    """JMeter's own summary for the run: 1196 samples, 346 errors. The first line,
+    `1796276009419,372,insert,200,OK,step 1 1-1,...,true,...`, started at 1796276009.419 and ended
+    372 ms later; the first failure is thread 1-3's at 1796276013466 (+29 ms), SQLSTATE 08006
+    (the connection broke); then the port refused (08001, 338 samples), and the server said it was
+    starting up (57P03, 4 samples), as counted with awk on the file's code column."""
+    samples = jmeter.read_jtl(FIX / "jmeter-2.13-server-stopped" / "results.jtl")
+    assert len(samples) == 1196 and sum(not s.ok for s in samples) == 346
+    assert {s.thread for s in samples} == {f"step 1 1-{i}" for i in range(1, 5)}
+    first = next(s for s in samples if s.thread == "step 1 1-1")
+    assert (first.t_start, first.t_end, first.code) == (1796276009.419, 1796276009.791, "200")
+    failed = [s for s in samples if not s.ok]
+    assert (failed[0].t_start, failed[0].thread, failed[0].code) == (1796276013.466, "step 1 1-3", "08006")
+    codes = [s.code for s in failed]
+    assert (codes.count("08006"), codes.count("08001"), codes.count("57P03")) == (4, 338, 4)
+    assert [s.t_start for s in samples] == sorted(s.t_start for s in samples)
+
+
+def test_a_jtl_whose_timestamp_is_the_end(tmp_path: Path) -> None:
+    """With `sampleresult.timestamp.start=false` the stamp is the end: 1000 ms stamp, 250 ms
+    elapsed -> the sample ran from 0.75 s to 1.0 s."""
+    p = tmp_path / "end.jtl"
+    p.write_text("timeStamp,elapsed,label,success,threadName\n1000,250,x,true,t1\n")
+    [s] = jmeter.read_jtl(p, timestamp="end")
+    assert (s.t_start, s.t_end, s.ok) == (0.75, 1.0, True)
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("1796276009419,372,insert,200,OK,step 1 1-1,text,true,0,4,4,0\n", ":1: no header line naming timeStamp"),
+    ("timeStamp,elapsed,success,threadName\n2026/12/03 05:33,3,true,t\n", ":2: field timeStamp is '2026/12/03 05:33'"),
+    ("timeStamp,elapsed,success,threadName\n1000,3,yes\x1b,t\n", ":2: field success is 'yes\\x1b'"),
+    ("timeStamp,elapsed,success,threadName\n1000,3,true\n", ":2: 3 fields where the header names 4"),
+])
+def test_a_jtl_it_cannot_read_names_file_line_and_field(tmp_path: Path, text: str, said: str) -> None:
+    p = tmp_path / "bad.jtl"
+    p.write_text(text)
+    with pytest.raises(jmeter.JtlError) as err:
+        jmeter.read_jtl(p)
+    assert str(err.value).startswith(f"{p}{said}") and "\x1b" not in str(err.value)
