@@ -16,15 +16,20 @@ from pathlib import Path
 
 from chaoskit.lab.spec import STATE_DIR, LabHost, Paths
 
-# the hosts whose data gets a disk of its own: every cluster member of a PostgreSQL stack
-MEMBER_ROLES = ("pg", "pgaf", "repmgr")
+# the hosts whose data gets a disk of its own: the Patroni members. pg_auto_failover's and repmgr's
+# stay on the machine's filesystem: with theirs on loop disks, CI twice left a pg_auto_failover node
+# unable to come back (once "demoted > catchingup" for good; once, after the monitor, whose lab
+# health checks allow 1 s and one retry, took the healthy primary for unhealthy while the repmgr
+# stack was built beside it: "WAL location ... belongs to timeline 1, but previous recovered WAL
+# file came from timeline 2"). Without loop disks neither was ever seen.
+MEMBER_ROLES = ("pg",)
 POSTGRES_ROLES = ("pg", "pgaf", "pgaf-monitor", "repmgr")  # every lab host whose data lives under disk/
 DISK_SIZE_MB = 2048  # room for a member's bounded WAL (BOUNDED_WAL) and a CI day of drills
 # What each member keeps of its WAL, so that it fits its disk: at most about max_wal_size plus the
 # larger of the two keeps. wal_keep_size also lets an old primary rewound by the manager replay
 # from the checkpoint the timelines share (with 128 MB, Patroni's new leader had recycled it and
-# the old primary stayed "starting" for good). pg_autoctl's own default, sized for the machine
-# (8 GB here), filled a member's disk after a CI day of drills: a node stayed "demoted > catchingup".
+# the old primary stayed "starting" for good). pg_autoctl's own default is sized for the machine
+# (8 GB here, four times such a disk), so pg_auto_failover's members get the bound too.
 BOUNDED_WAL = {"wal_keep_size": "512MB", "max_wal_size": "256MB", "max_slot_wal_keep_size": "512MB"}
 IMAGES = STATE_DIR / "disks"
 

@@ -14,8 +14,7 @@ from chaoskit.lab.disks import BOUNDED_WAL
 
 def assert_members_on_their_own_bounded_disks(lab: Inventory, cluster: str) -> None:
     """Each member's data directory is on a mounted filesystem (another device than the root's and
-    than the other members'), owned by postgres, and the server runs with the lab's WAL bounds
-    (asked of each server, not read from a file the manager may override)."""
+    than the other members'), owned by postgres, and the server runs with the lab's WAL bounds."""
     members = lab.clusters[cluster].members
     devices = {}
     for m in members:
@@ -24,6 +23,13 @@ def assert_members_on_their_own_bounded_disks(lab: Inventory, cluster: str) -> N
         devices[m.host] = os.stat(data).st_dev
         assert data.parent.owner() == "postgres", m.host
     assert len(set(devices.values())) == len(devices) and os.stat("/").st_dev not in devices.values(), devices
+    assert_bounded_wal(lab, cluster)
+
+
+def assert_bounded_wal(lab: Inventory, cluster: str) -> None:
+    """Every member's server runs with the lab's WAL bounds (asked of each server, not read from a
+    file the manager may override)."""
+    members = lab.clusters[cluster].members
     driver = driver_for(lab.clusters[cluster], lab)
     expected = {name: value.replace("MB", "") for name, value in BOUNDED_WAL.items()}
     for m in members:

@@ -26,12 +26,12 @@ def stacks(lab: Inventory) -> Inventory:
 
 
 @pytest.mark.parametrize("cluster", ["pgaf", "repmgr"])
-def test_each_member_has_a_filesystem_of_its_own_and_bounded_wal(stacks: Inventory, cluster: str) -> None:
+def test_each_member_keeps_its_wal_within_the_lab_bounds(stacks: Inventory, cluster: str) -> None:
     """As Patroni's (test_lab): pg_autoctl sizes wal_keep_size for the machine (8 GB here), so the
     lab's bound is checked on the servers themselves."""
-    from labdisks import assert_members_on_their_own_bounded_disks
+    from labdisks import assert_bounded_wal
 
-    assert_members_on_their_own_bounded_disks(stacks, cluster)
+    assert_bounded_wal(stacks, cluster)
 
 
 def shortened(src: str, tmp: Path, **changes: Any) -> Path:
