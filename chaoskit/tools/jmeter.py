@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 REQUIRED = ("timeStamp", "elapsed", "success", "threadName")
+OPTIONAL = ("label", "responseCode", "responseMessage")  # "" where the user's save settings left them out
 TIMESTAMPS = ("start", "end")
 
 
@@ -62,17 +63,15 @@ def read_jtl(path: Path, timestamp: str = "start") -> list[Sample]:
             if success not in ("true", "false"):
                 raise JtlError(f"{path}:{n}: field success is {success!r}, not true or false")
             start = stamp if timestamp == "start" else stamp - elapsed
-            out.append(Sample(start / 1000, (start + elapsed) / 1000, row[col["threadName"]],
-                              row[col["label"]] if "label" in col else "", success == "true",
-                              row[col["responseCode"]] if "responseCode" in col else "",
-                              row[col["responseMessage"]] if "responseMessage" in col else ""))
+            optional = {name: row[col[name]] if name in col else "" for name in OPTIONAL}
+            out.append(Sample(start / 1000, (start + elapsed) / 1000, row[col["threadName"]], optional["label"],
+                              success == "true", optional["responseCode"], optional["responseMessage"]))
     out.sort(key=lambda s: (s.t_start, s.thread))
     return out
 
 
 def _ms(text: str, field: str, path: Path, n: int) -> int:
     if not text.isdigit():
-        raise JtlError(f"{path}:{n}: field {field} is {text[:40]!r}, not a whole number of ms (set "
-                       f"jmeter.save.saveservice.timestamp_format=ms)" if field == "timeStamp" else
-                       f"{path}:{n}: field {field} is {text[:40]!r}, not a whole number of ms")
+        hint = " (set jmeter.save.saveservice.timestamp_format=ms)" if field == "timeStamp" else ""
+        raise JtlError(f"{path}:{n}: field {field} is {text[:40]!r}, not a whole number of ms{hint}")
     return int(text)

@@ -53,11 +53,10 @@ def parse_line(line: str, where: str = "") -> Transaction | None:
     fields = line.split()
     if len(fields) not in (6, 7, 8):
         raise LogError(f"{where}: expected 6 to 8 fields, got {len(fields)}: {line.strip()!r}")
-    try:
-        client, number, script, epoch, micros = (int(fields[i]) for i in (0, 1, 3, 4, 5))
-    except ValueError as exc:
-        raise LogError(f"{where}: not a number ({exc}): {line.strip()!r}") from None
-    if not 0 <= micros < 1_000_000:
+    client, number, script, epoch, micros = (_int(fields[i], name, line, where) for i, name in
+                                             ((0, "client_id"), (1, "transaction_no"), (3, "script_no"),
+                                              (4, "time_epoch"), (5, "time_us")))
+    if micros >= 1_000_000:
         raise LogError(f"{where}: time_us {micros} is not below 1000000: {line.strip()!r}")
     retries = 0
     if len(fields) == 8:
