@@ -42,7 +42,7 @@ SECRET_WORDS = ("password", "passwd", "pwd", "secret", "token", "passphrase", "a
 
 def is_safe_path(value: str) -> bool:
     """An absolute path of plain characters (for paths read from a host's own files)."""
-    return value.startswith("/") and bool(_PATH.match(value)) and ".." not in value.split("/")
+    return value.startswith("/") and bool(_PATH.fullmatch(value)) and ".." not in value.split("/")
 
 
 def no_control(value: str) -> str:
@@ -62,7 +62,7 @@ def free_text(value: str) -> str:
 def _pattern(regex: re.Pattern[str], what: str) -> AfterValidator:
     def check(value: str) -> str:
         no_control(value)
-        if not regex.match(value):
+        if not regex.fullmatch(value):
             raise ValueError(f"not a valid {what}: {value[:80]!r}")
         return value
 
@@ -80,7 +80,7 @@ def ip_address(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
 
 def _check_scope_id(address: str) -> None:
     _, pct, scope = address.partition("%")
-    if pct and not _SCOPE_ID.match(scope):
+    if pct and not _SCOPE_ID.fullmatch(scope):
         raise ValueError(f"not a valid IPv6 scope id (an interface name or number): {scope[:40]!r}")
 
 
@@ -101,7 +101,7 @@ def host_address(value: str) -> str:
     else:
         _check_scope_id(value)
         return value
-    if _HOSTNAME.match(value) and not value.replace(".", "").isdigit():
+    if _HOSTNAME.fullmatch(value) and not value.replace(".", "").isdigit():
         return value
     raise ValueError(f"not an IP address or host name: {value[:80]!r}")
 
@@ -128,7 +128,7 @@ def jump_spec(value: str) -> str:
     """A jump host: an inventory host name, or `[user@]address[:port]`."""
     no_control(value)
     user, at, rest = value.rpartition("@")
-    if at and not _POSIX_USER.match(user):
+    if at and not _POSIX_USER.fullmatch(user):
         raise ValueError(f"not a valid jump user: {user[:40]!r}")
     if rest.startswith("["):
         addr, _, port = rest[1:].partition("]")
@@ -174,11 +174,11 @@ Command = Annotated[str, BeforeValidator(_str_only), AfterValidator(no_control)]
 
 
 def is_fault_id(value: str) -> bool:
-    return bool(_FAULT_ID.match(value))
+    return bool(_FAULT_ID.fullmatch(value))
 
 
 def is_name(value: str) -> bool:
-    return bool(_NAME.match(value))
+    return bool(_NAME.fullmatch(value))
 
 
 def secret_like(key: str) -> bool:

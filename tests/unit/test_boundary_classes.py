@@ -166,7 +166,7 @@ SCOPES = st.one_of(st.text(min_size=1, max_size=40).filter(lambda s: "%" not in 
 @given(scope=SCOPES)
 def test_a_scope_id_is_an_interface_name_or_number(path: tuple, shape: str, scope: str) -> None:
     value = shape.format(scope)
-    if VALID_SCOPE.match(scope) and path != ("lab", "subnet"):
+    if VALID_SCOPE.fullmatch(scope) and path != ("lab", "subnet"):
         inv = inventory_with(path, value)  # accepted: then it holds only what an interface name holds
         node: Any = inv.evidence()
         for part in path:
