@@ -23,6 +23,9 @@ from chaoskit.recorder import OK, Recorder, error_rate
 from chaoskit.topology.probe import ProbeLog, writer_view
 
 MARKS = ("t_fault", "t_detect", "t_promoted", "t_first_ok", "t_recovered")
+# why an external tool's group has no RPO (results.groups.<name>.rpo_null_reason)
+TOOL_RPO_NULL = ("{tool} does not say which of its writes were acknowledged, so none can be looked up after the "
+                 "run: this group's RPO is not measured (chaoskit's own clients' is)")
 RTO_FIGURES = ("rto_first_client_s", "rto_all_clients_s", "write_gap_s")  # a group's worst over its outages
 
 
@@ -137,7 +140,7 @@ def analyse(pb: Playbook, run: DrillRecord, rec: Recorder, probe: ProbeLog, trut
                                                 run.preflight.get("primary_before"), run.preflight.get("ha", {}), said)
     for name in pb.checks:  # a check the playbook asked for is never dropped: unread is unknown
         checks.setdefault(name, {"valid": "unknown", "error": error or f"nothing was read for the {name} check"})
-    groups = group_figures(run.groups, pb, rec, first_at, faults, truth, t_fault)
+    groups = group_figures(run.groups, pb, rec, first_at, faults, truth, t_fault, run.events)
     slo = _slo(pb, faults, checks, rec, run.ended, groups)
     verdict = merge([c.get("valid", "unknown") for c in checks.values()] + [s["ok"] for s in slo.values()])
     if run.aborted:
@@ -177,7 +180,8 @@ def logged_complaints(kept: list[dict[str, Any]]) -> dict[str, list[str]]:
 
 
 def group_figures(groups: dict[str, dict[str, Any]], pb: Playbook, rec: Recorder, disturbances: list[dict[str, Any]],
-                  faults: list[dict[str, Any]], truth: dict[str, Any], t_fault: float | None) -> dict[str, Any]:
+                  faults: list[dict[str, Any]], truth: dict[str, Any], t_fault: float | None,
+                  events: list[dict[str, Any]] = ()) -> dict[str, Any]:  # type: ignore[assignment]
     """Each client group's own figures (results.groups.<name>): per fault what its clients saw
     (outage edges, first client back, all clients back, write gap, per-client RTO), and its RPO:
     the acknowledged writes of its workers that are gone, when they were acknowledged relative to
@@ -201,14 +205,29 @@ def group_figures(groups: dict[str, dict[str, Any]], pb: Playbook, rec: Recorder
             per_fault.append({"id": fa["id"], "t_fault": fa["t_fault"], **figures})
         outages = [f for f in per_fault if f["outage"]]
         applies = pb.slo.group in (None, name)
-        rpo = None
-        if "rpo" in pb.checks and rows is not None:
+        rpo, tool = None, group.get("tool", "builtin")
+        if "rpo" in pb.checks and rows is not None and tool == "builtin":
             rpo = rpo_check(rec, rows, t_fault, pb.slo.rpo_max_writes if applies else None, workers=workers,
                             nodes=nodes)
         out[name] = {
-            "profile": group["profile"], "workers": sorted(workers),
+            "profile": group["profile"], "tool": tool, "workers": sorted(workers),
             **{key: _worst([f[key] for f in outages]) for key in RTO_FIGURES}, "rpo": rpo, "faults": per_fault}
+        if tool != "builtin":
+            out[name]["rpo_null_reason"] = TOOL_RPO_NULL.format(tool=tool)
+            out[name]["tool_restarts"] = tool_restarts(name, events)
     return out
+
+
+def tool_restarts(group: str, events: Any) -> dict[str, Any]:
+    """What the drill did for a tool that gives clients up (pgbench aborts a client whose
+    connection broke): how many clients it gave up, how many were back after being started again,
+    the starts that found no writer, and the longest a client was down."""
+    mine = [e for e in events if e.get("group") == group]
+    back = [e for e in mine if e["kind"] == "tool_client_back"]
+    return {"aborted": sum(1 for e in mine if e["kind"] == "tool_client_aborted"), "back": len(back),
+            "failed_starts": sum(e.get("failed_starts", 0) for e in back),
+            "longest_down_s": max((e["down_s"] for e in back), default=None),
+            "killed_at_stop": sum(1 for e in mine if e["kind"] == "tool_client_killed")}
 
 
 def _worst(values: list[float | None]) -> float | None:
@@ -269,8 +288,9 @@ def _slo(pb: Playbook, faults: list[dict[str, Any]], checks: dict[str, Any], rec
         if by_group is not None:
             out["rto_max"]["by_group"] = by_group
     if pb.slo.rpo_max_writes is not None:
-        if scope and all(g.get("rpo") for g in scope.values()):
-            by_lost = {n: g["rpo"]["lost_acknowledged"] for n, g in scope.items()}
+        judged = {n: g for n, g in scope.items() if g.get("tool", "builtin") == "builtin"}  # a tool's RPO is null
+        if judged and all(g.get("rpo") for g in judged.values()):
+            by_lost = {n: g["rpo"]["lost_acknowledged"] for n, g in judged.items()}
             lost = max(by_lost.values())
         else:
             by_lost, lost = None, (checks.get("rpo") or {}).get("lost_acknowledged")

@@ -90,6 +90,15 @@ class PostgresDriver(Driver):
         base.setdefault("dbname", self.cluster.database)
         return make_conninfo(**{**self._params(), **base})
 
+    def tool_conninfo(self, application: str) -> tuple[str, dict[str, str]]:
+        """The writer's connection string for an external libpq tool (pgbench), with this driver's
+        timeouts and keepalives, and the environment it needs: the password goes in PGPASSWORD,
+        never on a command line, where `ps` shows it to every user."""
+        info = conninfo_to_dict(self.writer_conninfo())
+        password = info.pop("password", None)
+        info["application_name"] = application
+        return make_conninfo(**info), ({"PGPASSWORD": str(password)} if password is not None else {})
+
     def endpoints(self) -> list[tuple[str, int]]:
         if not self.cluster.dsn:
             return super().endpoints()

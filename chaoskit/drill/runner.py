@@ -198,11 +198,15 @@ class Drill:
         self.recorder = Recorder(base=self.clock.now(), interval=0.1)
         spec = self.pb.load.to_spec()
         self.record.run_id = spec.run_id
-        self.record.groups = {g.name: {"profile": g.profile, "workers": list(g.worker_ids),
+        self.record.groups = {g.name: {"profile": g.profile, "tool": g.tool, "workers": list(g.worker_ids),
                                        "statement_timeout": g.statement_timeout, "validation": g.validate,
                                        "route": g.route or self.pb.cluster} for g in spec.client_groups()}
         cluster, driver = self.load_route
-        self.runner = self.parts.load(cluster, self.inputs.inventory, spec, self.recorder, driver=driver)
+        # what a tool group's tool wrote is kept in the run directory (tools/<group>/), and its
+        # clients' restarts are events of the run
+        self.runner = self.parts.load(cluster, self.inputs.inventory, spec, self.recorder, driver=driver,
+                                      tool_dir=self.out.file("tools") if self.out is not None else None,
+                                      on_event=lambda ev: self.record.event(ev.pop("kind"), ev.pop("t"), **ev))
         self.runner.setup()
 
     @contextlib.contextmanager

@@ -15,6 +15,8 @@ from chaoskit.inventory.models import Inventory
 from chaoskit.playbook.models import Playbook
 from chaoskit.yamlsrc import load_yaml, raise_validation
 
+TOOL_ENGINES = {"pgbench": ("postgres",)}  # the database engines each load tool speaks
+
 
 @dataclass(frozen=True)
 class LoadedPlaybook:
@@ -28,7 +30,8 @@ def load_playbook(path: str | Path, inventory: Inventory | None = None) -> Loade
     if not isinstance(doc.data, dict):
         raise doc.error((), "a playbook is a mapping")
     try:
-        pb = Playbook.model_validate(doc.data)
+        # a file a playbook names (a pgbench script) is found from the playbook's own directory
+        pb = Playbook.model_validate(doc.data, context={"base_dir": str(Path(path).parent)})
     except ValidationError as exc:
         raise raise_validation(exc, doc) from None
     if inventory is not None:
@@ -103,6 +106,11 @@ def check_against_inventory(pb: Playbook, inventory: Inventory, doc: object) -> 
         raise doc.error(("settings",), f"ha: {cl.ha.kind} cannot change {', '.join(sorted(unknown))} "  # type: ignore[attr-defined]
                                        f"(changeable: {', '.join(sorted(manager.changeable_settings)) or 'none'})")
     for i, group in enumerate(pb.load.groups or ()):
+        engine = inventory.clusters[group.route].engine if group.route in inventory.clusters else cl.engine
+        if group.tool in TOOL_ENGINES and engine not in TOOL_ENGINES[group.tool]:
+            speaks = " and ".join(TOOL_ENGINES[group.tool])
+            raise doc.error(("load", "groups", i, "tool"),  # type: ignore[attr-defined]
+                            f"{group.tool} drives {speaks} only; cluster {group.route or pb.cluster} is {engine}")
         if group.route is None:
             continue
         other = inventory.clusters.get(group.route)

@@ -15,8 +15,9 @@ from pydantic import Field, StringConstraints, ValidationInfo, field_validator, 
 from chaoskit.faults.spec import CLIENT, FaultBase, FaultSpec, Seconds
 from chaoskit.faults.ttl import drill_fault_ttl
 from chaoskit.models import Frozen
+from chaoskit.tools import pgbench
 from chaoskit.units import parse_duration
-from chaoskit.validation import FreeText, Name
+from chaoskit.validation import FreeText, Name, SafePath
 from chaoskit.workload import spec
 from chaoskit.workload.workloads import WorkloadParams
 
@@ -24,10 +25,63 @@ CheckName = Annotated[str, Field(pattern=r"^[a-z_]{1,40}$")]  # which ones: the 
 MAX_DRILL_S = 24 * 3600.0
 
 
-class GroupConfig(Frozen):
-    """One client group of the load (see chaoskit.workload.spec.ClientGroup for the profiles)."""
+class PgbenchConfig(Frozen):
+    """What a `tool: pgbench` group runs: one of pgbench's builtin scripts (`script`, default
+    tpcb-like) or the user's own script (`file`, pgbench's script syntax, a path relative to the
+    playbook). `init` makes the builtin scripts' tables first (`pgbench -i`, at `scale`; it drops
+    pgbench's old tables), by default for a builtin script only. `writes` says whether a user's
+    script writes (default true): a read-only one's aborted transactions are failures, never
+    unknown commits."""
 
-    name: Name | None = None  # default: the profile's name
+    script: Literal[pgbench.BUILTIN_SCRIPTS] | None = None  # type: ignore[valid-type]
+    file: SafePath | None = None
+    scale: int = Field(1, ge=1, le=10_000)
+    init: bool | None = None
+    writes: bool | None = None
+
+    @field_validator("file")
+    @classmethod
+    def _exists(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """Resolved against the playbook's directory (the loader's context) and read now: a script
+        that is not there is bad input before anything starts."""
+        if value is None:
+            return value
+        from pathlib import Path
+
+        base = (info.context or {}).get("base_dir")
+        path = Path(value) if Path(value).is_absolute() or base is None else Path(base) / value
+        if not path.is_file():
+            raise ValueError(f"no script file {value[:200]!r} (relative paths count from the playbook's directory)")
+        return str(path.resolve())
+
+    @model_validator(mode="after")
+    def _one_script(self) -> PgbenchConfig:
+        if self.script is not None and self.file is not None:
+            raise ValueError("script (a builtin one) or file (your own), not both")
+        if self.writes is not None and self.file is None:
+            raise ValueError("writes is said of your own script (file); a builtin script's is known")
+        if self.script is None and self.file is None:
+            object.__setattr__(self, "script", "tpcb-like")
+        if self.init is None:
+            object.__setattr__(self, "init", self.file is None)
+        return self
+
+    def settings(self) -> pgbench.Settings:
+        writes = self.writes is not False if self.file else self.script not in pgbench.READ_ONLY
+        return pgbench.Settings(self.script, self.file, self.scale, bool(self.init), writes)
+
+
+TOOLS = ("builtin", "pgbench")  # who makes a group's load: chaoskit's own clients, or an external tool
+
+
+class GroupConfig(Frozen):
+    """One client group of the load (see chaoskit.workload.spec.ClientGroup for the profiles).
+    `tool` says who makes its load: chaoskit's own clients (`builtin`) or an external load tool
+    run on the control node against the same route (`pgbench`), one tool process per client."""
+
+    name: Name | None = None  # default: the profile's name (a tool group's: the tool's)
+    tool: Literal[TOOLS] = "builtin"  # type: ignore[valid-type]
+    pgbench: PgbenchConfig | None = None
     profile: Literal["deadline", "pool", "per-op"] = "deadline"
     workers: int = Field(spec.DRILL.workers, ge=1, le=2048)
     statement_timeout: Seconds | None = None  # pool / per-op: the server-side timeout, if the application sets one
@@ -39,7 +93,17 @@ class GroupConfig(Frozen):
 
     @property
     def group_name(self) -> str:
-        return self.name or self.profile
+        return self.name or (self.profile if self.tool == "builtin" else self.tool)
+
+    @model_validator(mode="after")
+    def _fits_tool(self) -> GroupConfig:
+        if self.pgbench is not None and self.tool != "pgbench":
+            raise ValueError("pgbench: {...} is for a group with tool: pgbench")
+        if self.tool == "pgbench" and self.pgbench is None:
+            object.__setattr__(self, "pgbench", PgbenchConfig())
+        if self.tool != "builtin" and self.validation:
+            raise ValueError(f"{self.tool} has no check on checkout: validation is for chaoskit's own pool clients")
+        return self
 
     @model_validator(mode="after")
     def _fits_profile(self) -> GroupConfig:
@@ -102,6 +166,12 @@ class LoadConfig(Frozen):
             raise ValueError(f"unknown workload {value[:40]!r}; choose from {', '.join(WORKLOADS)}")
         return value
 
+    @property
+    def builtin_clients(self) -> bool:
+        """Whether chaoskit's own clients run (they write the workload's keys: the checks that read
+        them need them)."""
+        return self.groups is None or any(g.tool == "builtin" for g in self.groups)
+
     def to_spec(self) -> spec.LoadSpec:
         """The load this says, as the load runner takes it: client groups numbered in order (a
         worker's id says its group), one `deadline` group "main" when none is named."""
@@ -109,7 +179,7 @@ class LoadConfig(Frozen):
         first = 1
         for g in self.groups or ():
             groups.append(spec.ClientGroup(g.group_name, g.profile, g.workers, g.statement_timeout, g.validation,
-                                           first, g.route))
+                                           first, g.route, g.tool, g.pgbench.settings() if g.pgbench else None))
             first += g.workers
         return spec.LoadSpec(workload=self.workload, workers=self.workers, rate=self.rate, processes=self.processes,
                              op_timeout=self.op_timeout, connect_timeout=self.connect_timeout,
@@ -330,28 +400,43 @@ class Playbook(Frozen):
         names = [g.group_name for g in (load.groups or ())] if load and load.groups else ["main"]
         if value.group is not None and value.group not in names:
             raise ValueError(f"slo.group {value.group!r} is not a group of the load ({', '.join(names)})")
+        tools = {g.group_name: g.tool for g in (load.groups or ()) if g.tool != "builtin"} if load else {}
+        if value.rpo_max_writes is not None and (value.group in tools or (tools and not load.builtin_clients)):
+            name = value.group if value.group in tools else next(iter(tools))
+            raise ValueError(f"rpo_max_writes needs writes whose fate is known; group {name!r} runs {tools[name]}, "
+                             "which does not say which writes it had acknowledged (its RPO is null): name a "
+                             "builtin group in slo.group")
         return value
 
     @field_validator("checks", mode="before")
     @classmethod
     def _checks_default(cls, value: Any, info: ValidationInfo) -> Any:
         """No checks named: the ones the load's workload can judge, and the cluster's."""
-        from chaoskit.workload.workloads import default_checks
+        from chaoskit.workload.workloads import CLUSTER_CHECKS, default_checks
 
         load = info.data.get("load")
-        return (default_checks(load.workload) if load is not None else ()) if value is None else value
+        if value is not None:
+            return value
+        if load is None:
+            return ()
+        return default_checks(load.workload) if load.builtin_clients else CLUSTER_CHECKS
 
     @field_validator("checks")
     @classmethod
     def _checks_fit_workload(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
         """The workload says which checks it can judge; one it cannot is refused, never dropped."""
-        from chaoskit.workload.workloads import unsupported_check
+        from chaoskit.workload.workloads import CLUSTER_CHECKS, unsupported_check
 
         load = info.data.get("load")
         for check in value if load is not None else ():
             why = unsupported_check(load.workload, check)
             if why:
                 raise ValueError(why)
+            if check not in CLUSTER_CHECKS and not load.builtin_clients:
+                tools = sorted({g.tool for g in load.groups or ()})
+                raise ValueError(f"the {check} check reads the keys chaoskit's own clients write; every group here "
+                                 f"is a tool ({', '.join(tools)}), which does not say which writes it had "
+                                 "acknowledged: add a group with tool: builtin, or leave the check out")
         return value
 
     @field_validator("steps")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from chaoskit.faults.manager import InjectedFault
@@ -28,6 +29,8 @@ class EvidenceSink(Protocol):
     def event(self, ev: dict[str, Any]) -> None: ...
 
     def write_text(self, name: str, text: str) -> Any: ...
+
+    def file(self, name: str) -> Path: ...
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from chaoskit.report.headline import headline
 from chaoskit.report.legacy import upgrade
-from chaoskit.report.vocabulary import fault_name, label, shown, slo_sentence, verdict_word
+from chaoskit.report.vocabulary import fault_name, group_maker, label, shown, slo_sentence, verdict_word
 
 
 def seconds(v: float | None) -> str:
@@ -46,7 +46,15 @@ def group_line(name: str, g: dict[str, Any]) -> str:
     rpo = g.get("rpo") or {}
     lost = f"; {shown('lost_acknowledged', rpo['lost_acknowledged'])} lost" if "lost_acknowledged" in rpo else ""
     n = len(g.get("workers") or [])
-    head = f"  client group {name} ({g.get('profile')}, {n} client{'s' if n != 1 else ''}): "
+    who = group_maker(g)
+    head = f"  client group {name} ({who}, {n} client{'s' if n != 1 else ''}): "
+    if g.get("rpo_null_reason"):
+        lost = "; RPO not measured (the tool does not say which writes it had acknowledged)"
+    restarts = g.get("tool_restarts") or {}
+    if restarts.get("aborted"):
+        lost += (f"; {g.get('tool')} gave up {restarts['aborted']} client(s), {restarts['back']} back after being "
+                 f"started again ({restarts['failed_starts']} starts found no writer, longest down "
+                 f"{seconds(restarts['longest_down_s'])})")
     if g.get("faults") and not any(f.get("outage") for f in g["faults"]):  # its figures are 0.0 by definition
         return head + "no write outage" + lost
     return head + f"{rto_words(g)}, {label('write_gap_s')} {shown('write_gap_s', g.get('write_gap_s'))}{lost}"

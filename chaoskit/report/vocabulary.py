@@ -154,3 +154,9 @@ def fault_name(f: dict[str, Any]) -> str:
     name = f"{f.get('kind')} on {f.get('target_host')}"
     together = [f"{o.get('kind')} on {o.get('host')}" for o in f.get("together_with") or ()]
     return name + (" with " + ", ".join(together) if together else "")
+
+
+def group_maker(g: dict[str, Any]) -> str:
+    """Who made a group's load: its profile, or the external tool and the profile its connections had."""
+    tool = g.get("tool") or "builtin"
+    return str(g.get("profile")) if tool == "builtin" else f"{tool}, {g.get('profile')} connections"

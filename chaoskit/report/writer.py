@@ -214,6 +214,7 @@ def _vocabulary(env: jinja2.Environment) -> None:
     env.filters["sec"] = _sec
     env.filters["num"] = _num
     env.filters["fault_name"] = vocabulary.fault_name
+    env.filters["group_maker"] = vocabulary.group_maker
     env.globals.update(label=vocabulary.label, shown=vocabulary.shown, slo_figure=vocabulary.slo_figure,
                        verdict_word=vocabulary.verdict_word, check_sentence=vocabulary.check_sentence,
                        check_rows=vocabulary.check_rows)

@@ -10,18 +10,47 @@ failure (`serialization`, `deadlock`, `failed`; `skipped` under --latency-limit,
 `time_epoch`.`time_us` is when it ended. pgbench 15 never reconnects: a client whose connection
 breaks is aborted ("client N aborted in command C ...") and its transaction in flight is not logged.
 Fixtures: tests/fixtures/tools/pgbench-15-* (SOURCE.md there says how they were made).
+
+A drill runs it as one pgbench per client (`client_argv`): a client pgbench aborted is then a
+process that ended, and the group runner (`chaoskit.workload.tool_group`) starts it again, which
+pgbench itself cannot do.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from chaoskit.db.base import ErrorClass
+from chaoskit.recorder import FAIL, INFO
+
 FAILURES = ("serialization", "deadlock", "failed")
+# pgbench's builtin scripts (`pgbench --show-script=NAME`); which one only reads; and the number of
+# the command that commits each writing one (0-based, meta-commands counted: "aborted in command
+# 10" of tpcb-like is its END, so the transaction may have committed; any earlier one did not)
+BUILTIN_SCRIPTS = ("tpcb-like", "simple-update", "select-only")
+READ_ONLY = ("select-only",)
+COMMIT_COMMAND = {"tpcb-like": 10, "simple-update": 8}
+FOREVER_S = 86_400  # --time for a drill's client: it is ended by SIGALRM (as -T ends it) at the load's stop
 SKIPPED = "skipped"
 _ABORTED = re.compile(r"client (\d+) aborted in command (\d+) \(([^)]*)\) of script (\d+)")
+# a statement the server refused with an error pgbench does not retry ends the client too
+_REFUSED = re.compile(r"client (\d+) script (\d+) aborted in command (\d+) query \d+: (.*)")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A drill's pgbench group: a builtin script or the user's file (an absolute path, checked at
+    load), the builtin tables made first at `scale` when `init`, and whether the script writes."""
+
+    script: str | None = "tpcb-like"
+    script_file: str | None = None
+    scale: int = 1
+    init: bool = True
+    writes: bool = True
 
 
 class Transaction(NamedTuple):
@@ -106,3 +135,89 @@ def read_logs(paths: Iterable[Path]) -> list[Transaction]:
 def aborts(stderr: str) -> list[Abort]:
     """The clients pgbench aborted (a lost connection, mostly), in the order it said so."""
     return [Abort(int(c), int(cmd), int(s)) for c, cmd, _, s in _ABORTED.findall(stderr)]
+
+
+class Ending(NamedTuple):
+    """How one client's pgbench ended, from its own output: `started` is False when it never
+    connected (every failure before the first transaction: refused, a standby reached, a timeout),
+    `command` the script command it was aborted in, `message` pgbench's first error line."""
+
+    started: bool
+    command: int | None
+    message: str
+    refused_by_server: bool  # the server answered the statement with an error (it did not commit)
+
+
+def ending(output: str) -> Ending | None:
+    """None when pgbench ended on its own (its --time elapsed, or SIGALRM at the load's stop)."""
+    refused = _REFUSED.search(output)
+    if refused:
+        return Ending(True, int(refused.group(3)), refused.group(4).strip()[:200], True)
+    aborted = _ABORTED.search(output)
+    if aborted:
+        return Ending(True, int(aborted.group(2)), _first_error(output), False)
+    if "could not create connection" in output or "connection to server" in output:
+        return Ending(False, None, _first_error(output), False)
+    return None
+
+
+def _first_error(output: str) -> str:
+    for line in output.splitlines():
+        if line.startswith("pgbench: error: "):
+            return line[len("pgbench: error: "):][:200]
+    return output.strip().splitlines()[-1][:200] if output.strip() else "pgbench ended without a word"
+
+
+def client_argv(conninfo: str, log_prefix: str, *, script: str | None = None, script_file: str | None = None,
+                rate: float | None = None, connect_per_transaction: bool = False,
+                duration_s: int = FOREVER_S) -> list[str]:
+    """One client's pgbench: no vacuum (the group's init did it), its per-transaction log under
+    `log_prefix`, the connection string after `--` (never read as an option; no password in it:
+    the caller passes that in PGPASSWORD, out of `ps`). Values are whole `--name=value` words, so
+    none can become an option of its own."""
+    if (script is None) == (script_file is None):
+        raise ValueError("one of script and script_file")
+    if script is not None and script not in BUILTIN_SCRIPTS:
+        raise ValueError(f"unknown builtin script {script!r}")
+    argv = ["pgbench", "--no-vacuum", "--client=1", "--jobs=1", f"--time={int(duration_s)}", "--log",
+            f"--log-prefix={log_prefix}"]
+    argv.append(f"--builtin={script}" if script is not None else f"--file={script_file}")
+    if rate is not None:
+        argv.append(f"--rate={rate:.6f}")
+    if connect_per_transaction:
+        argv.append("--connect")
+    return [*argv, "--", conninfo]
+
+
+def init_argv(conninfo: str, scale: int) -> list[str]:
+    """The builtin scripts' tables (pgbench_accounts has 100,000 rows per unit of scale), made
+    again from nothing: `pgbench -i` drops the old ones first."""
+    return ["pgbench", "--initialize", f"--scale={int(scale)}", "--quiet", "--", conninfo]
+
+
+_SERVER_CLASSES = (  # the server's words for a statement it refused (its transaction did not commit)
+    ("read-only transaction", ErrorClass.read_only), ("statement timeout", ErrorClass.timeout),
+    ("could not serialize", ErrorClass.serialization), ("deadlock", ErrorClass.serialization),
+    ("duplicate key", ErrorClass.constraint), ("violates", ErrorClass.constraint),
+    ("no space left", ErrorClass.resources), ("could not extend", ErrorClass.resources),
+    ("out of memory", ErrorClass.resources), ("too many", ErrorClass.resources))
+
+
+def ending_outcome(end: Ending, script: str | None, writes: bool) -> tuple[str, ErrorClass]:
+    """What the client's transaction in flight became, in the recorder's terms: `fail` when it did
+    not commit (never connected, the server refused a statement, or the connection broke before
+    the script's commit), `info` when it may have (broken at the commit, or in a user's script,
+    whose commit is not known here), as chaoskit's own clients judge theirs."""
+    text = end.message.lower()
+    if not end.started:
+        if "timeout expired" in text:
+            return FAIL, ErrorClass.timeout
+        if "hot standby" in text or "read-only" in text or "read-write" in text:
+            return FAIL, ErrorClass.read_only
+        return FAIL, ErrorClass.connect_refused
+    if end.refused_by_server:
+        return FAIL, next((cls for words, cls in _SERVER_CLASSES if words in text), ErrorClass.other)
+    commit = COMMIT_COMMAND.get(script or "")
+    if not writes or (commit is not None and end.command is not None and end.command < commit):
+        return FAIL, ErrorClass.connection_lost
+    return INFO, ErrorClass.connection_lost

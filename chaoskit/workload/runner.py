@@ -32,9 +32,12 @@ import multiprocessing as mp
 import os
 import queue
 import random
+import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from chaoskit.db.base import Driver, ErrorClass
@@ -44,6 +47,7 @@ from chaoskit.lifeline import die_with_parent
 from chaoskit.recorder import FAIL, OK, Recorder
 from chaoskit.workload.outcomes import DROP_CONNECTION, client_deadline, connect_error_class, first_line, outcome_for
 from chaoskit.workload.spec import ClientGroup, LoadSpec
+from chaoskit.workload.tool_group import init_tables, tool_conninfo, tool_main
 from chaoskit.workload.workloads import OpContext, make_workload
 
 __all__ = ["LoadRunner", "LoadSpec", "outcome_for"]
@@ -259,8 +263,15 @@ class LoadRunner:
     """Start, observe and stop the load; the parent's Recorder receives everything."""
 
     def __init__(self, cluster: Cluster, inventory: Inventory, spec: LoadSpec, recorder: Recorder,
-                 driver: Driver | None = None) -> None:
+                 driver: Driver | None = None, tool_dir: Path | None = None,
+                 on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
+        """`tool_dir`: where a tool group keeps what its tool wrote (`<tool_dir>/<group>/`; default
+        a temporary directory); `on_event`: what a tool group has to say (its clients' restarts)."""
         self.cluster = cluster
+        self._tmp = None if tool_dir is not None or not self.tool_groups(spec) else \
+            tempfile.TemporaryDirectory(prefix="chaoskit-tools-")
+        self.tool_dir = tool_dir if tool_dir is not None else Path(self._tmp.name) if self._tmp else None
+        self.on_event = on_event
         self.inventory = inventory
         self.spec = spec
         self.recorder = recorder
@@ -279,8 +290,17 @@ class LoadRunner:
         self.t_start: float | None = None
         self.t_end: float | None = None
 
+    @staticmethod
+    def tool_groups(spec: LoadSpec) -> list[ClientGroup]:
+        return [g for g in spec.client_groups() if g.tool != "builtin"]
+
+    def _route(self, group: ClientGroup) -> Cluster:
+        """A group with a route reaches the same members through another cluster's endpoints."""
+        return self.inventory.clusters[group.route] if group.route else self.cluster
+
     def setup(self) -> None:
-        """Create and fill the workload's tables on the current writer."""
+        """Create and fill the workload's tables on the current writer; each tool group's own
+        tables (pgbench -i) through its route."""
         conn = self.driver.connect_writer()
         try:
             self.workload.setup(conn)
@@ -289,6 +309,10 @@ class LoadRunner:
                 self.before = snapshot(conn)
         finally:
             Driver.close_quietly(conn)
+        for group in self.tool_groups(self.spec):
+            assert self.tool_dir is not None
+            conninfo, env = tool_conninfo(self._route(group), self.inventory, self.spec, group)
+            init_tables(group, conninfo, env, self.tool_dir / group.name)
 
     def shares(self) -> list[tuple[ClientGroup, list[int]]]:
         """(group, worker ids) per worker process: a deadline group as its engine spreads it (the
@@ -296,6 +320,8 @@ class LoadRunner:
         spec = self.spec
         out: list[tuple[ClientGroup, list[int]]] = []
         for group in spec.client_groups():
+            if group.tool != "builtin":
+                continue
             ids = list(group.worker_ids)
             if group.client_deadline:
                 nproc = replace(spec, workers=group.workers).process_count(self.driver.family)
@@ -307,7 +333,8 @@ class LoadRunner:
     def start(self, start_delay: float = 0.2) -> float:
         spec = self.spec
         shares = self.shares()
-        nproc = len(shares)
+        tools = self.tool_groups(spec)
+        nproc = len(shares) + len(tools)
         self._queue = self._ctx.Queue()
         self._stop = self._ctx.Event()
         go = self._ctx.Event()
@@ -315,11 +342,19 @@ class LoadRunner:
         inventory_json = self.inventory.model_dump_json()
         for group, share in shares:
             rate_share = spec.rate * len(share) / spec.workers if spec.rate else None
-            # a group with a route reaches the same members through another cluster's endpoints
-            route = self.inventory.clusters[group.route] if group.route else self.cluster
             p = self._ctx.Process(target=_child_main, daemon=True, args=(
-                route.model_dump_json(), inventory_json, spec, group, share, self.recorder.base, rate_share,
-                self._queue, go, start_at, self._stop, os.getpid()))
+                self._route(group).model_dump_json(), inventory_json, spec, group, share, self.recorder.base,
+                rate_share, self._queue, go, start_at, self._stop, os.getpid()))
+            p.start()
+            self._procs.append(p)
+        for group in tools:
+            assert self.tool_dir is not None
+            raw = self.tool_dir / group.name
+            raw.mkdir(parents=True, exist_ok=True)
+            rate_share = spec.rate * group.workers / spec.workers if spec.rate else None
+            p = self._ctx.Process(target=tool_main, daemon=True, args=(
+                self._route(group).model_dump_json(), inventory_json, spec, group, str(raw), self.recorder.base,
+                rate_share, self._queue, go, start_at, self._stop, os.getpid()))
             p.start()
             self._procs.append(p)
         ready = 0
@@ -348,6 +383,10 @@ class LoadRunner:
                 if not any(p.is_alive() for p in self._procs):
                     break
                 continue
+            if kind == "event":  # a tool group's word (a client restarted), not a batch
+                if self.on_event is not None:
+                    self.on_event(batch)
+                continue
             watermarks[pid] = batch.watermark
             with self.lock:
                 self.recorder.merge(batch)
@@ -369,6 +408,8 @@ class LoadRunner:
         self.t_end = time.time()
         with self.lock:
             self.recorder.finish()
+        if self._tmp is not None:
+            self._tmp.cleanup()
 
     def _abort(self) -> None:
         if self._stop is not None:

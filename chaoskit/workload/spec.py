@@ -9,6 +9,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 
 from chaoskit.db.base import ClientProfile
+from chaoskit.tools.pgbench import Settings as PgbenchSettings
 from chaoskit.workload.workloads import WorkloadParams
 
 LOOP_WORKERS = 64
@@ -56,6 +57,8 @@ class ClientGroup:
     validate: bool = False
     first_worker: int = 1
     route: str | None = None  # the inventory cluster it connects through (default: the load's)
+    tool: str = "builtin"  # who makes the load: chaoskit's own clients, or an external tool (pgbench)
+    pgbench: PgbenchSettings | None = None
 
     @property
     def worker_ids(self) -> range:

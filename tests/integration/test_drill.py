@@ -452,6 +452,46 @@ def test_sync_variant_loses_no_acknowledged_write(lab: Inventory, tmp_path: Path
     assert ev["settings_changed"]["previous"] == {"synchronous_mode": False}
 
 
+def test_pgbench_beside_chaoskits_clients_through_one_failover(lab: Inventory, tmp_path: Path) -> None:
+    """pgbench as a client group (one pgbench per client) and chaoskit's own clients through the
+    same leader kill: every pgbench client was connected to the killed primary, so each was
+    aborted, started again and wrote again; its RTO per client is recounted here from pgbench's
+    own logs kept in the run directory, and its RPO is null with the reason."""
+    from chaoskit.workload.outcomes import client_deadline
+    from chaoskit.workload.spec import DRILL, LoadSpec
+
+    res, run_dir = drill("playbooks/pg-kill-primary-pgbench.yaml", tmp_path)
+    assert res.returncode in (0, 1), res.stdout + res.stderr
+    ev = json.loads((run_dir / "run.json").read_text())
+    (f,) = ev["results"]["faults"]
+    assert f["outcome"] == "failover", f
+    groups = ev["results"]["groups"]
+    pg, own = groups["pgbench"], groups["chaoskit"]
+    assert pg["tool"] == "pgbench" and pg["rpo"] is None and "does not say" in pg["rpo_null_reason"]
+    assert own["rpo"]["acknowledged"] > 0 and ev["results"]["slo"]["rto_max"]["ok"]
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    aborted = {e["worker"]: e["t"] for e in events if e["kind"] == "tool_client_aborted"}
+    back = {e["worker"] for e in events if e["kind"] == "tool_client_back"}
+    assert set(aborted) == back == set(pg["workers"]), (aborted, back)
+    restarts = pg["tool_restarts"]
+    assert restarts["aborted"] == restarts["back"] == 4 and restarts["killed_at_stop"] == 0
+    assert f"pgbench gave up 4 client(s), 4 back after being started again ({restarts['failed_starts']} starts" \
+        in res.stdout
+    raw = run_dir / "tools" / "pgbench"
+    for w in pg["workers"]:
+        ends = [int(x[4]) + int(x[5]) / 1e6 for p in raw.glob(f"client-{w}.[0-9]*")
+                for x in (line.split() for line in p.read_text().splitlines())]
+        first_after = min(t for t in ends if t > aborted[w])
+        assert pg["faults"][0]["per_client_rto_s"][str(w)] == pytest.approx(first_after - f["t_fault"], abs=1e-5)
+    # one failover, two kinds of client: each is back within its retry interval, one connection
+    # attempt (libpq waits at least 2 s) and one op deadline of the writer being there again
+    spec = LoadSpec(workload="ledger", workers=1)
+    bound = 1.5 * spec.backoff_max + spec.backoff_max + 0.02 + 2.0 + client_deadline(DRILL.op_timeout_s)
+    assert abs(pg["rto_first_client_s"] - own["rto_first_client_s"]) <= bound
+    assert pg["rto_all_clients_s"] is not None and own["rto_all_clients_s"] is not None
+    assert "client group pgbench (pgbench, deadline connections, 4 clients)" in res.stdout
+
+
 def test_mariadb_crash_and_restart_without_a_manager(lab: Inventory, tmp_path: Path) -> None:
     res, run_dir = drill("playbooks/mariadb-crash-primary.yaml", tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr

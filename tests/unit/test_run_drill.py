@@ -137,7 +137,8 @@ class Lab:
 
         return Window()
 
-    def load(self, cluster: Any, inv: Inventory, spec: Any, recorder: Any, driver: Any = None) -> Any:
+    def load(self, cluster: Any, inv: Inventory, spec: Any, recorder: Any, driver: Any = None, tool_dir: Any = None,
+             on_event: Any = None) -> Any:
         lab = self
         self.drivers.append(("load", driver))
 
@@ -220,6 +221,9 @@ class Sink:
 
     def write_text(self, name: str, text: str) -> None:
         self.log.append(f"write {name}")
+
+    def file(self, name: str) -> Path:
+        return Path("/nonexistent/run") / name
 
 
 def kinds(ctx: DrillRecord) -> list[str]:

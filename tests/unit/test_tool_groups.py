@@ -1,0 +1,289 @@
+"""A client group whose load pgbench makes: how its output is judged (on pgbench's own words,
+tests/fixtures/tools), how its command line is built, what a playbook may ask of it, and the group
+runner's restart of an aborted client, driven here by a stand-in `pgbench` on PATH whose log the
+test reads back by itself."""
+
+from __future__ import annotations
+
+import os
+import stat
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from chaoskit.errors import InputError
+from chaoskit.inventory.loader import load_inventory
+from chaoskit.playbook.loader import load_playbook
+from chaoskit.recorder import FAIL, INFO, Recorder
+from chaoskit.tools import pgbench
+from chaoskit.workload.spec import ClientGroup, LoadSpec
+from chaoskit.workload.tool_group import PgbenchGroup
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "tools"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# -- pgbench's words --------------------------------------------------------------------------
+def test_a_client_aborted_by_a_lost_connection_before_its_commit_did_not_commit() -> None:
+    """The server stopped under a rate-limited tpcb-like run: client 0 aborted in command 4 (its
+    BEGIN; the script's END is command 10), so that transaction never committed."""
+    end = pgbench.ending((FIX / "pgbench-15-rate-server-stopped" / "stderr").read_text())
+    assert end is not None and end.started and end.command == 4 and not end.refused_by_server
+    assert pgbench.ending_outcome(end, "tpcb-like", True) == (FAIL, "connection_lost")
+
+
+@pytest.mark.parametrize(("script", "writes", "command", "outcome"), [
+    ("tpcb-like", True, 10, INFO),  # broken at END: the commit may have happened
+    ("tpcb-like", True, 9, FAIL),  # at the INSERT before it: it did not
+    ("simple-update", True, 8, INFO),
+    ("simple-update", True, 7, FAIL),
+    (None, True, 3, INFO),  # the user's script: where it commits is not known here
+    (None, False, 3, FAIL),  # ... unless it only reads
+    ("select-only", False, 1, FAIL),
+])
+def test_where_the_connection_broke_says_whether_the_transaction_may_have_committed(
+        script: str | None, writes: bool, command: int, outcome: str) -> None:
+    end = pgbench.Ending(True, command, "perhaps the backend died while processing", False)
+    assert pgbench.ending_outcome(end, script, writes) == (outcome, "connection_lost")
+
+
+def test_failed_starts_during_a_lab_failover_are_read_as_pgbench_said_them() -> None:
+    """client.out from a lab drill (pg-kill-primary-pgbench): run 1 aborted in command 8 of
+    tpcb-like, runs 2 and 3 found no writer (the first host answered read-only)."""
+    runs = (FIX / "pgbench-15-lab-failover" / "client.out").read_text().split("== run ")[1:]
+    first, *failed = [pgbench.ending(r) for r in runs]
+    assert first is not None and first.started and first.command == 8
+    assert pgbench.ending_outcome(first, "tpcb-like", True) == (FAIL, "connection_lost")
+    assert len(failed) == 2
+    for end in failed:
+        assert end is not None and not end.started and "session is read-only" in end.message
+        assert pgbench.ending_outcome(end, "tpcb-like", True) == (FAIL, "read_only")
+
+
+@pytest.mark.parametrize(("said", "cls"), [
+    ('connection to server at "127.0.0.1", port 55499 failed: Connection refused', "connect_refused"),
+    ('connection to server at "10.0.0.1", port 5432 failed: timeout expired', "timeout"),
+    ('connection to server at "127.0.0.1", port 55432 failed: server is not in hot standby mode', "read_only"),
+])
+def test_a_start_that_never_connected_failed_with_the_class_of_why(said: str, cls: str) -> None:
+    end = pgbench.ending(f"pgbench: error: {said}\npgbench: error: could not create connection for setup\n")
+    assert end is not None and not end.started
+    assert pgbench.ending_outcome(end, "tpcb-like", True) == (FAIL, cls)
+
+
+def test_a_statement_the_server_refused_did_not_commit() -> None:
+    """pgbench against a server that sets default_transaction_read_only: the UPDATE is refused."""
+    end = pgbench.ending((FIX / "pgbench-15-read-only.out").read_text())
+    assert end is not None and end.refused_by_server and end.command == 5
+    assert "read-only transaction" in end.message
+    assert pgbench.ending_outcome(end, "tpcb-like", True) == (FAIL, "read_only")
+
+
+def test_a_run_ended_by_its_time_is_no_failure() -> None:
+    assert pgbench.ending("transaction type: <builtin: TPC-B (sort of)>\ntps = 51.060082\n") is None
+
+
+# -- the command line -------------------------------------------------------------------------
+def test_the_connection_string_comes_after_the_end_of_options() -> None:
+    argv = pgbench.client_argv("-h evil host=x", "/run/tools/g/client-1", script="tpcb-like", rate=12.5)
+    assert argv[-2:] == ["--", "-h evil host=x"]
+    assert "--builtin=tpcb-like" in argv and "--rate=12.500000" in argv and "--client=1" in argv
+    assert all(a.startswith("--") or a == "pgbench" for a in argv[:-1])  # every value inside its own --name=
+    user = pgbench.client_argv("host=a", "/p", script_file="/x/-my script.sql")
+    assert "--file=/x/-my script.sql" in user and "--builtin=tpcb-like" not in user
+    with pytest.raises(ValueError):
+        pgbench.client_argv("host=a", "/p", script="drop-everything")
+    with pytest.raises(ValueError):
+        pgbench.client_argv("host=a", "/p")
+
+
+# -- what a playbook may ask ------------------------------------------------------------------
+BASE = """\
+name: t
+cluster: pg
+load:
+  groups:
+{groups}
+steps: [{{at: 12s, fault: {{kind: kill, target: "role:primary", processes: [postgres], duration: 5s}}}}]
+duration: 30s
+{extra}"""
+
+
+def write(tmp_path: Path, groups: str, extra: str = "") -> Path:
+    p = tmp_path / "pb.yaml"
+    p.write_text(BASE.format(groups=textwrap.indent(groups, "    "), extra=extra))
+    return p
+
+
+def test_a_pgbench_group_defaults_to_tpcb_like_with_its_tables_made() -> None:
+    pb = load_playbook(ROOT / "playbooks" / "pg-kill-primary-pgbench.yaml").playbook
+    spec = pb.load.to_spec()
+    tool = next(g for g in spec.client_groups() if g.tool == "pgbench")
+    assert tool.pgbench == pgbench.Settings("tpcb-like", None, 1, True, True)
+    assert list(tool.worker_ids) == [5, 6, 7, 8]  # after the builtin group's 1-4
+
+
+def test_a_users_script_is_found_beside_the_playbook_and_not_initialised(tmp_path: Path) -> None:
+    (tmp_path / "mine.sql").write_text("SELECT 1;\n")
+    pb = load_playbook(write(tmp_path, "- {tool: pgbench, workers: 2, pgbench: {file: mine.sql, writes: false}}",
+                             "checks: [split_brain]\n")).playbook
+    (g,) = pb.load.to_spec().client_groups()
+    assert g.name == "pgbench" and g.pgbench == pgbench.Settings(None, str(tmp_path / "mine.sql"), 1, False, False)
+
+
+@pytest.mark.parametrize(("groups", "extra", "field", "words"), [
+    ("- {tool: pgbench, pgbench: {file: nowhere.sql}}", "", "file", "no script file 'nowhere.sql'"),
+    ("- {tool: builtin, pgbench: {scale: 2}}", "", "groups", "pgbench: {...} is for a group with tool: pgbench"),
+    ("- {tool: pgbench, profile: pool, validation: true}", "", "groups", "pgbench has no check on checkout"),
+    ("- {tool: pgbench}", "checks: [rpo]\n", "checks", "every group here is a tool (pgbench)"),
+    ("- {name: app}\n- {tool: pgbench}", "slo: {group: pgbench, rpo_max_writes: 0}\n", "slo",
+     "group 'pgbench' runs pgbench"),
+    ("- {tool: pgbench, pgbench: {script: tpcb-like, file: x.sql}}", "", "pgbench", "not both"),
+    ("- {tool: jmeter}", "", "tool", "builtin"),
+])
+def test_what_a_tool_group_cannot_do_is_refused_with_its_field(tmp_path: Path, groups: str, extra: str, field: str,
+                                                               words: str) -> None:
+    (tmp_path / "x.sql").write_text("SELECT 1;\n")
+    with pytest.raises(InputError) as err:
+        load_playbook(write(tmp_path, groups, extra))
+    assert field in str(err.value) and words in str(err.value), str(err.value)
+    assert str(err.value).startswith(str(tmp_path / "pb.yaml")) and ":" in str(err.value)
+
+
+def test_pgbench_on_a_mysql_cluster_is_refused(tmp_path: Path) -> None:
+    inv = load_inventory(ROOT / "inventories" / "lab.yaml")
+    p = write(tmp_path, "- {tool: pgbench}", "checks: [split_brain]\n")
+    p.write_text(p.read_text().replace("cluster: pg", "cluster: mariadb"))
+    with pytest.raises(InputError) as err:
+        load_playbook(tmp_path / "pb.yaml", inv)
+    assert "pgbench drives postgres only; cluster mariadb is mysql" in str(err.value)
+    assert ":5: load.groups[0].tool:" in str(err.value), str(err.value)  # the line of the group
+
+
+def test_with_tools_only_the_default_checks_are_the_clusters() -> None:
+    """No builtin group writes the workload's keys: the checks that read them are not run by default."""
+    from chaoskit.playbook.models import Playbook
+
+    pb = Playbook.model_validate({"name": "t", "cluster": "pg", "duration": "30s", "load": {"groups": [
+        {"tool": "pgbench"}]}, "steps": [{"at": "12s", "fault": {"kind": "kill", "target": "role:primary",
+                                                                  "processes": ["postgres"], "duration": "5s"}}]})
+    assert pb.checks == ("split_brain",)
+
+
+# -- the group runner, with a stand-in pgbench --------------------------------------------------
+FAKE = r'''#!/usr/bin/env python3
+"""Stands in for pgbench: run N of each worker does what plan/<worker> line N says."""
+import os, signal, sys, time
+prefix = next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--log-prefix="))
+worker = prefix.rsplit("-", 1)[1]
+runs = prefix + ".runs"
+n = (int(open(runs).read()) if os.path.exists(runs) else 0) + 1
+open(runs, "w").write(str(n))
+plan = open(os.path.join(os.path.dirname(prefix), "plan", worker)).read().split()
+what = plan[min(n, len(plan)) - 1]
+if what == "refused":
+    print('pgbench: error: connection to server at "127.0.0.1", port 9 failed: Connection refused', file=sys.stderr)
+    print("pgbench: error: could not create connection for setup", file=sys.stderr)
+    sys.exit(1)
+stop = []
+signal.signal(signal.SIGALRM, lambda *a: stop.append(1))
+log = open(f"{prefix}.{os.getpid()}", "w")
+def tx(i):
+    time.sleep(0.01)
+    t = time.time()
+    log.write(f"0 {i} 5000 0 {int(t)} {int(round((t - int(t)) * 1e6)) % 1000000}\n")
+if what.startswith("abort"):
+    for i in range(int(what[5:])):
+        tx(i)
+    log.close()
+    print("pgbench: error: client 0 aborted in command 10 (SQL) of script 0; perhaps the backend died", file=sys.stderr)
+    sys.exit(2)
+i = 0
+while not stop:
+    tx(i)
+    i += 1
+log.close()
+'''
+
+
+def test_an_aborted_client_is_started_again_and_its_outage_is_one_gap(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "pgbench"
+    fake.write_text(FAKE)
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    raw = tmp_path / "raw"
+    (raw / "plan").mkdir(parents=True)
+    (raw / "plan" / "1").write_text("abort3 refused refused run")  # worker 1: aborted, 2 failed starts, back
+    (raw / "plan" / "2").write_text("run")  # worker 2: runs throughout
+    group = ClientGroup("pgbench", workers=2, tool="pgbench", pgbench=pgbench.Settings())
+    spec = LoadSpec(workload="ledger", workers=2, groups=(group,))
+    rec = Recorder(time.time())
+    runner = PgbenchGroup(group, spec, "host=127.0.0.1", {}, raw, rec)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        runner.tick(time.time())
+        if any(e["kind"] == "tool_client_back" for e in runner.events):
+            break
+        time.sleep(0.02)
+    time.sleep(0.3)
+    runner.tick(time.time())
+    runner.stop()
+    rec.finish()
+
+    def logged(worker: int) -> list[list[float]]:
+        """Every transaction end the stand-in logged for a worker, per run, in order of runs."""
+        files = sorted(raw.glob(f"client-{worker}.[0-9]*"), key=lambda p: p.stat().st_mtime)
+        return [[int(f[4]) + int(f[5]) / 1e6 for f in (line.split() for line in p.read_text().splitlines())]
+                for p in files]
+
+    first, *later = logged(1)
+    assert len(first) == 3 and later and later[-1]  # runs 2 and 3 logged nothing: no file left
+    assert len(later) == 1 and (raw / "client-1.runs").read_text() == "4"
+    gaps = [g for g in rec.gaps if g.worker == 1]
+    assert len(gaps) == 1
+    (gap,) = gaps
+    assert gap.last_ok_before == pytest.approx(first[-1], abs=1e-6)
+    assert gap.first_err_class == "connection_lost" and gap.errors == 3  # the abort and 2 failed starts
+    assert gap.first_ok_after == pytest.approx(later[-1][0], abs=1e-6)
+    assert not [g for g in rec.gaps if g.worker == 2]
+    kinds = [(e["kind"], e["worker"]) for e in runner.events]
+    assert kinds == [("tool_client_aborted", 1), ("tool_client_back", 1)]
+    back = runner.events[1]
+    assert back["failed_starts"] == 2 and back["runs"] == 4
+    assert back["down_s"] == pytest.approx(later[-1][0] - runner.events[0]["t"], abs=1e-6)
+    errors = [(e[1], e[3], e[4]) for e in rec.errors]
+    assert errors == [(1, INFO, "connection_lost"), (1, FAIL, "connect_refused"), (1, FAIL, "connect_refused")]
+    totals = rec.totals()
+    assert totals["ok"] == sum(len(r) for w in (1, 2) for r in logged(w))  # every logged line is one op
+    assert totals["fail"] == 2 and totals["info"] == 1
+
+
+def test_the_abort_is_never_booked_before_the_last_transaction_logged(tmp_path: Path) -> None:
+    """The kernel stamps a file's mtime from its coarse clock, up to a tick early: a client whose
+    last transaction ended 4 ms after its output file's mtime had its abort booked before that
+    transaction on the lab. The abort is booked at the later of the two."""
+    import subprocess
+
+    from chaoskit.workload.tool_group import _Client
+
+    group = ClientGroup("pgbench", workers=1, tool="pgbench", pgbench=pgbench.Settings())
+    rec = Recorder(time.time())
+    runner = PgbenchGroup(group, LoadSpec(workload="ledger", workers=1, groups=(group,)), "host=a", {}, tmp_path, rec)
+    t_last = 1_800_000_000.123456
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    (tmp_path / f"client-1.{proc.pid}").write_text("0 7 5000 0 1800000000 123456\n")
+    out = tmp_path / "client-1.out"
+    out.write_text("pgbench: error: client 0 aborted in command 4 (SQL) of script 0; perhaps the backend died\n")
+    os.utime(out, (t_last - 0.004, t_last - 0.004))
+    client = _Client(1, proc=proc, started=t_last - 5, log=tmp_path / f"client-1.{proc.pid}")
+    runner._ended(client, t_last + 1.0)
+    rec.finish()
+    (gap,) = rec.gaps
+    assert gap.last_ok_before == pytest.approx(t_last, abs=1e-6)
+    assert gap.first_err == pytest.approx(t_last, abs=1e-6) and gap.first_err_class == "connection_lost"
