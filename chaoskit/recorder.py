@@ -238,13 +238,7 @@ class Recorder:
                 us = us >> shift << shift
             lat = slot.lat
             lat[us] = lat.get(us, 0) + 1
-            gap = self._open_gap.pop(worker, None)
-            if gap is None and self.stall_s is not None and t_done - t_invoke > self.stall_s:
-                gap = Gap(worker, self._last_ok.get(worker), t_invoke + self.stall_s, STALL, errors=0)
-            if gap is not None:
-                gap.first_ok_after = t_done
-                self.gaps.append(gap)
-            self._last_ok[worker] = t_done
+            self._worker_ok(worker, t_invoke, t_done)
         else:
             counts[1 if outcome == FAIL else 2] += 1
             cls = error_class or ErrorClass.other.value
@@ -260,6 +254,29 @@ class Recorder:
                 self.errors_dropped += 1
         if ledger_seq is not None:
             self._ledger_put(worker, ledger_seq, t_done, outcome)
+
+    def _worker_ok(self, worker: int, t_invoke: float, t_done: float) -> None:
+        """An acknowledged op ends the worker's open gap (or, acknowledged after the stall bound,
+        is one)."""
+        gap = self._open_gap.pop(worker, None)
+        if gap is None and self.stall_s is not None and t_done - t_invoke > self.stall_s:
+            gap = Gap(worker, self._last_ok.get(worker), t_invoke + self.stall_s, STALL, errors=0)
+        if gap is not None:
+            gap.first_ok_after = t_done
+            self.gaps.append(gap)
+        self._last_ok[worker] = t_done
+
+    def record_rate(self, worker: int, kind: str, t_end: float, ok: int) -> None:
+        """`ok` ops a rate-only source (sysbench's interval report) says were acknowledged in the
+        interval ending at `t_end`: counted in the interval holding t_end, with no latency (none
+        is known per op), and as one acknowledgement of `worker` at t_end for its outage edges, so
+        a gap it closes is as late as the report, never earlier than the truth."""
+        if ok <= 0:
+            return
+        counts = self._slot(t_end).counts
+        counts[0] += ok
+        counts[3 if kind == "write" else 4] += ok
+        self._worker_ok(worker, t_end, t_end)
 
     def missed(self, t: float, count: int = 1) -> None:
         """Open-loop arrivals that never started (the backlog exceeded its bound)."""

@@ -20,12 +20,17 @@ from chaoskit.inventory.models import Cluster
 from chaoskit.playbook.models import Playbook
 from chaoskit.playbook.record import DrillInputs, DrillRecord
 from chaoskit.recorder import OK, Recorder, error_rate
+from chaoskit.tools import MEASURES
 from chaoskit.topology.probe import ProbeLog, writer_view
 
 MARKS = ("t_fault", "t_detect", "t_promoted", "t_first_ok", "t_recovered")
 # why an external tool's group has no RPO (results.groups.<name>.rpo_null_reason)
 TOOL_RPO_NULL = ("{tool} does not say which of its writes were acknowledged, so none can be looked up after the "
                  "run: this group's RPO is not measured (chaoskit's own clients' is)")
+TOOL_RTO_RESOLUTION = ("{tool} reports rates every {s:g} s, never single transactions: this group's outage edges "
+                       "are the reports that saw them, so its RTO is late by up to {s:g} s, never early, and its "
+                       "write gap is long by up to {d:g} s (its last write before the outage was up to {s:g} s "
+                       "later than the report that counted it)")
 RTO_FIGURES = ("rto_first_client_s", "rto_all_clients_s", "write_gap_s")  # a group's worst over its outages
 
 
@@ -206,15 +211,20 @@ def group_figures(groups: dict[str, dict[str, Any]], pb: Playbook, rec: Recorder
         outages = [f for f in per_fault if f["outage"]]
         applies = pb.slo.group in (None, name)
         rpo, tool = None, group.get("tool", "builtin")
-        if "rpo" in pb.checks and rows is not None and tool == "builtin":
+        if "rpo" in pb.checks and rows is not None and MEASURES[tool].rpo:
             rpo = rpo_check(rec, rows, t_fault, pb.slo.rpo_max_writes if applies else None, workers=workers,
                             nodes=nodes)
         out[name] = {
             "profile": group["profile"], "tool": tool, "workers": sorted(workers),
             **{key: _worst([f[key] for f in outages]) for key in RTO_FIGURES}, "rpo": rpo, "faults": per_fault}
-        if tool != "builtin":
+        if not MEASURES[tool].rpo:
             out[name]["rpo_null_reason"] = TOOL_RPO_NULL.format(tool=tool)
+        if tool != "builtin":
             out[name]["tool_restarts"] = tool_restarts(name, events)
+        if MEASURES[tool].rto_resolution_s:
+            out[name]["rto_resolution_s"] = MEASURES[tool].rto_resolution_s
+            out[name]["rto_resolution_note"] = TOOL_RTO_RESOLUTION.format(
+                tool=tool, s=MEASURES[tool].rto_resolution_s, d=2 * MEASURES[tool].rto_resolution_s)
     return out
 
 
@@ -288,7 +298,7 @@ def _slo(pb: Playbook, faults: list[dict[str, Any]], checks: dict[str, Any], rec
         if by_group is not None:
             out["rto_max"]["by_group"] = by_group
     if pb.slo.rpo_max_writes is not None:
-        judged = {n: g for n, g in scope.items() if g.get("tool", "builtin") == "builtin"}  # a tool's RPO is null
+        judged = {n: g for n, g in scope.items() if MEASURES[g.get("tool", "builtin")].rpo}  # a tool's may be null
         if judged and all(g.get("rpo") for g in judged.values()):
             by_lost = {n: g["rpo"]["lost_acknowledged"] for n, g in judged.items()}
             lost = max(by_lost.values())

@@ -115,6 +115,15 @@ class Driver(ABC):
         """A pool's validation query."""
         self.query(conn, "SELECT 1")
 
+    def writer_endpoint(self) -> tuple[str, int]:
+        """Where the writer is reached now (host, port), found the way the load finds it: what a
+        tool that takes one host is pointed at (sysbench spreads its threads over a list)."""
+        conn = self.connect_writer()
+        try:
+            return self._peer(conn)
+        finally:
+            self.close_quietly(conn)
+
     def member_endpoint(self, member: Member) -> tuple[str, int]:
         return self.inventory.member_address(member), member.db_port or self.cluster.port
 

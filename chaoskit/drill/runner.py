@@ -31,6 +31,7 @@ from chaoskit.playbook.preflight import run_preflight
 from chaoskit.playbook.record import DrillInputs, DrillRecord, DrillResult, EvidenceSink
 from chaoskit.recorder import Recorder, error_rate
 from chaoskit.timesource import SYSTEM_CLOCK, Clock, Held
+from chaoskit.tools import MEASURES
 from chaoskit.topology.probe import RoleProbe
 from chaoskit.workload.runner import LoadRunner
 
@@ -199,6 +200,7 @@ class Drill:
         spec = self.pb.load.to_spec()
         self.record.run_id = spec.run_id
         self.record.groups = {g.name: {"profile": g.profile, "tool": g.tool, "workers": list(g.worker_ids),
+                                       "rto_resolution_s": MEASURES[g.tool].rto_resolution_s,
                                        "statement_timeout": g.statement_timeout, "validation": g.validate,
                                        "route": g.route or self.pb.cluster} for g in spec.client_groups()}
         cluster, driver = self.load_route

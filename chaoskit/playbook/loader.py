@@ -15,7 +15,8 @@ from chaoskit.inventory.models import Inventory
 from chaoskit.playbook.models import Playbook
 from chaoskit.yamlsrc import load_yaml, raise_validation
 
-TOOL_ENGINES = {"pgbench": ("postgres",)}  # the database engines each load tool speaks
+# the database engines each load tool speaks
+TOOL_ENGINES = {"pgbench": ("postgres",), "sysbench": ("postgres", "mysql")}
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pydantic import Field, StringConstraints, ValidationInfo, field_validator, 
 from chaoskit.faults.spec import CLIENT, FaultBase, FaultSpec, Seconds
 from chaoskit.faults.ttl import drill_fault_ttl
 from chaoskit.models import Frozen
-from chaoskit.tools import pgbench
+from chaoskit.tools import MEASURES, pgbench, sysbench
 from chaoskit.units import parse_duration
 from chaoskit.validation import FreeText, Name, SafePath
 from chaoskit.workload import spec
@@ -71,7 +71,21 @@ class PgbenchConfig(Frozen):
         return pgbench.Settings(self.script, self.file, self.scale, bool(self.init), writes)
 
 
-TOOLS = ("builtin", "pgbench")  # who makes a group's load: chaoskit's own clients, or an external tool
+class SysbenchConfig(Frozen):
+    """What a `tool: sysbench` group runs: one of sysbench's oltp_* tests on `tables` tables of
+    `table_size` rows, made first (`cleanup`, then `prepare`: sysbench's old tables are dropped)
+    unless `prepare: false`."""
+
+    test: Literal[sysbench.TESTS] = "oltp_read_write"  # type: ignore[valid-type]
+    tables: int = Field(4, ge=1, le=1000)
+    table_size: int = Field(10_000, ge=1, le=100_000_000)
+    prepare: bool = True
+
+    def settings(self) -> sysbench.Settings:
+        return sysbench.Settings(self.test, self.tables, self.table_size, self.prepare)
+
+
+TOOLS = ("builtin", "pgbench", "sysbench")  # who makes a group's load: chaoskit's own clients, or a tool
 
 
 class GroupConfig(Frozen):
@@ -82,6 +96,7 @@ class GroupConfig(Frozen):
     name: Name | None = None  # default: the profile's name (a tool group's: the tool's)
     tool: Literal[TOOLS] = "builtin"  # type: ignore[valid-type]
     pgbench: PgbenchConfig | None = None
+    sysbench: SysbenchConfig | None = None
     profile: Literal["deadline", "pool", "per-op"] = "deadline"
     workers: int = Field(spec.DRILL.workers, ge=1, le=2048)
     statement_timeout: Seconds | None = None  # pool / per-op: the server-side timeout, if the application sets one
@@ -97,10 +112,14 @@ class GroupConfig(Frozen):
 
     @model_validator(mode="after")
     def _fits_tool(self) -> GroupConfig:
-        if self.pgbench is not None and self.tool != "pgbench":
-            raise ValueError("pgbench: {...} is for a group with tool: pgbench")
-        if self.tool == "pgbench" and self.pgbench is None:
-            object.__setattr__(self, "pgbench", PgbenchConfig())
+        for tool, default in (("pgbench", PgbenchConfig), ("sysbench", SysbenchConfig)):
+            if getattr(self, tool) is not None and self.tool != tool:
+                raise ValueError(f"{tool}: {{...}} is for a group with tool: {tool}")
+            if self.tool == tool and getattr(self, tool) is None:
+                object.__setattr__(self, tool, default())
+        if not MEASURES[self.tool].profiles and (self.profile != "deadline" or self.statement_timeout is not None):
+            raise ValueError(f"{self.tool} keeps its connections its own way: profile and statement_timeout do not "
+                             "apply")
         if self.tool != "builtin" and self.validation:
             raise ValueError(f"{self.tool} has no check on checkout: validation is for chaoskit's own pool clients")
         return self
@@ -179,7 +198,8 @@ class LoadConfig(Frozen):
         first = 1
         for g in self.groups or ():
             groups.append(spec.ClientGroup(g.group_name, g.profile, g.workers, g.statement_timeout, g.validation,
-                                           first, g.route, g.tool, g.pgbench.settings() if g.pgbench else None))
+                                           first, g.route, g.tool, g.pgbench.settings() if g.pgbench else None,
+                                           g.sysbench.settings() if g.sysbench else None))
             first += g.workers
         return spec.LoadSpec(workload=self.workload, workers=self.workers, rate=self.rate, processes=self.processes,
                              op_timeout=self.op_timeout, connect_timeout=self.connect_timeout,

@@ -57,7 +57,9 @@ def group_line(name: str, g: dict[str, Any]) -> str:
                  f"{seconds(restarts['longest_down_s'])})")
     if g.get("faults") and not any(f.get("outage") for f in g["faults"]):  # its figures are 0.0 by definition
         return head + "no write outage" + lost
-    return head + f"{rto_words(g)}, {label('write_gap_s')} {shown('write_gap_s', g.get('write_gap_s'))}{lost}"
+    resolution = g.get("rto_resolution_s")
+    late = f" (up to {resolution:g} s late: {g.get('tool')} reports rates, not transactions)" if resolution else ""
+    return head + f"{rto_words(g)}{late}, {label('write_gap_s')} {shown('write_gap_s', g.get('write_gap_s'))}{lost}"
 
 
 def catchup_line(c: dict[str, Any]) -> str:

@@ -157,6 +157,11 @@ def fault_name(f: dict[str, Any]) -> str:
 
 
 def group_maker(g: dict[str, Any]) -> str:
-    """Who made a group's load: its profile, or the external tool and the profile its connections had."""
+    """Who made a group's load: its profile, or the external tool (and the profile its connections
+    had, where chaoskit's profiles shape them)."""
+    from chaoskit.tools import MEASURES
+
     tool = g.get("tool") or "builtin"
-    return str(g.get("profile")) if tool == "builtin" else f"{tool}, {g.get('profile')} connections"
+    if tool == "builtin":
+        return str(g.get("profile"))
+    return f"{tool}, {g.get('profile')} connections" if MEASURES[tool].profiles else tool

@@ -10,12 +10,21 @@ Each report line (one line in the output):
 sysbench 1.0.20 does not ride through a lost connection: with MySQL it stops at the first one
 ("FATAL: ... error 2013"), and with `--mysql-ignore-errors` or with PostgreSQL it crashed
 (SIGSEGV) on this machine. The fixtures (tests/fixtures/tools/sysbench-1.0.20-*) show each.
+
+A drill runs one sysbench for a group's threads against the writer found at each start
+(`run_argv`): sysbench takes a host list but spreads its threads over it, so it is given the
+one host the load's own writer search found, and started again (at the writer found then) when
+it ends. Passwords go in the environment (MYSQL_PWD, PGPASSWORD), never on a command line: its
+config file cannot hold a space or a comma (a comma makes a list).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import NamedTuple
+
+from chaoskit.db.base import ErrorClass
 
 _REPORT = re.compile(
     r"^\[ *(?P<t>\d+(?:\.\d+)?)s \] thds: (?P<thds>\d+) tps: (?P<tps>[\d.]+) qps: (?P<qps>[\d.]+) "
@@ -56,3 +65,108 @@ def parse(stdout: str) -> Report:
         elif line.startswith("FATAL: "):
             fatal.append(line[len("FATAL: "):])
     return Report(intervals, fatal)
+
+
+# the oltp_* tests Debian's sysbench ships (/usr/share/sysbench), and those that only read
+TESTS = ("oltp_read_write", "oltp_read_only", "oltp_write_only", "oltp_point_select", "oltp_insert",
+         "oltp_update_index", "oltp_update_non_index", "oltp_delete")
+READ_ONLY = ("oltp_read_only", "oltp_point_select")
+DRIVERS = {"mysql": "mysql", "postgres": "pgsql"}  # chaoskit's engine -> sysbench's --db-driver
+PASSWORD_ENV = {"mysql": "MYSQL_PWD", "pgsql": "PGPASSWORD"}
+FOREVER_S = 86_400  # --time for a drill's sysbench: it is ended at the load's stop
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A drill's sysbench group: an oltp_* test, its tables (made first with `prepare` when
+    `prepare`, after `cleanup` drops sysbench's old ones)."""
+
+    test: str = "oltp_read_write"
+    tables: int = 4
+    table_size: int = 10_000
+    prepare: bool = True
+
+    @property
+    def writes(self) -> bool:
+        return self.test not in READ_ONLY
+
+
+def _common(settings: Settings, driver: str, host: str, port: int, user: str | None, db: str) -> list[str]:
+    if settings.test not in TESTS:
+        raise ValueError(f"unknown sysbench test {settings.test!r}")
+    if driver not in PASSWORD_ENV:
+        raise ValueError(f"unknown sysbench driver {driver!r}")
+    for name, value in (("host", host), ("user", user or ""), ("db", db)):
+        if any(c in value for c in ", \t\n\r") or value.startswith("-"):
+            raise ValueError(f"sysbench cannot take {name} {value[:60]!r} (a comma makes a list)")
+    argv = [settings.test, f"--db-driver={driver}", f"--{driver}-host={host}", f"--{driver}-port={int(port)}",
+            f"--{driver}-db={db}", f"--tables={int(settings.tables)}", f"--table-size={int(settings.table_size)}"]
+    if user:
+        argv.append(f"--{driver}-user={user}")
+    return argv
+
+
+def run_argv(settings: Settings, driver: str, host: str, port: int, user: str | None, db: str, threads: int,
+             rate: float | None = None, duration_s: int = FOREVER_S) -> list[str]:
+    """One run of the group's threads, reporting every second; `--rate` for an open loop."""
+    argv = ["sysbench", *_common(settings, driver, host, port, user, db), f"--threads={int(threads)}",
+            f"--time={int(duration_s)}", "--report-interval=1"]
+    if rate is not None:
+        argv.append(f"--rate={max(1, round(rate))}")
+    return [*argv, "run"]
+
+
+def prepare_argvs(settings: Settings, driver: str, host: str, port: int, user: str | None, db: str
+                  ) -> list[list[str]]:
+    """sysbench's old tables dropped, then made and filled again."""
+    common = _common(settings, driver, host, port, user, db)
+    return [["sysbench", *common, "cleanup"], ["sysbench", *common, "prepare"]]
+
+
+class Ending(NamedTuple):
+    """How a sysbench run ended: `started` when its threads had started (a lost connection, or a
+    crash), else it never connected; its FATAL words, the class of what happened, and the
+    statement each thread that said so failed in (`BEGIN`, a query, `COMMIT`), in order."""
+
+    started: bool
+    message: str
+    error_class: ErrorClass
+    failed_in: tuple[str, ...] = ()
+
+
+_FAILED_IN = re.compile(r"returned error \d+ \(.*\) for query '(.*)'$")
+
+
+def may_have_committed(statement: str) -> bool:
+    """A thread that lost its connection in its COMMIT may have committed; in any earlier
+    statement of the transaction it did not."""
+    return statement.strip().upper().startswith("COMMIT")
+
+
+_REFUSED_CONNECT = ("unable to connect", "can't connect", "connection refused", "could not connect",
+                    "connection to server")
+
+
+def ending(output: str, returncode: int) -> Ending | None:
+    """None when it ended on its own (its time elapsed, or the load's stop ended it)."""
+    report = parse(output)
+    failed_in = tuple(m.group(1) for f in report.fatal if (m := _FAILED_IN.search(f)))
+    started = "Threads started!" in output and not any("thread initialization failed" in f.lower()
+                                                       for f in report.fatal)
+    said = "; ".join(report.fatal)[:300]
+    text = said.lower()
+    if returncode in (-11, 139):
+        return Ending(started, said or "sysbench crashed (SIGSEGV) after its connection was lost",
+                      ErrorClass.connection_lost, failed_in)
+    if not report.fatal and returncode == 0:
+        return None
+    if not started:
+        if "read-only" in text or "read only" in text or "1290" in text:
+            return Ending(False, said, ErrorClass.read_only)
+        if "timeout" in text or "timed out" in text:
+            return Ending(False, said, ErrorClass.timeout)
+        return Ending(False, said or f"sysbench exited {returncode} before its threads started",
+                      ErrorClass.connect_refused)
+    if "read-only" in text or "read only" in text or "1290" in text or "1836" in text:
+        return Ending(True, said, ErrorClass.read_only, failed_in)
+    return Ending(True, said or f"sysbench exited {returncode}", ErrorClass.connection_lost, failed_in)

@@ -14,6 +14,9 @@ Inside a process, two executors (`LoadSpec.engine`):
 - `threads` (DM, whose driver blocks; the other client profiles, whose connection handling is
   the point; TLS MySQL connections): one thread per worker, with a watchdog.
 
+A client group whose load a tool makes (`tool: pgbench | sysbench`) runs in a process of its own
+(`chaoskit.workload.tool_group`) that speaks the same protocol: ready, batches, final.
+
 Never hiding an outage (both executors):
 - every error is recorded with its class and the worker reconnects with capped backoff
   (50 ms doubling to 250 ms, with jitter): it never dies;
@@ -47,7 +50,7 @@ from chaoskit.lifeline import die_with_parent
 from chaoskit.recorder import FAIL, OK, Recorder
 from chaoskit.workload.outcomes import DROP_CONNECTION, client_deadline, connect_error_class, first_line, outcome_for
 from chaoskit.workload.spec import ClientGroup, LoadSpec
-from chaoskit.workload.tool_group import init_tables, tool_conninfo, tool_main
+from chaoskit.workload.tool_group import prepare_tool, tool_main
 from chaoskit.workload.workloads import OpContext, make_workload
 
 __all__ = ["LoadRunner", "LoadSpec", "outcome_for"]
@@ -311,8 +314,7 @@ class LoadRunner:
             Driver.close_quietly(conn)
         for group in self.tool_groups(self.spec):
             assert self.tool_dir is not None
-            conninfo, env = tool_conninfo(self._route(group), self.inventory, self.spec, group)
-            init_tables(group, conninfo, env, self.tool_dir / group.name)
+            prepare_tool(group, self._route(group), self.inventory, self.spec, self.tool_dir / group.name)
 
     def shares(self) -> list[tuple[ClientGroup, list[int]]]:
         """(group, worker ids) per worker process: a deadline group as its engine spreads it (the

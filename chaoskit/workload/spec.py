@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 
 from chaoskit.db.base import ClientProfile
 from chaoskit.tools.pgbench import Settings as PgbenchSettings
+from chaoskit.tools.sysbench import Settings as SysbenchSettings
 from chaoskit.workload.workloads import WorkloadParams
 
 LOOP_WORKERS = 64
@@ -59,6 +60,7 @@ class ClientGroup:
     route: str | None = None  # the inventory cluster it connects through (default: the load's)
     tool: str = "builtin"  # who makes the load: chaoskit's own clients, or an external tool (pgbench)
     pgbench: PgbenchSettings | None = None
+    sysbench: SysbenchSettings | None = None
 
     @property
     def worker_ids(self) -> range:

@@ -95,6 +95,48 @@ def test_a_lagging_replica_turns_into_rto_not_loss(mha: Inventory, tmp_path: Pat
     check_rows(mha, ev, kill["new_primary"])
 
 
+def test_sysbench_beside_chaoskits_clients_through_one_failover(mha: Inventory, tmp_path: Path) -> None:
+    """sysbench as a client group: it ends at the lost connection, is started again at the writer
+    the load's own search finds, and its figures rest on its per-second reports, each stamped when
+    it was read (tools/sysbench/reports.tsv): its RTO is recounted here from that file, and every
+    transaction the timeline counts is either an acknowledged ledger write or one sysbench reported."""
+    import csv
+    import re
+
+    from chaoskit.workload.outcomes import client_deadline
+    from chaoskit.workload.spec import DRILL, LoadSpec
+
+    res, ev, run_dir = run(shortened("playbooks/mha-kill-primary-sysbench.yaml", tmp_path, ["8s", "30s"], "38s"),
+                           tmp_path)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    (f,) = ev["results"]["faults"]
+    assert f["outcome"] == "failover"
+    sb, own = ev["results"]["groups"]["sysbench"], ev["results"]["groups"]["endpoints"]
+    assert sb["tool"] == "sysbench" and sb["rpo"] is None and sb["rto_resolution_s"] == 1.0
+    assert sb["tool_restarts"]["aborted"] == sb["tool_restarts"]["back"] == 1
+    (aborted,) = [e for e in map(json.loads, (run_dir / "events.jsonl").read_text().splitlines())
+                  if e["kind"] == "tool_client_aborted"]
+    rows = (run_dir / "tools" / "sysbench" / "reports.tsv").read_text().splitlines()
+    reports = [(float(t), int(run_no), line) for t, run_no, line in (row.split("\t", 2) for row in rows)]
+    tps = re.compile(r"\[ *([\d.]+)s \] thds: \d+ tps: ([\d.]+) ")
+    first_back = min(t for t, _, line in reports if t > aborted["t"] and float(tps.search(line).group(2)) > 0)
+    assert sb["rto_first_client_s"] == pytest.approx(first_back - f["t_fault"], abs=1e-5)
+    # every op the timeline counts: the ledger's acknowledged writes and sysbench's reported transactions
+    counted, last = 0, {}
+    for _, run_no, line in reports:
+        t_s, rate = (float(x) for x in tps.search(line).groups())
+        counted += round(rate * (t_s - last.get(run_no, 0.0)))
+        last[run_no] = t_s
+    timeline = sum(int(r["ok"]) for r in csv.DictReader((run_dir / "timeline.csv").open()))
+    assert timeline == ev["results"]["rpo"]["acknowledged"] + counted
+    # one failover, two kinds of client: within a report interval, a restart, a connection
+    # attempt and an op deadline of each other
+    spec = LoadSpec(workload="ledger", workers=1)
+    bound = 1.0 + 1.5 * spec.backoff_max + spec.backoff_max + 0.02 + 2.0 + client_deadline(DRILL.op_timeout_s)
+    assert abs(sb["rto_first_client_s"] - own["rto_first_client_s"]) <= bound
+    check_rows(mha, ev, f["new_primary"])
+
+
 def test_partition_is_split_brain_for_endpoint_clients_only(mha: Inventory, tmp_path: Path) -> None:
     """MHA fences nothing: the isolated primary keeps taking the endpoint-list clients' writes, lost
     when the partition heals; HAProxy (on the manager's host) stops sending it anything."""

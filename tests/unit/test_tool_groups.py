@@ -18,8 +18,8 @@ from chaoskit.inventory.loader import load_inventory
 from chaoskit.playbook.loader import load_playbook
 from chaoskit.recorder import FAIL, INFO, Recorder
 from chaoskit.tools import pgbench
+from chaoskit.workload.pgbench_group import PgbenchGroup
 from chaoskit.workload.spec import ClientGroup, LoadSpec
-from chaoskit.workload.tool_group import PgbenchGroup
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "tools"
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,6 +142,10 @@ def test_a_users_script_is_found_beside_the_playbook_and_not_initialised(tmp_pat
      "group 'pgbench' runs pgbench"),
     ("- {tool: pgbench, pgbench: {script: tpcb-like, file: x.sql}}", "", "pgbench", "not both"),
     ("- {tool: jmeter}", "", "tool", "builtin"),
+    ("- {tool: sysbench, profile: pool}", "", "groups", "sysbench keeps its connections its own way"),
+    ("- {tool: pgbench, sysbench: {tables: 2}}", "", "groups", "sysbench: {...} is for a group with tool: sysbench"),
+    ("- {tool: sysbench, sysbench: {test: oltp_drop}}", "", "test", "oltp_read_write"),
+    ("- {tool: sysbench}", "slo: {rpo_max_writes: 0}\n", "slo", "runs sysbench"),
 ])
 def test_what_a_tool_group_cannot_do_is_refused_with_its_field(tmp_path: Path, groups: str, extra: str, field: str,
                                                                words: str) -> None:
@@ -269,7 +273,7 @@ def test_the_abort_is_never_booked_before_the_last_transaction_logged(tmp_path: 
     transaction on the lab. The abort is booked at the later of the two."""
     import subprocess
 
-    from chaoskit.workload.tool_group import _Client
+    from chaoskit.workload.pgbench_group import _Client
 
     group = ClientGroup("pgbench", workers=1, tool="pgbench", pgbench=pgbench.Settings())
     rec = Recorder(time.time())
@@ -287,3 +291,169 @@ def test_the_abort_is_never_booked_before_the_last_transaction_logged(tmp_path: 
     (gap,) = rec.gaps
     assert gap.last_ok_before == pytest.approx(t_last, abs=1e-6)
     assert gap.first_err == pytest.approx(t_last, abs=1e-6) and gap.first_err_class == "connection_lost"
+
+
+# -- sysbench ---------------------------------------------------------------------------------
+def sysbench_output(name: str) -> str:
+    d = FIX / name
+    return (d / "stdout").read_text() + (d / "stderr").read_text()
+
+
+def test_sysbench_ending_at_a_lost_connection_names_where_each_thread_was() -> None:
+    from chaoskit.tools import sysbench
+
+    end = sysbench.ending(sysbench_output("sysbench-1.0.20-mysql-server-killed"), 1)
+    assert end is not None and end.started and end.error_class == "connection_lost"
+    # its four threads, in the order they said so (stdout of the fixture)
+    assert end.failed_in == ("UPDATE sbtest1 SET k=k+1 WHERE id=?", "BEGIN",
+                             "SELECT DISTINCT c FROM sbtest2 WHERE id BETWEEN ? AND ? ORDER BY c",
+                             "SELECT c FROM sbtest1 WHERE id=?")
+    assert not any(sysbench.may_have_committed(q) for q in end.failed_in)
+    assert sysbench.may_have_committed("COMMIT") and not sysbench.may_have_committed("BEGIN")
+
+
+@pytest.mark.parametrize("name", ["sysbench-1.0.20-pgsql-server-stopped", "sysbench-1.0.20-mysql-ignore-errors"])
+def test_sysbench_crashing_after_the_lost_connection_ended_a_started_run(name: str) -> None:
+    from chaoskit.tools import sysbench
+
+    end = sysbench.ending(sysbench_output(name), -11)
+    assert end is not None and end.started and end.error_class == "connection_lost" and "SIGSEGV" in end.message
+
+
+def test_sysbench_that_never_connected_is_a_failed_start() -> None:
+    from chaoskit.tools import sysbench
+
+    said = ("Initializing worker threads...\n\nFATAL: unable to connect to MySQL server on host '127.0.0.1', port "
+            "53306, aborting...\nFATAL: error 2002: Can't connect to server on '127.0.0.1' (115)\n"
+            "FATAL: `thread_init' function failed: /usr/share/sysbench/oltp_common.lua:349: connection creation "
+            "failed\nFATAL: Thread initialization failed!\n")
+    end = sysbench.ending(said, 1)
+    assert end is not None and not end.started and end.error_class == "connect_refused"
+    assert sysbench.ending("Threads started!\n[ 1s ] thds: 1 tps: 1.00 qps: 1.00 (r/w/o: 1.00/0.00/0.00) lat "
+                           "(ms,95%): 1.00 err/s: 0.00 reconn/s: 0.00\n", 0) is None
+
+
+def test_sysbench_command_lines_carry_no_password_and_no_list() -> None:
+    from chaoskit.tools import sysbench
+
+    s = sysbench.Settings("oltp_read_write", 2, 1000, True)
+    argv = sysbench.run_argv(s, "mysql", "10.0.0.1", 3306, "app", "shop", 4, rate=10.4)
+    assert argv[:3] == ["sysbench", "oltp_read_write", "--db-driver=mysql"] and argv[-1] == "run"
+    assert "--mysql-host=10.0.0.1" in argv and "--threads=4" in argv and "--rate=10" in argv
+    assert not any("password" in a for a in argv)
+    assert [a[-1] for a in sysbench.prepare_argvs(s, "pgsql", "h", 5432, None, "db")] == ["cleanup", "prepare"]
+    with pytest.raises(ValueError, match="a comma makes a list"):
+        sysbench.run_argv(s, "mysql", "10.0.0.1,10.0.0.2", 3306, "app", "shop", 4)
+    with pytest.raises(ValueError):
+        sysbench.run_argv(sysbench.Settings("drop_all"), "mysql", "h", 1, None, "d", 1)
+
+
+def test_a_rate_report_closes_a_gap_at_the_instant_it_was_read() -> None:
+    rec = Recorder(0.0)
+    rec.record(7, "write", 10.0, 10.5, INFO, "connection_lost", "lost")
+    rec.record_rate(7, "write", 12.25, 300)
+    rec.record_rate(7, "write", 13.25, 0)  # nothing done: no acknowledgement
+    rec.finish()
+    (gap,) = rec.gaps
+    assert (gap.first_err, gap.first_ok_after, gap.errors) == (10.5, 12.25, 1)
+    totals = rec.totals()
+    assert (totals["ok"], totals["write_ok"], totals["info"]) == (300, 300, 1)
+    assert rec.latency_hist().get_total_count() == 0  # no latency is known for rate-only ops
+
+
+FAKE_SYSBENCH = r'''#!/usr/bin/env python3
+"""Stands in for sysbench 1.0.20: run 1 reports three seconds and loses its connection, the next
+reports until SIGTERM."""
+import os, signal, sys, time
+runs = os.path.join(os.getcwd(), "runs")
+n = (int(open(runs).read()) if os.path.exists(runs) else 0) + 1
+open(runs, "w").write(str(n))
+def say(text):
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+say("Threads started!")
+def report(i):
+    time.sleep(0.1)
+    say(f"[ {i}s ] thds: 3 tps: 100.00 qps: 1.00 (r/w/o: 1.00/1.00/1.00) lat (ms,95%): 1.00 err/s: 0.00 "
+        "reconn/s: 0.00")
+if n == 1:
+    for i in (1, 2, 3):
+        report(i)
+    say("FATAL: mysql_stmt_execute() returned error 2013 (Lost connection to server during query) for query 'COMMIT'")
+    say("FATAL: `thread_run' function failed: x.lua:1: SQL error")
+    say("FATAL: mysql_stmt_execute() returned error 2013 (Lost connection to server during query) for query 'BEGIN'")
+    sys.exit(1)
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
+i = 1
+while True:
+    report(i)
+    i += 1
+'''
+
+
+class _Writers:
+    """The writer search a sysbench group asks before each start: answers in turn."""
+
+    family = "mysql"
+
+    def __init__(self, answers: list) -> None:
+        from types import SimpleNamespace
+
+        self.answers = answers
+        self.cluster = SimpleNamespace(user="app", database="shop")
+
+    def password(self) -> str:
+        return "s3cret"
+
+    def writer_endpoint(self) -> tuple[str, int]:
+        got = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+    def classify(self, exc: BaseException) -> str:
+        from chaoskit.db.base import ErrorClass
+
+        return ErrorClass.read_only
+
+
+def test_sysbench_is_started_again_at_the_writer_found_then(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from chaoskit.tools import sysbench
+    from chaoskit.workload.sysbench_group import SysbenchGroup
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "sysbench"
+    fake.write_text(FAKE_SYSBENCH)
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    group = ClientGroup("sb", workers=3, first_worker=5, tool="sysbench", sysbench=sysbench.Settings())
+    spec = LoadSpec(workload="ledger", workers=3, groups=(group,))
+    rec = Recorder(time.time())
+    writers = _Writers([("10.0.0.1", 3306), OSError("10.0.0.2:3306 is read-only"), ("10.0.0.2", 3306)])
+    runner = SysbenchGroup(group, spec, writers, tmp_path, rec)  # type: ignore[arg-type]
+    deadline = time.time() + 30
+    while time.time() < deadline and not any(e["kind"] == "tool_client_back" for e in runner.events):
+        runner.tick(time.time())
+        time.sleep(0.02)
+    runner.stop()
+    rec.finish()
+    reads = [(float(t), int(n), line) for t, n, line in
+             (row.split("\t", 2) for row in (tmp_path / "reports.tsv").read_text().splitlines())]
+    first_run = [t for t, n, _ in reads if n == 1]
+    later = [t for t, n, _ in reads if n > 1]
+    assert len(first_run) == 3 and later
+    (gap,) = rec.gaps
+    assert gap.worker == 5 and gap.last_ok_before == pytest.approx(first_run[-1], abs=1e-6)
+    assert gap.first_ok_after == pytest.approx(later[0], abs=1e-6)
+    outcomes = [(e[1], e[3], e[4]) for e in rec.errors]
+    # the thread in its COMMIT may have committed, the one in BEGIN did not, the silent one is unknown;
+    # then the start that found only a read-only member
+    assert outcomes == [(5, INFO, "connection_lost"), (5, FAIL, "connection_lost"), (5, INFO, "connection_lost"),
+                        (5, FAIL, "read_only")]
+    assert rec.totals()["ok"] == 100 + 100 + 100 + sum(100 for _ in later)  # 100 x each report's one second
+    said = (tmp_path / "sysbench.out").read_text()
+    assert "== run 1 started" in said and "against 10.0.0.1:3306" in said
+    assert "== run 2 not started" in said and "== run 3 started" in said and "against 10.0.0.2:3306" in said
+    assert [e["kind"] for e in runner.events] == ["tool_client_aborted", "tool_client_back"]
+    assert runner.events[1]["failed_starts"] == 1
