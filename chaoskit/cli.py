@@ -466,6 +466,13 @@ def validate(playbook: Annotated[Path, typer.Argument(help="Playbook YAML.")], i
         out.print(f"note: the start/stop commands of {', '.join(commands)} are shell commands from {inventory}, run "
                   "as root on their hosts as written (code by design: trust the inventory like a script)",
                   highlight=False)
+    from chaoskit.workload.tool_group import describe_tool
+
+    for group in pb.load.to_spec().client_groups():
+        if group.tool != "builtin":
+            out.print(f"load group {group.name} runs {group.tool} on this machine:", highlight=False)
+            for line in describe_tool(group, inv.clusters[group.route or pb.cluster]):
+                out.print(f"  {line}", highlight=False, soft_wrap=True)
 
 
 @app.command("run")

@@ -22,16 +22,15 @@ import os
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from chaoskit.db.registry import driver_for
 from chaoskit.inventory.models import Cluster, Inventory
 from chaoskit.recorder import OK, Recorder
 from chaoskit.tools import pgbench
 from chaoskit.workload.spec import ClientGroup, LoadSpec
-from chaoskit.workload.tool_group import POLL_S, STOP_GRACE_S, with_parent_death
+from chaoskit.workload.tool_group import POLL_S, STOP_GRACE_S, ToolGroupBase, with_parent_death
 
 
 @dataclass
@@ -56,19 +55,12 @@ class _Client:
     runs: int = 0
 
 
-@dataclass
-class PgbenchGroup:
+@dataclass(kw_only=True)
+class PgbenchGroup(ToolGroupBase):
     """The clients of one pgbench group, started, read and restarted; `tick` does one pass."""
 
-    group: ClientGroup
-    spec: LoadSpec
     conninfo: str
     env: dict[str, str]
-    raw: Path
-    recorder: Recorder
-    events: list[dict[str, Any]] = field(default_factory=list)
-    rate_share: float | None = None
-    stopping: bool = False
 
     def __post_init__(self) -> None:
         self.settings = self.group.pgbench or pgbench.Settings()
@@ -151,9 +143,8 @@ class PgbenchGroup:
         if end.started:
             client.down_since = t_end
             client.backoff = self.spec.backoff_min
-            self.events.append({"kind": "tool_client_aborted", "t": t_end, "group": self.group.name,
-                                "tool": "pgbench", "worker": client.worker, "exit": proc.returncode,
-                                "transactions": client.logged, "why": end.message})
+            self.event("tool_client_aborted", t_end, client.worker, exit=proc.returncode,
+                       transactions=client.logged, why=end.message)
         else:
             client.failed_starts += 1
             client.down_since = client.down_since or client.started
@@ -163,10 +154,8 @@ class PgbenchGroup:
     def _back(self, client: _Client) -> None:
         """The first transaction of a restarted client: the restart is said once, with its cost."""
         if client.down_since is not None and client.logged and client.first_end is not None:
-            self.events.append({"kind": "tool_client_back", "t": client.first_end, "group": self.group.name,
-                                "tool": "pgbench", "worker": client.worker, "runs": client.runs,
-                                "failed_starts": client.failed_starts,
-                                "down_s": round(client.first_end - client.down_since, 6)})
+            self.event("tool_client_back", client.first_end, client.worker, runs=client.runs,
+                       failed_starts=client.failed_starts, down_s=round(client.first_end - client.down_since, 6))
             client.down_since, client.failed_starts = None, 0
 
     def tick(self, now: float) -> None:
@@ -199,9 +188,8 @@ class PgbenchGroup:
                 elif now > deadline:
                     client.proc.kill()
                     client.proc.wait()
-                    self.events.append({"kind": "tool_client_killed", "t": now, "group": self.group.name,
-                                        "tool": "pgbench", "worker": client.worker,
-                                        "why": f"still running {STOP_GRACE_S:g}s after SIGALRM at the load's stop"})
+                    self.event("tool_client_killed", now, client.worker,
+                               why=f"still running {STOP_GRACE_S:g}s after SIGALRM at the load's stop")
                     self._ended(client, now)
             time.sleep(POLL_S)
 
@@ -238,4 +226,19 @@ def prepare(group: ClientGroup, cluster: Cluster, inventory: Inventory, spec: Lo
 def runner(group: ClientGroup, cluster: Cluster, inventory: Inventory, spec: LoadSpec, raw: Path,
            recorder: Recorder, rate_share: float | None) -> PgbenchGroup:
     conninfo, env = tool_conninfo(cluster, inventory, spec, group)
-    return PgbenchGroup(group, spec, conninfo, env, raw, recorder, rate_share=rate_share)
+    return PgbenchGroup(group, spec, raw, recorder, rate_share, conninfo=conninfo, env=env)
+
+
+def describe(group: ClientGroup, route: Cluster) -> list[str]:
+    """What the group runs on the control node, as `chaoskit validate` shows it (nothing is reached)."""
+    s = group.pgbench or pgbench.Settings()
+    conninfo = (f"<writer of cluster {route.name}: its endpoints, read-write, the profile's timeouts; password in "
+                "PGPASSWORD>")
+    out = []
+    if s.init:
+        out.append(" ".join(pgbench.init_argv(conninfo, s.scale)))
+    out.append(" ".join(pgbench.client_argv(conninfo, f"tools/{group.name}/client-<worker>", script=s.script,
+                                            script_file=s.script_file,
+                                            connect_per_transaction=group.profile == "per-op"))
+               + f"   (x{group.workers}, one per client, started again when it ends)")
+    return out

@@ -26,9 +26,8 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from chaoskit.db.base import Driver
 from chaoskit.db.registry import driver_for
@@ -37,7 +36,7 @@ from chaoskit.recorder import FAIL, INFO, Recorder
 from chaoskit.tools import MEASURES, sysbench
 from chaoskit.workload.outcomes import connect_error_class
 from chaoskit.workload.spec import ClientGroup, LoadSpec
-from chaoskit.workload.tool_group import STOP_GRACE_S, with_parent_death
+from chaoskit.workload.tool_group import STOP_GRACE_S, ToolGroupBase, with_parent_death
 
 RTO_RESOLUTION_S = MEASURES["sysbench"].rto_resolution_s  # its --report-interval
 
@@ -55,16 +54,11 @@ def _connection(driver: Driver) -> tuple[str, str | None, str, dict[str, str]]:
     return name, driver.cluster.user, driver.cluster.database, env
 
 
-@dataclass
-class SysbenchGroup:
-    group: ClientGroup
-    spec: LoadSpec
+@dataclass(kw_only=True)
+class SysbenchGroup(ToolGroupBase):
+    """The group's one sysbench, started against the writer found then, read and restarted."""
+
     driver: Driver
-    raw: Path
-    recorder: Recorder
-    events: list[dict[str, Any]] = field(default_factory=list)
-    rate_share: float | None = None
-    stopping: bool = False
 
     def __post_init__(self) -> None:
         self.settings = self.group.sysbench or sysbench.Settings()
@@ -155,10 +149,8 @@ class SysbenchGroup:
         if self.back_at is None:
             self.back_at = now
             if self.down_since is not None:
-                self.events.append({"kind": "tool_client_back", "t": now, "group": self.group.name,
-                                    "tool": "sysbench", "worker": self.worker, "runs": self.runs,
-                                    "failed_starts": self.failed_starts, "down_s": round(now - self.down_since, 6),
-                                    "resolution_s": RTO_RESOLUTION_S})
+                self.event("tool_client_back", now, self.worker, runs=self.runs, failed_starts=self.failed_starts,
+                           down_s=round(now - self.down_since, 6), resolution_s=RTO_RESOLUTION_S)
                 self.down_since, self.failed_starts = None, 0
 
     def _ended(self, now: float) -> None:
@@ -199,8 +191,7 @@ class SysbenchGroup:
         self.down_since = t_end
         self.backoff = self.spec.backoff_min
         self.next_start = now
-        self.events.append({"kind": "tool_client_aborted", "t": t_end, "group": self.group.name, "tool": "sysbench",
-                            "worker": self.worker, "exit": proc.returncode, "why": end.message})
+        self.event("tool_client_aborted", t_end, self.worker, exit=proc.returncode, why=end.message)
 
     def tick(self, now: float) -> None:
         if self.proc is None:
@@ -251,4 +242,15 @@ def prepare(group: ClientGroup, cluster: Cluster, inventory: Inventory, spec: Lo
 
 def runner(group: ClientGroup, cluster: Cluster, inventory: Inventory, spec: LoadSpec, raw: Path,
            recorder: Recorder, rate_share: float | None) -> SysbenchGroup:
-    return SysbenchGroup(group, spec, _driver(cluster, inventory, spec, group), raw, recorder, rate_share=rate_share)
+    return SysbenchGroup(group, spec, raw, recorder, rate_share, driver=_driver(cluster, inventory, spec, group))
+
+
+def describe(group: ClientGroup, route: Cluster) -> list[str]:
+    """What the group runs on the control node, as `chaoskit validate` shows it (nothing is reached)."""
+    s = group.sysbench or sysbench.Settings()
+    name, host, db = sysbench.DRIVERS[route.engine], "<writer>", route.database
+    out = [" ".join(argv) for argv in sysbench.prepare_argvs(s, name, host, 0, route.user, db)] if s.prepare else []
+    out.append(" ".join(sysbench.run_argv(s, name, host, 0, route.user, db, group.workers))
+               + f"   (the writer of cluster {route.name} found before each start, its port for 0; password in "
+               f"{sysbench.PASSWORD_ENV[name]}; started again when it ends)")
+    return out

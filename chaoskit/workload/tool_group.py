@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,26 @@ STOP_GRACE_S = 10.0  # a client ending its transaction in flight at the load's s
 GROUP_MODULES = {"pgbench": "chaoskit.workload.pgbench_group", "sysbench": "chaoskit.workload.sysbench_group"}
 
 
+@dataclass
+class ToolGroupBase:
+    """What every tool group has: its group and load, where its tool's output is kept, the
+    Recorder it books ops in, the events it has to say (shipped by `tool_main`), and whether the
+    load is stopping."""
+
+    group: ClientGroup
+    spec: LoadSpec
+    raw: Path
+    recorder: Recorder
+    rate_share: float | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+    stopping: bool = False
+
+    def event(self, kind: str, t: float, worker: int, **data: Any) -> None:
+        """`tool_client_aborted`, `tool_client_back`, `tool_client_killed`: one of the tool's clients."""
+        self.events.append({"kind": kind, "t": t, "group": self.group.name, "tool": self.group.tool, "worker": worker,
+                            **data})
+
+
 def with_parent_death(argv: list[str]) -> list[str]:
     """The tool dies with the process that started it, however that one dies (the kernel's
     parent-death signal, set by util-linux's setpriv before it executes the tool)."""
@@ -38,6 +59,12 @@ def with_parent_death(argv: list[str]) -> list[str]:
 
 def group_module(tool: str) -> Any:
     return importlib.import_module(GROUP_MODULES[tool])
+
+
+def describe_tool(group: ClientGroup, route: Cluster) -> list[str]:
+    """The command lines a tool group will run on the control node (placeholders where a value is
+    found at run time), for `chaoskit validate`."""
+    return group_module(group.tool).describe(group, route)
 
 
 def prepare_tool(group: ClientGroup, cluster: Cluster, inventory: Inventory, spec: LoadSpec, raw: Path) -> None:

@@ -177,6 +177,16 @@ def test_with_tools_only_the_default_checks_are_the_clusters() -> None:
 
 
 # -- the group runner, with a stand-in pgbench --------------------------------------------------
+def stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tool: str, script: str) -> None:
+    """`script` as the tool's executable, first on PATH (the group runner finds its tool there)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    fake = bindir / tool
+    fake.write_text(script)
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+
+
 FAKE = r'''#!/usr/bin/env python3
 """Stands in for pgbench: run N of each worker does what plan/<worker> line N says."""
 import os, signal, sys, time
@@ -214,12 +224,7 @@ log.close()
 
 def test_an_aborted_client_is_started_again_and_its_outage_is_one_gap(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    fake = bindir / "pgbench"
-    fake.write_text(FAKE)
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    stand_in(tmp_path, monkeypatch, "pgbench", FAKE)
     raw = tmp_path / "raw"
     (raw / "plan").mkdir(parents=True)
     (raw / "plan" / "1").write_text("abort3 refused refused run")  # worker 1: aborted, 2 failed starts, back
@@ -227,7 +232,7 @@ def test_an_aborted_client_is_started_again_and_its_outage_is_one_gap(tmp_path: 
     group = ClientGroup("pgbench", workers=2, tool="pgbench", pgbench=pgbench.Settings())
     spec = LoadSpec(workload="ledger", workers=2, groups=(group,))
     rec = Recorder(time.time())
-    runner = PgbenchGroup(group, spec, "host=127.0.0.1", {}, raw, rec)
+    runner = PgbenchGroup(group, spec, raw, rec, conninfo="host=127.0.0.1", env={})
     deadline = time.time() + 30
     while time.time() < deadline:
         runner.tick(time.time())
@@ -277,7 +282,8 @@ def test_the_abort_is_never_booked_before_the_last_transaction_logged(tmp_path: 
 
     group = ClientGroup("pgbench", workers=1, tool="pgbench", pgbench=pgbench.Settings())
     rec = Recorder(time.time())
-    runner = PgbenchGroup(group, LoadSpec(workload="ledger", workers=1, groups=(group,)), "host=a", {}, tmp_path, rec)
+    runner = PgbenchGroup(group, LoadSpec(workload="ledger", workers=1, groups=(group,)), tmp_path, rec,
+                          conninfo="host=a", env={})
     t_last = 1_800_000_000.123456
     proc = subprocess.Popen(["true"])
     proc.wait()
@@ -421,17 +427,12 @@ def test_sysbench_is_started_again_at_the_writer_found_then(tmp_path: Path, monk
     from chaoskit.tools import sysbench
     from chaoskit.workload.sysbench_group import SysbenchGroup
 
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    fake = bindir / "sysbench"
-    fake.write_text(FAKE_SYSBENCH)
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    stand_in(tmp_path, monkeypatch, "sysbench", FAKE_SYSBENCH)
     group = ClientGroup("sb", workers=3, first_worker=5, tool="sysbench", sysbench=sysbench.Settings())
     spec = LoadSpec(workload="ledger", workers=3, groups=(group,))
     rec = Recorder(time.time())
     writers = _Writers([("10.0.0.1", 3306), OSError("10.0.0.2:3306 is read-only"), ("10.0.0.2", 3306)])
-    runner = SysbenchGroup(group, spec, writers, tmp_path, rec)  # type: ignore[arg-type]
+    runner = SysbenchGroup(group, spec, tmp_path, rec, driver=writers)  # type: ignore[arg-type]
     deadline = time.time() + 30
     while time.time() < deadline and not any(e["kind"] == "tool_client_back" for e in runner.events):
         runner.tick(time.time())
@@ -457,3 +458,24 @@ def test_sysbench_is_started_again_at_the_writer_found_then(tmp_path: Path, monk
     assert "== run 2 not started" in said and "== run 3 started" in said and "against 10.0.0.2:3306" in said
     assert [e["kind"] for e in runner.events] == ["tool_client_aborted", "tool_client_back"]
     assert runner.events[1]["failed_starts"] == 1
+
+
+def test_validate_shows_what_each_tool_group_will_run_here() -> None:
+    """`chaoskit validate` lists a tool group's command lines, as it lists the inventory's shell commands."""
+    import subprocess
+    import sys
+
+    def validate(name: str) -> str:
+        res = subprocess.run([sys.executable, "-m", "chaoskit.cli", "validate", f"playbooks/{name}.yaml", "-i",
+                              "inventories/lab.yaml"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+        assert res.returncode == 0, res.stderr
+        return res.stdout
+
+    said = validate("pg-kill-primary-pgbench")
+    assert "load group pgbench runs pgbench on this machine:" in said
+    assert "pgbench --initialize --scale=1 --quiet -- <writer of cluster pg" in said
+    assert "--builtin=tpcb-like -- <writer of cluster pg" in said and "(x4, one per client" in said
+    said = validate("mha-kill-primary-sysbench")
+    assert "sysbench oltp_read_write --db-driver=mysql --mysql-host=<writer>" in said
+    assert said.count("cleanup") == 1 and "--threads=4 --time=86400 --report-interval=1 run" in said
+    assert "password in MYSQL_PWD" in said and "--mysql-password" not in said
