@@ -678,9 +678,15 @@ def experiment_run(
             exp = Experiment.model_validate(doc.data)
         except ValidationError as exc:
             raise raise_validation(exc, doc) from None
+        from chaoskit.playbook.loader import TOOL_ENGINES
+
         for name in (exp.cluster, *exp.targets):
             if name not in inv.clusters:
                 raise doc.error(("cluster",), f"unknown cluster {name!r} in {inventory}")
+            engine = inv.clusters[name].engine
+            if exp.load is not None and engine not in TOOL_ENGINES[exp.load.tool]:
+                raise doc.error(("load", "tool"), f"{exp.load.tool} drives {' and '.join(TOOL_ENGINES[exp.load.tool])} "
+                                                  f"only; cluster {name} is {engine}")
         from chaoskit.ha.registry import managers
 
         changeable = managers()[inv.clusters[exp.cluster].ha.kind].changeable_settings
@@ -705,19 +711,25 @@ def experiment_run(
         def progress(i: int, n: int, eta: float, what: str) -> None:
             bar.update(task, total=n, completed=i, description=what)
 
-        result = run_experiment(exp, inv, str(inventory), progress)
+        result = run_experiment(exp, inv, str(inventory), progress, tool_dir=rd.path / "tools")
     result["allow_production"] = allow_production
     run_dir = rd.path
     write_experiment(result, run_dir)
     _seal(run_dir, None)
     table = Table(title=f"{exp.name} ({exp.kind})")
-    cols = [k for k in result["cells"][0] if k not in ("tps_min", "tps_max")] if result["cells"] else []
+    cols = [k for k in result["cells"][0] if k not in ("tps_min", "tps_max", "client_saturated_why")] \
+        if result["cells"] else []
     for c in cols:
         table.add_column(c)
     for c in result["cells"]:
         table.add_row(*[("—" if c[k] is None else f"{c[k]:.2f}" if isinstance(c[k], float) else str(c[k]))
                         for k in cols])
     out.print(table)
+    for c in result["cells"]:
+        if c.get("client_saturated"):
+            where = f"{c.get('target', '')} {c['workload']} x{c['workers']}".strip()
+            out.print(f"client-bound: {where}: {c['client_saturated_why']} (the knee ignores this cell)",
+                      highlight=False)
     for wl, knee in (result.get("knees") or ({"": result["knee"]} if result.get("knee") else {})).items():
         out.print(f"knee{' (' + wl + ')' if wl else ''}: {knee['shape']}; recommended workers "
                   f"{knee['recommended_workers']}", highlight=False)

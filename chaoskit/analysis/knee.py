@@ -9,6 +9,13 @@ import math
 from typing import Any
 
 
+def _latency(step: dict[str, Any]) -> float | None:
+    """A step's latency signal: its p99, or, where only a rate-reporting tool measured it (sysbench),
+    the median of that tool's per-second p99."""
+    own = step.get("p99_ms")
+    return own if own is not None else step.get("tool_p99_ms_median_of_seconds")
+
+
 def find_knee(steps: list[dict[str, Any]], flat_gain: float = 0.10, drop: float = 0.05) -> dict[str, Any]:
     """steps: [{workers, tps, p99_ms}] in increasing workers order.
 
@@ -26,7 +33,7 @@ def find_knee(steps: list[dict[str, Any]], flat_gain: float = 0.10, drop: float 
         a, b = steps[i], steps[i + 1]
         doublings = max(1.0, math.log2(b["workers"] / a["workers"])) if a["workers"] else 1.0
         gain = (b["tps"] / a["tps"]) ** (1 / doublings) - 1 if a["tps"] else 0.0
-        latency_grows = (b.get("p99_ms") or 0) >= (a.get("p99_ms") or 0)
+        latency_grows = (_latency(b) or 0) >= (_latency(a) or 0)
         if gain < flat_gain and latency_grows:
             saturation_i = i
             break

@@ -227,12 +227,17 @@ class Drill:
         """The load from t0 (step offsets count from here) until after the recovery wait."""
         assert self.runner is not None
         self.record.t0 = self.runner.start()
+        cpu = self.runner.cpu_window()  # the generator's own CPU, start to stop: was the client the limit?
+        cpu.begin()
         try:
             self.record.event("load_started", self.record.t0, workers=self.pb.load.workers,
                               workload=self.pb.load.workload)
             yield
         finally:
-            self.runner.stop()
+            try:
+                self.record.client_cpu = cpu.end().figures()
+            finally:
+                self.runner.stop()
 
     @contextlib.contextmanager
     def recovery_awaited(self) -> Iterator[None]:

@@ -10,6 +10,7 @@ import contextlib
 import itertools
 import statistics
 import time
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
@@ -27,6 +28,7 @@ from chaoskit.models import Frozen
 from chaoskit.playbook.models import Seconds
 from chaoskit.playbook.preflight import describe_ha, read_settings
 from chaoskit.recorder import Recorder, error_rate
+from chaoskit.tools import MEASURES
 from chaoskit.validation import FreeText, Name
 from chaoskit.workload import spec as load_defaults
 from chaoskit.workload.runner import LoadRunner
@@ -101,6 +103,16 @@ class Grid(Frozen):
     synchronous_mode: tuple[bool, ...] = ()
 
 
+class ToolConfig(Frozen):
+    """An experiment whose load a tool makes (seed 002 ran its ladder with sysbench): which tool,
+    and its tables; the grid's `workload` names the tool's tests (sysbench: oltp_*)."""
+
+    tool: Literal["sysbench"] = "sysbench"
+    tables: int = Field(4, ge=1, le=1000)
+    table_size: int = Field(10_000, ge=1, le=100_000_000)
+    prepare: bool = True
+
+
 class Experiment(Frozen):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,100}$")
     kind: Literal["sweep", "ramp", "compare"]
@@ -119,6 +131,8 @@ class Experiment(Frozen):
     # server settings every target must already have, or nothing runs (e.g. durability:
     # {sync_binlog: 1, innodb_flush_log_at_trx_commit: 1}); read, never changed
     require: dict[SettingName, bool | int | float | str] = Field(default_factory=dict)
+    # the load: chaoskit's own clients (default), or a tool run on this machine (`load: {tool: sysbench}`)
+    load: ToolConfig | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -126,6 +140,19 @@ class Experiment(Frozen):
         if isinstance(data, dict) and "patroni" in data and "settings" not in data:
             raise ValueError("patroni: {...} is now settings: {...} (the cluster's HA manager applies them)")
         return data
+
+    @model_validator(mode="after")
+    def _workloads_of_the_load(self) -> Experiment:
+        """The grid's workloads are the load's: chaoskit's workloads, or the tool's tests."""
+        from chaoskit.tools import sysbench
+        from chaoskit.workload.workloads import WORKLOADS
+
+        known = sysbench.TESTS if self.load is not None else tuple(WORKLOADS)
+        for name in self.grid.workload:
+            if name not in known:
+                who = f"{self.load.tool} tests" if self.load is not None else "workloads"
+                raise ValueError(f"grid.workload {name!r} is not one of the {who}: {', '.join(known)}")
+        return self
 
     @model_validator(mode="after")
     def _one_mode_source(self) -> Experiment:
@@ -136,11 +163,49 @@ class Experiment(Frozen):
         return self
 
 
+def cell_load(workload: str, workers: int, op_timeout: float, table_rows: int, load: ToolConfig | None,
+              prepare: bool) -> LoadSpec:
+    """One cell's load: `workers` of chaoskit's own clients, or one tool group of `workers` threads
+    running the test `workload` (its tables made first when `prepare`: once per test and target)."""
+    params = WorkloadParams(table_rows=table_rows)
+    if load is None:
+        return LoadSpec(workload=workload, workers=workers, op_timeout=op_timeout, params=params)
+    from chaoskit.tools import sysbench
+    from chaoskit.workload.spec import ClientGroup
+
+    group = ClientGroup(load.tool, workers=workers, tool=load.tool,
+                        sysbench=sysbench.Settings(workload, load.tables, load.table_size, load.prepare and prepare))
+    return LoadSpec(workload="read", workers=workers, op_timeout=op_timeout, params=params, groups=(group,))
+
+
+TOOL_LATENCY = ("tool_p99_ms_median_of_seconds", "tool_p99_ms_worst_second")
+
+
+def tool_latency(raw: Path, t_from: float, t_to: float) -> dict[str, Any]:
+    """What a rate-only tool says of latency in the measured window: sysbench's per-second
+    percentile (`--percentile`, 99 here), the median and the worst over the seconds whose reports
+    were read within it (tools/<cell>/<group>/reports.tsv). Not a window percentile: one cannot
+    be made from per-second ones, so it has its own name."""
+    from chaoskit.tools import sysbench
+
+    values = []
+    path = raw / "reports.tsv"
+    for row in path.read_text().splitlines() if path.exists() else []:
+        t, _, line = row.split("\t", 2)
+        report = sysbench.parse(line).intervals
+        if report and t_from <= float(t) <= t_to and report[0].tps > 0:
+            values.append(report[0].latency_ms)
+    median, worst = TOOL_LATENCY
+    return {median: statistics.median(values) if values else None, worst: max(values) if values else None}
+
+
 def measure_cell(inv: Inventory, cluster: str, fm: FaultManager, *, workload: str, workers: int, delay_ms: float,
                  link: Link | None, warmup: float, measure: float, table_rows: int,
-                 op_timeout: float, sync_standby: Any = None) -> dict[str, Any]:
+                 op_timeout: float, sync_standby: Any = None, load: ToolConfig | None = None,
+                 tool_dir: Path | None = None, prepare: bool = True) -> dict[str, Any]:
     """One cell. `sync_standby`: the HA manager, when synchronous replication is on and the cell
-    must not start before a synchronous standby is named again."""
+    must not start before a synchronous standby is named again. `load`: a tool makes the load
+    (its output kept under `tool_dir`); `prepare`: its tables are made first."""
     faults = []
     target = inv.clusters[cluster]
     with contextlib.ExitStack() as stack:
@@ -165,20 +230,26 @@ def measure_cell(inv: Inventory, cluster: str, fm: FaultManager, *, workload: st
                     while not any(m.sync for m in sync_standby.members()) and time.time() < deadline:
                         time.sleep(0.2)
         rec = Recorder(base=time.time())
-        runner = LoadRunner(target, inv, LoadSpec(workload=workload, workers=workers, op_timeout=op_timeout,
-                                                  params=WorkloadParams(table_rows=table_rows)), rec)
+        spec = cell_load(workload, workers, op_timeout, table_rows, load, prepare)
+        runner = LoadRunner(target, inv, spec, rec, tool_dir=tool_dir)
         runner.setup()
-        runner.run_for(warmup + measure)
-        assert runner.t_start is not None
-        w = rec.window(runner.t_start + warmup, runner.t_start + warmup + measure)
+        t_start, client = runner.run_measured(warmup, measure)
+        window = (t_start + warmup, t_start + warmup + measure)
+        w = rec.window(*window)
         proxy = [s for f in faults for s in fm.proxy_stats(f)]
         if client_link is not None:
             time.sleep(1.1)  # the relays write their figures every second
             proxy = client_link.stats()
     ops = w["ok"] + w["fail"] + w["info"]
     added = [s["added_p50_ms"] for s in proxy if s.get("added_p50_ms") is not None]
+    latency: dict[str, Any] = {"p50_ms": w["p50_ms"], "p99_ms": w["p99_ms"], "p999_ms": w["p99.9_ms"]}
+    if load is not None and not MEASURES[load.tool].latency:  # no op's latency is known: none is made up
+        assert tool_dir is not None
+        latency = {"p50_ms": None, "p99_ms": None, "p999_ms": None,
+                   **tool_latency(tool_dir / load.tool, *window)}
     return {"workload": workload, "workers": workers, "delay_ms": delay_ms, "tps": round(w["tps"], 1),
-            "p50_ms": w["p50_ms"], "p99_ms": w["p99_ms"], "p999_ms": w["p99.9_ms"],
+            "window": [round(window[0], 6), round(window[1], 6)],  # the measured instants (control clock)
+            **latency, **client.figures(),
             "error_rate": error_rate(w) if ops else None,  # no ops: no rate (not 0)
             "proxy_added_p50_ms": round(statistics.median(added), 3) if added else None,
             "proxy_added_p99_ms": max((s["added_p99_ms"] for s in proxy if s.get("added_p99_ms")), default=None),
@@ -213,21 +284,33 @@ def summarise(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[st
             values = [r[k] for r in rs if r.get(k) is not None]
             return statistics.median(values) if values else None
 
-        out.append({**dict(zip(keys, key, strict=True)), "repeats": len(rs), "tps": statistics.median(tps),
-                    "tps_min": min(tps), "tps_max": max(tps), "p50_ms": med("p50_ms"), "p99_ms": med("p99_ms"),
-                    "p999_ms": med("p999_ms"), "error_rate": med("error_rate"),
-                    "proxy_added_p50_ms": med("proxy_added_p50_ms"), "proxy_added_p99_ms": med("proxy_added_p99_ms")})
+        cell = {**dict(zip(keys, key, strict=True)), "repeats": len(rs), "tps": statistics.median(tps),
+                "tps_min": min(tps), "tps_max": max(tps), "p50_ms": med("p50_ms"), "p99_ms": med("p99_ms"),
+                "p999_ms": med("p999_ms"), "error_rate": med("error_rate"),
+                "proxy_added_p50_ms": med("proxy_added_p50_ms"), "proxy_added_p99_ms": med("proxy_added_p99_ms")}
+        for name in TOOL_LATENCY:
+            if any(name in r for r in rs):
+                cell[name] = med(name)
+        if any("client_cpu_cores" in r for r in rs):
+            # a cell is the client's as soon as one of its repeats was: its TPS is then the client's limit
+            why = next((r["client_saturated_why"] for r in rs if r.get("client_saturated")), None)
+            cell.update({"client_cpu_cores": med("client_cpu_cores"), "client_saturated": why is not None,
+                         "client_saturated_why": why})
+        out.append(cell)
     return out
 
 
-def run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progress: Any = None) -> dict[str, Any]:
+def run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progress: Any = None,
+                   tool_dir: Path | None = None) -> dict[str, Any]:
     """Cell by cell; every latency fault and every settings change is undone on the way out
-    (normal end, error, Ctrl-C, SIGTERM), and the settings are journaled with a dead-man first."""
+    (normal end, error, Ctrl-C, SIGTERM), and the settings are journaled with a dead-man first.
+    `tool_dir`: where a tool's output is kept, a directory per cell (`cell-NNN/`)."""
     with stop_signals_interrupt():  # Ctrl-C and SIGTERM abort and restore, whatever was inherited
-        return _run_experiment(exp, inv, inventory_path, progress)
+        return _run_experiment(exp, inv, inventory_path, progress, tool_dir)
 
 
-def _run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progress: Any) -> dict[str, Any]:
+def _run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progress: Any,
+                    tool_dir: Path | None = None) -> dict[str, Any]:
     started = time.time()
     settings: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
@@ -254,6 +337,7 @@ def _run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progre
                                                              exp.grid.delay_ms)]
             per_cell = exp.warmup + exp.measure + 2
             current: bool | None = None
+            prepared: set[tuple[str, str]] = set()  # a tool's tables are made once per target and test
             for i, (target, wl, w, d, m) in enumerate(plan):
                 if m is not None and m != current:
                     # the first switch is journaled with the original value; later ones only flip it
@@ -268,9 +352,12 @@ def _run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progre
                     mode = "" if m is None else (" sync" if m else " async")
                     progress(i, len(plan), per_cell * (len(plan) - i), f"{target} {wl} x{w} delay {d:g} ms{mode}")
                 sync_on = m is True or (m is None and exp.settings.get("synchronous_mode") is True)
+                cell_dir = (tool_dir / f"cell-{i:03d}") if tool_dir is not None and exp.load is not None else None
                 cell = measure_cell(inv, target, fm, workload=wl, workers=w, delay_ms=d, link=exp.link,
                                     warmup=exp.warmup, measure=exp.measure, table_rows=exp.table_rows,
-                                    op_timeout=exp.op_timeout, sync_standby=ha if sync_on else None)
+                                    op_timeout=exp.op_timeout, sync_standby=ha if sync_on else None,
+                                    load=exp.load, tool_dir=cell_dir, prepare=(target, wl) not in prepared)
+                prepared.add((target, wl))
                 if m is not None:
                     cell["synchronous_mode"] = m
                 rows.append({"target": target, "repeat": i // max(1, len(plan) // exp.repeats), **cell})
@@ -290,17 +377,29 @@ def _run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progre
         result["required"] = {"settings": dict(exp.require), "found": required}
     if exp.kind == "ramp":
         # one ladder per workload: their knees are at different concurrencies
-        knees = {}
-        for wl in exp.grid.workload:
-            steps = sorted((c for c in cells if c["delay_ms"] == exp.grid.delay_ms[0] and c["workload"] == wl),
-                           key=lambda c: c["workers"])
-            knees[wl] = find_knee(steps)
+        knees = ladder_knees(cells, exp.grid.workload, exp.grid.delay_ms[0])
         result["knee"] = knees[exp.grid.workload[0]]
         if len(knees) > 1:
             result["knees"] = knees
     if exp.kind == "compare" and len(targets) >= 2:
         result["comparison"] = _compare(rows, targets)
     return result
+
+
+def ladder_knees(cells: list[dict[str, Any]], workloads: tuple[str, ...], delay_ms: float) -> dict[str, Any]:
+    """One knee per workload (their knees are at different concurrencies), over the cells at the
+    first delay. A cell where the client was the limit says nothing of the server: the knee
+    ignores it, and says which it ignored and why."""
+    knees = {}
+    for wl in workloads:
+        steps = sorted((c for c in cells if c["delay_ms"] == delay_ms and c["workload"] == wl),
+                       key=lambda c: c["workers"])
+        knees[wl] = find_knee([c for c in steps if not c.get("client_saturated")])
+        ignored = [{"workers": c["workers"], "why": c["client_saturated_why"]} for c in steps
+                   if c.get("client_saturated")]
+        if ignored:
+            knees[wl]["ignored_client_saturated"] = ignored
+    return knees
 
 
 def _compare(rows: list[dict[str, Any]], targets: tuple[str, ...]) -> dict[str, Any]:

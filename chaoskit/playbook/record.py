@@ -79,6 +79,7 @@ class DrillRecord:
     logs: list[dict[str, Any]] = field(default_factory=list)  # chaoskit.hostlogs records
     settings_changed: dict[str, Any] = field(default_factory=dict)
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)  # client group -> profile, workers, route
+    client_cpu: dict[str, Any] = field(default_factory=dict)  # the load's own CPU (chaoskit.workload.client_cpu)
     # steps `after` an event: what each waited for and saw (or why it was skipped)
     triggered: list[dict[str, Any]] = field(default_factory=list)
     aborted: str | None = None

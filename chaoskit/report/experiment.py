@@ -35,8 +35,12 @@ def write_experiment(result: dict[str, Any], run_dir: Path) -> None:
         knee = None if result.get("knees") else result.get("knee")  # one knee line only for one ladder
         _lines(cells, run_dir / "plots" / "tps_vs_workers.png", "tps", "TPS (median of repeats)", knee,
                f"{name}: throughput by concurrency")
-        _lines(cells, run_dir / "plots" / "p99_vs_workers.png", "p99_ms", "p99 latency (ms)", None,
-               f"{name}: p99 latency by concurrency")
+        if any(c.get("p99_ms") is not None for c in cells):
+            _lines(cells, run_dir / "plots" / "p99_vs_workers.png", "p99_ms", "p99 latency (ms)", None,
+                   f"{name}: p99 latency by concurrency")
+        elif any(c.get("tool_p99_ms_median_of_seconds") is not None for c in cells):
+            _lines(cells, run_dir / "plots" / "p99_vs_workers.png", "tool_p99_ms_median_of_seconds",
+                   "the tool's p99 per second, median (ms)", None, f"{name}: the tool's p99 latency by concurrency")
         if kind == "sweep":
             _heatmap(cells, run_dir / "plots" / "heatmap_tps.png", f"{name}: TPS (median) per cell")
     else:
@@ -54,8 +58,11 @@ _COLUMNS = (  # (cell key, header, format); a column whose cells are all empty i
     ("target", "target", "{}"), ("synchronous_mode", "commit", "mode"), ("workload", "workload", "{}"),
     ("delay_ms", "delay", "{:g} ms"), ("workers", "workers", "{}"), ("tps", "TPS (median)", "{:,.0f}"),
     ("tps_min", "TPS min-max", "range"), ("p50_ms", "p50", "{:.2f} ms"), ("p99_ms", "p99", "{:.2f} ms"),
-    ("p999_ms", "p99.9", "{:.2f} ms"), ("error_rate", "errors", "{:.2%}"),
+    ("p999_ms", "p99.9", "{:.2f} ms"),
+    ("tool_p99_ms_median_of_seconds", "tool's p99 per second (median)", "{:.2f} ms"),
+    ("tool_p99_ms_worst_second", "tool's p99 (worst second)", "{:.2f} ms"), ("error_rate", "errors", "{:.2%}"),
     ("proxy_added_p50_ms", "relay added p50", "{:.2f} ms"), ("proxy_added_p99_ms", "relay added p99", "{:.2f} ms"),
+    ("client_cpu_cores", "client CPU", "{:.2f} cores"), ("client_saturated", "client-bound", "yesno"),
     ("repeats", "repeats", "{}"))
 
 
@@ -70,6 +77,8 @@ def results_table(cells: list[dict[str, Any]]) -> tuple[list[str], list[list[str
             return "-"
         if form == "mode":
             return "sync" if v else "async"
+        if form == "yesno":
+            return "YES: the knee ignores it" if v else "no"
         if form == "range":
             return f"{cell['tps_min']:,.0f}-{cell['tps_max']:,.0f}"
         return form.format(v)

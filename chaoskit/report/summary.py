@@ -92,6 +92,10 @@ def print_drill_summary(out: Console, ev: dict[str, Any], run_dir: Path) -> None
             out.print(catchup_line(f["catchup"]), highlight=False, markup=False)
     for name, g in (res.get("groups") or {}).items():
         out.print(group_line(name, g), highlight=False, markup=False)
+    cpu = (ev.get("load") or {}).get("client_cpu") or {}
+    if cpu.get("client_saturated"):
+        out.print(f"client-bound: {cpu['client_saturated_why']}: the figures may be the client's, not the "
+                  "cluster's", highlight=False, markup=False)
     r = res.get("rpo")
     if r and "acknowledged" in r:
         out.print(f"RPO: {r['lost_acknowledged']:,} of {r['acknowledged']:,} acknowledged writes lost; "

@@ -71,7 +71,8 @@ def write_run(result: DrillResult, rd: RunDirectory, signed: bool | None = None)
         "triggered_steps": run.triggered,
         "logs": run.logs,
         "load": {"totals": rec.totals() if rec else {}, "errors_sample": [list(e) for e in (rec.errors[:50] if rec
-                                                                                            else [])]},
+                                                                                            else [])],
+                 "client_cpu": run.client_cpu},
         "results": result.results,
     }
     evidence["audit"] = {**inputs.evidence.model_dump(mode="json"), "operator": inputs.operator}

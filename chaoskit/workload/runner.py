@@ -48,6 +48,7 @@ from chaoskit.db.registry import driver_for
 from chaoskit.inventory.models import Cluster, Inventory
 from chaoskit.lifeline import die_with_parent
 from chaoskit.recorder import FAIL, OK, Recorder
+from chaoskit.workload.client_cpu import ClientCpu, CpuWindow
 from chaoskit.workload.outcomes import DROP_CONNECTION, client_deadline, connect_error_class, first_line, outcome_for
 from chaoskit.workload.spec import ClientGroup, LoadSpec
 from chaoskit.workload.tool_group import prepare_tool, tool_main
@@ -286,6 +287,7 @@ class LoadRunner:
         self.before: dict[int, int] | None = None  # update: every row's version before the load
         self._ctx = mp.get_context("spawn")
         self._procs: list[Any] = []
+        self._builtin: list[bool] = []  # per process: chaoskit's own clients (else a tool group's)
         self._queue: Any = None
         self._stop: Any = None
         self._collector: threading.Thread | None = None
@@ -349,6 +351,7 @@ class LoadRunner:
                 rate_share, self._queue, go, start_at, self._stop, os.getpid()))
             p.start()
             self._procs.append(p)
+            self._builtin.append(True)
         for group in tools:
             assert self.tool_dir is not None
             raw = self.tool_dir / group.name
@@ -359,6 +362,7 @@ class LoadRunner:
                 rate_share, self._queue, go, start_at, self._stop, os.getpid()))
             p.start()
             self._procs.append(p)
+            self._builtin.append(False)
         ready = 0
         deadline = time.time() + 60
         while ready < nproc:
@@ -374,6 +378,12 @@ class LoadRunner:
         self._collector = threading.Thread(target=self._collect, name="load-collector", daemon=True)
         self._collector.start()
         return self.t_start
+
+    def cpu_window(self) -> CpuWindow:
+        """The load's processes, to measure their CPU over a window (`chaoskit.workload.client_cpu`):
+        chaoskit's own worker processes are each bound to one core, a tool group's are not."""
+        own = {p.pid for p, builtin in zip(self._procs, self._builtin, strict=True) if builtin}
+        return CpuWindow([p.pid for p in self._procs if p.pid is not None], one_core=own)
 
     def _collect(self) -> None:
         nproc = len(self._procs)
@@ -418,6 +428,20 @@ class LoadRunner:
             self._stop.set()
         for p in self._procs:
             p.kill()
+
+    def run_measured(self, warmup: float, measure: float) -> tuple[float, ClientCpu]:
+        """start, discard `warmup`, measure the load's own CPU over the next `measure` seconds,
+        stop; the start instant and the generator's CPU over the measured window."""
+        t0 = self.start()
+        try:
+            time.sleep(max(0.0, t0 + warmup - time.time()))
+            cpu = self.cpu_window()
+            cpu.begin()
+            time.sleep(max(0.0, t0 + warmup + measure - time.time()))
+            used = cpu.end()
+        finally:
+            self.stop()
+        return t0, used
 
     def run_for(self, seconds: float, on_tick: Any = None) -> None:
         """start, wait `seconds` (calling on_tick every 0.5 s), stop."""

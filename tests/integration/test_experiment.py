@@ -4,6 +4,9 @@ that finds a knee, and single node vs replicated with its spread."""
 from __future__ import annotations
 
 import json
+import math
+import os
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -63,6 +66,7 @@ warmup: 1s
 measure: 3s
 """, tmp_path)
     knee = result["knee"]
+    assert all(c["client_cpu_cores"] > 0 for c in result["cells"])  # chaoskit's own loop processes
     assert knee["peak"]["tps"] > result["cells"][0]["tps"]
     assert knee["recommended_workers"] in (4, 16, 64), knee
     assert all(c["error_rate"] == 0 for c in result["cells"])
@@ -80,7 +84,7 @@ def test_compare_single_vs_replicated_reports_difference_with_spread(lab: Invent
 
 
 @pytest.mark.parametrize("name", ["latency-sweep.yaml", "ramp.yaml", "compare-single-vs-replicated.yaml",
-                                  "mysql-thread-ladder.yaml"])
+                                  "mysql-thread-ladder.yaml", "mariadb-sysbench-ladder.yaml"])
 def test_shipped_experiments_validate(name: str) -> None:
     import yaml
 
@@ -169,3 +173,41 @@ def test_mysql_thread_ladder_refuses_other_durability_naming_the_setting(lab: In
     assert res.returncode == 1
     assert "requires innodb_flush_log_at_trx_commit = 2; on mariadb it is 1: refused" in res.stderr, res.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_sysbench_ladder_counts_what_sysbench_reported_and_keeps_its_output(lab: Inventory, tmp_path: Path) -> None:
+    """mariadb-sysbench-ladder shortened to two steps of one test: each cell's TPS is recounted here
+    from the report lines sysbench wrote (tools/cell-NNN/sysbench/reports.tsv, each stamped when it
+    was read) that fall in the cell's measured window; no op latency is made up (p99 null), the
+    tool's own per-second p99 is reported under its own name, and the tables are made once."""
+    import re
+
+    text = Path("playbooks/mariadb-sysbench-ladder.yaml").read_text()
+    for old, new in (("workers: [8, 16, 32, 64, 128, 256], workload: [oltp_read_write, oltp_read_only, "
+                      "oltp_write_only]", "workers: [4, 16], workload: [oltp_read_only]"),
+                     ("warmup: 10s", "warmup: 2s"), ("measure: 30s", "measure: 4s"), ("repeats: 3", "repeats: 1"),
+                     ("table_size: 100000", "table_size: 2000")):
+        assert old in text, old
+        text = text.replace(old, new)
+    result = experiment(text, tmp_path)
+    (run_dir,) = sorted((tmp_path / "runs").glob("*"))
+    assert [c["workers"] for c in result["cells"]] == [4, 16]
+    tps = re.compile(r"tps: ([\d.]+) .*lat \(ms,99%\): ([\d.]+)")
+    for i, (row, cell) in enumerate(zip(result["rows"], result["cells"], strict=True)):
+        raw = run_dir / "tools" / f"cell-{i:03d}" / "sysbench"
+        assert (raw / "prepare.out").exists() is (i == 0)  # the tables are made once per test
+        reads = [(float(t), *map(float, tps.search(line).groups()))
+                 for t, _, line in (r.split("\t", 2) for r in (raw / "reports.tsv").read_text().splitlines())]
+        assert cell["p99_ms"] is None and cell["error_rate"] == 0
+        # recounted from sysbench's own lines: the transactions of the reports read in the measured
+        # window's 100 ms intervals (each report counts one second), over the window's length
+        lo, hi = (math.floor(t / 0.1) for t in row["window"])
+        done = sum(round(rate) for t, rate, _ in reads if lo <= math.floor(t / 0.1) < hi)
+        assert row["tps"] == pytest.approx(done / ((hi - lo) * 0.1), abs=0.051), (row, reads)
+        lats = sorted(lat for t, rate, lat in reads if row["window"][0] <= t <= row["window"][1] and rate > 0)
+        assert row["tool_p99_ms_worst_second"] == lats[-1]
+        assert row["tool_p99_ms_median_of_seconds"] == pytest.approx(statistics.median(lats))
+    assert result["knee"]["peak"] is not None
+    # the generator's own CPU is measured in every cell (sysbench and its driver process)
+    assert all(0 < c["client_cpu_cores"] <= os.cpu_count() and isinstance(c["client_saturated"], bool)
+               for c in result["cells"])

@@ -32,6 +32,7 @@ from chaoskit.recorder import FAIL, OK, SEQUENCE, Recorder
 from chaoskit.testing.clock import FakeClock
 from chaoskit.testing.remote import Reply, ScriptedRemote, is_revert, is_stage, is_trigger
 from chaoskit.topology.probe import ProbeLog
+from chaoskit.workload.client_cpu import CpuWindow
 
 EVERYTHING = Capabilities(have=frozenset().union(*(k.needs for k in REGISTRY.values())))
 
@@ -152,6 +153,9 @@ class Lab:
 
             def setup(self) -> None:
                 lab.log.append("load.setup")
+
+            def cpu_window(self) -> CpuWindow:
+                return CpuWindow([os.getpid()])  # the fake load writes from this process
 
             def _write(self) -> None:
                 seq = 0

@@ -477,5 +477,119 @@ def test_validate_shows_what_each_tool_group_will_run_here() -> None:
     assert "--builtin=tpcb-like -- <writer of cluster pg" in said and "(x4, one per client" in said
     said = validate("mha-kill-primary-sysbench")
     assert "sysbench oltp_read_write --db-driver=mysql --mysql-host=<writer>" in said
-    assert said.count("cleanup") == 1 and "--threads=4 --time=86400 --report-interval=1 run" in said
+    assert said.count("cleanup") == 1 and "--threads=4 --time=86400 --report-interval=1 --percentile=99 run" in said
     assert "password in MYSQL_PWD" in said and "--mysql-password" not in said
+
+
+# -- experiments whose load sysbench makes (seed 002's ladder) ---------------------------------
+def test_a_sysbench_ladder_names_sysbench_tests_and_each_cell_is_one_sysbench_group() -> None:
+    import yaml
+
+    from chaoskit.playbook.experiment import Experiment, cell_load
+    from chaoskit.tools import sysbench
+
+    exp = Experiment.model_validate(yaml.safe_load((ROOT / "playbooks" / "mariadb-sysbench-ladder.yaml").read_text()))
+    assert exp.load is not None and exp.grid.workload == ("oltp_read_write", "oltp_read_only", "oltp_write_only")
+    spec = cell_load("oltp_read_only", 64, 5.0, 1000, exp.load, prepare=False)
+    (group,) = spec.client_groups()
+    assert group.tool == "sysbench" and group.workers == 64
+    assert group.sysbench == sysbench.Settings("oltp_read_only", 4, 100_000, False)
+    assert cell_load("oltp_read_only", 8, 5.0, 1000, exp.load, prepare=True).groups[0].sysbench.prepare
+    builtin = cell_load("oltp", 8, 5.0, 1000, None, prepare=True)
+    assert builtin.workload == "oltp" and builtin.groups == ()
+    with pytest.raises(ValueError, match="not one of the sysbench tests"):
+        Experiment.model_validate({**exp.model_dump(), "grid": {"workers": [8], "workload": ["oltp"]}})
+    with pytest.raises(ValueError, match="not one of the workloads"):
+        Experiment.model_validate({**exp.model_dump(), "load": None,
+                                   "grid": {"workers": [8], "workload": ["oltp_read_only"]}})
+
+
+def test_the_tools_latency_is_its_per_second_p99_over_the_measured_window(tmp_path: Path) -> None:
+    """reports.tsv lines read at 100.5 .. 104.5; the window [101, 104] holds the three read at
+    101.5, 102.5, 103.5 (p99 3.0, 9.0, 4.0 ms): median 4.0, worst 9.0; a second with no
+    transaction (tps 0) says nothing of latency."""
+    from chaoskit.playbook.experiment import tool_latency
+
+    line = ("[ {s}s ] thds: 8 tps: {tps} qps: 1.00 (r/w/o: 1.00/0.00/0.00) lat (ms,99%): {lat} err/s: 0.00 "
+            "reconn/s: 0.00")
+    rows = [(100.5, 1, "500.00", "50.00"), (101.5, 2, "500.00", "3.00"), (102.5, 3, "0.00", "0.00"),
+            (102.6, 3, "500.00", "9.00"), (103.5, 4, "500.00", "4.00"), (104.5, 5, "500.00", "70.00")]
+    (tmp_path / "reports.tsv").write_text("".join(f"{t}\t1\t{line.format(s=s, tps=tps, lat=lat)}\n"
+                                                  for t, s, tps, lat in rows))
+    assert tool_latency(tmp_path, 101.0, 104.0) == {"tool_p99_ms_median_of_seconds": 4.0,
+                                                    "tool_p99_ms_worst_second": 9.0}
+    assert tool_latency(tmp_path / "none", 0, 1) == {"tool_p99_ms_median_of_seconds": None,
+                                                     "tool_p99_ms_worst_second": None}
+
+
+def test_the_knee_reads_the_tools_latency_where_no_op_latency_is_known() -> None:
+    """TPS 1000 -> 1050 (+5 %, flat) while the tool's p99 grows 2 -> 8 ms: saturated at 8 workers;
+    the same TPS with the tool's p99 falling is no knee."""
+    from chaoskit.analysis.knee import find_knee
+
+    def steps(lat: tuple[float, float]) -> list[dict]:
+        return [{"workers": 8, "tps": 1000.0, "p99_ms": None, "tool_p99_ms_median_of_seconds": lat[0]},
+                {"workers": 16, "tps": 1050.0, "p99_ms": None, "tool_p99_ms_median_of_seconds": lat[1]}]
+
+    assert find_knee(steps((2.0, 8.0)))["recommended_workers"] == 8
+    assert find_knee(steps((8.0, 2.0)))["recommended_workers"] is None
+
+
+# -- is the client the bottleneck? --------------------------------------------------------------
+def test_a_load_process_busy_on_one_core_is_saturated_and_an_idle_one_is_not() -> None:
+    """Two real processes measured over the same 1.5 s: one spinning (up to a core, less when the
+    machine is shared), one sleeping (about nothing). Then the rule on given figures."""
+    import subprocess
+    import sys
+
+    from chaoskit.workload.client_cpu import CpuWindow
+
+    spin = "import time\nend = time.time() + 3\nwhile time.time() < end: pass\n"
+    busy = subprocess.Popen([sys.executable, "-c", spin])
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)"])
+    try:
+        time.sleep(0.3)
+        window = CpuWindow([busy.pid, idle.pid], one_core={busy.pid, idle.pid})
+        window.begin()
+        time.sleep(1.5)
+        used = window.end()
+    finally:
+        busy.kill()
+        idle.kill()
+        busy.wait()
+        idle.wait()
+    assert used.per_process[busy.pid] > 0.3 and used.per_process[idle.pid] < 0.05, used
+    assert used.per_process[busy.pid] <= 1.05 and used.seconds == pytest.approx(1.5, abs=0.3)
+    # the rule on the measured figures: a one-core process at >= 0.9 is the limit
+    from chaoskit.workload.client_cpu import ClientCpu
+
+    assert ClientCpu(1.5, {1: 0.95, 2: 0.1}, 8, frozenset({1, 2})).saturated_why.startswith("a load process used 95%")
+    assert ClientCpu(1.5, {1: 0.85, 2: 0.1}, 8, frozenset({1, 2})).saturated_why is None
+    # a tool's process (sysbench: threads over cores) counts in the total only
+    assert ClientCpu(1.5, {1: 1.6}, 8, frozenset()).saturated_why is None
+    assert "control node's 2 cores" in ClientCpu(1.5, {1: 1.2, 2: 0.7}, 2, frozenset()).saturated_why
+
+
+def test_a_client_bound_cell_is_marked_and_the_knee_ignores_it() -> None:
+    """Repeats of 64 workers: one client-bound, so the cell is; the ladder 8 -> 16 -> 64 with TPS
+    1000 -> 1500 -> 1520 would saturate at 16 (1520 is +0.7 % per doubling) with 64 counted; without
+    it, 8 -> 16 (+50 %) is no knee within the ramp."""
+    from chaoskit.playbook.experiment import ladder_knees, summarise
+
+    def row(workers: int, tps: float, p99: float, why: str | None = None) -> dict:
+        return {"workload": "w", "workers": workers, "delay_ms": 0.0, "tps": tps, "p50_ms": 1.0, "p99_ms": p99,
+                "p999_ms": p99, "error_rate": 0.0, "proxy_added_p50_ms": None, "proxy_added_p99_ms": None,
+                "client_cpu_cores": 0.95 if why else 0.4, "client_saturated": why is not None,
+                "client_saturated_why": why}
+
+    rows = [row(8, 1000, 2.0), row(16, 1500, 3.0), row(64, 1510, 9.0), row(64, 1530, 9.0, "a load process used 97%")]
+    cells = summarise(rows, ("workload", "workers", "delay_ms"))
+    by = {c["workers"]: c for c in cells}
+    assert by[64]["client_saturated"] and by[64]["client_saturated_why"] == "a load process used 97%"
+    assert not by[8]["client_saturated"] and by[64]["client_cpu_cores"] == pytest.approx(0.675)
+    knee = ladder_knees(cells, ("w",), 0.0)["w"]
+    assert knee["recommended_workers"] is None and knee["shape"].startswith("monotone")
+    assert knee["ignored_client_saturated"] == [{"workers": 64, "why": "a load process used 97%"}]
+    for c in cells:
+        c["client_saturated"] = False
+    assert ladder_knees(cells, ("w",), 0.0)["w"]["recommended_workers"] == 16

@@ -1,0 +1,101 @@
+"""The load generator's own CPU: is the client the bottleneck? (seed 002's rule: "the load client
+must not be the bottleneck"; on this 2-core machine chaoskit's MySQL loader reached 0.42x of
+sysbench at 64 connections, so on a thread ladder it can measure itself, not the server).
+
+A load runs in worker processes (chaoskit's own clients) or tool processes (a tool group's driver
+and the tools it starts: pgbench, sysbench). Their CPU over a window is read from the kernel's
+accounts of each process (psutil): its own user + system time, that of its children it has
+reaped (a pgbench that ended and was started again), and that of the descendants still running.
+
+A window's generator is **saturated** when one of chaoskit's own worker processes used at least
+`BUSY` of a core (an event loop, or threads behind one interpreter lock: it cannot go faster, so the
+server was not the limit), or all of the load's processes together used at least `BUSY` of every
+core of the control node (the machine the load runs on was full). A tool's processes count in the
+total only: sysbench's threads spread over cores.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import psutil
+
+BUSY = 0.9  # of a core (one process), or of every core (all together)
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds used so far by a process, its reaped children and its live descendants; 0.0
+    for a process that is gone."""
+    try:
+        proc = psutil.Process(pid)
+        t = proc.cpu_times()
+        total = t.user + t.system + t.children_user + t.children_system
+        for child in proc.children(recursive=True):
+            try:
+                c = child.cpu_times()
+                total += c.user + c.system
+            except psutil.Error:
+                continue
+        return total
+    except psutil.Error:
+        return 0.0
+
+
+@dataclass(frozen=True)
+class ClientCpu:
+    """The generator's CPU over one window: per process (cores used, 1.0 = one core busy for the
+    whole window), which of them are bound to one core (chaoskit's own worker processes), the
+    control node's cores, and whether it was saturated and why."""
+
+    seconds: float
+    per_process: dict[int, float]
+    cores: int
+    one_core: frozenset[int] = frozenset()
+
+    @property
+    def total_cores(self) -> float:
+        return sum(self.per_process.values())
+
+    @property
+    def busiest(self) -> float:
+        """The busiest process bound to one core (0.0 when none is)."""
+        return max((v for pid, v in self.per_process.items() if pid in self.one_core), default=0.0)
+
+    @property
+    def saturated_why(self) -> str | None:
+        if self.busiest >= BUSY:
+            return (f"a load process used {self.busiest:.0%} of a core: the client, not the server, set the pace "
+                    f"(saturated at {BUSY:.0%})")
+        if self.total_cores >= BUSY * self.cores:
+            return (f"the load's processes used {self.total_cores:.2f} of the control node's {self.cores} cores: "
+                    "the machine the client runs on was full")
+        return None
+
+    def figures(self) -> dict[str, object]:
+        return {"client_cpu_cores": round(self.total_cores, 3), "client_cpu_busiest_process": round(self.busiest, 3),
+                "client_saturated": self.saturated_why is not None, "client_saturated_why": self.saturated_why}
+
+
+class CpuWindow:
+    """Sampled at the window's start and end for a fixed set of processes."""
+
+    def __init__(self, pids: list[int], one_core: set[int] | frozenset[int] = frozenset(),
+                 clock: object = None) -> None:
+        import time
+
+        self.pids = list(pids)
+        self.one_core = frozenset(one_core)
+        self._now = clock or time.monotonic
+        self.start: dict[int, float] | None = None
+        self.t_start = 0.0
+
+    def begin(self) -> None:
+        self.t_start = self._now()  # type: ignore[operator]
+        self.start = {pid: tree_cpu_seconds(pid) for pid in self.pids}
+
+    def end(self) -> ClientCpu:
+        assert self.start is not None, "begin() first"
+        elapsed = max(1e-9, self._now() - self.t_start)  # type: ignore[operator]
+        used = {pid: max(0.0, tree_cpu_seconds(pid) - self.start[pid]) / elapsed for pid in self.pids}
+        return ClientCpu(elapsed, used, os.cpu_count() or 1, self.one_core)
