@@ -125,8 +125,10 @@ class PgbenchGroup(ToolGroupBase):
             output = fh.read().decode("utf-8", "replace")
         # its last word (the abort, or the failed connect) was written at the file's mtime, which the
         # kernel stamps from its coarse clock (up to a tick early): never before the last transaction
-        # it logged, never after its exit was seen
-        t_end = min(now, max(out_path.stat().st_mtime, client.last_end or 0.0, client.started))
+        # it logged, never after its exit was seen (read now: the tick's `now` was taken before this
+        # client's turn, possibly before its last transaction ended)
+        seen = time.time()
+        t_end = min(seen, max(out_path.stat().st_mtime, client.last_end or 0.0, client.started))
         client.proc = None
         if client.log is not None and client.log.exists() and client.log.stat().st_size == 0:
             client.log.unlink()  # a run that never logged a transaction leaves no empty file behind

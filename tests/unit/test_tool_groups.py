@@ -275,7 +275,9 @@ def test_an_aborted_client_is_started_again_and_its_outage_is_one_gap(tmp_path: 
 def test_the_abort_is_never_booked_before_the_last_transaction_logged(tmp_path: Path) -> None:
     """The kernel stamps a file's mtime from its coarse clock, up to a tick early: a client whose
     last transaction ended 4 ms after its output file's mtime had its abort booked before that
-    transaction on the lab. The abort is booked at the later of the two."""
+    transaction on the lab. And the runner's tick takes its `now` before it reaches each client:
+    a second lab run booked an abort 1.7 ms before the last transaction that way. The abort is
+    booked at the later of mtime and the last transaction, whatever `now` the tick passes."""
     import subprocess
 
     from chaoskit.workload.pgbench_group import _Client
@@ -284,15 +286,16 @@ def test_the_abort_is_never_booked_before_the_last_transaction_logged(tmp_path: 
     rec = Recorder(time.time())
     runner = PgbenchGroup(group, LoadSpec(workload="ledger", workers=1, groups=(group,)), tmp_path, rec,
                           conninfo="host=a", env={})
-    t_last = 1_800_000_000.123456
+    sec, us = int(time.time()) - 10, 123456
+    t_last = sec + us / 1e6
     proc = subprocess.Popen(["true"])
     proc.wait()
-    (tmp_path / f"client-1.{proc.pid}").write_text("0 7 5000 0 1800000000 123456\n")
+    (tmp_path / f"client-1.{proc.pid}").write_text(f"0 7 5000 0 {sec} {us}\n")
     out = tmp_path / "client-1.out"
     out.write_text("pgbench: error: client 0 aborted in command 4 (SQL) of script 0; perhaps the backend died\n")
     os.utime(out, (t_last - 0.004, t_last - 0.004))
     client = _Client(1, proc=proc, started=t_last - 5, log=tmp_path / f"client-1.{proc.pid}")
-    runner._ended(client, t_last + 1.0)
+    runner._ended(client, t_last - 0.002)  # a tick that began before the last transaction ended
     rec.finish()
     (gap,) = rec.gaps
     assert gap.last_ok_before == pytest.approx(t_last, abs=1e-6)
