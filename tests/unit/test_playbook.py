@@ -15,8 +15,9 @@ LAB = load_inventory(ROOT / "inventories" / "lab.yaml")
 BASE = (ROOT / "playbooks" / "pg-kill-primary.yaml").read_text()
 
 
-DRILLS = sorted([*(ROOT / "playbooks").glob("pg-*.yaml"), *(ROOT / "playbooks").glob("mariadb-*.yaml"),
-                 *(ROOT / "playbooks").glob("mha-*.yaml")])
+DRILLS = sorted(p for p in [*(ROOT / "playbooks").glob("pg-*.yaml"), *(ROOT / "playbooks").glob("mariadb-*.yaml"),
+                            *(ROOT / "playbooks").glob("mha-*.yaml")]
+                if "\nkind: " not in p.read_text())  # experiments (kind: sweep | ramp | compare) are not drills
 
 
 @pytest.mark.parametrize("path", DRILLS, ids=lambda p: p.name)
