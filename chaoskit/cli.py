@@ -678,15 +678,14 @@ def experiment_run(
             exp = Experiment.model_validate(doc.data)
         except ValidationError as exc:
             raise raise_validation(exc, doc) from None
-        from chaoskit.playbook.loader import TOOL_ENGINES
+        from chaoskit.playbook.loader import tool_engine_refusal
 
         for name in (exp.cluster, *exp.targets):
             if name not in inv.clusters:
                 raise doc.error(("cluster",), f"unknown cluster {name!r} in {inventory}")
-            engine = inv.clusters[name].engine
-            if exp.load is not None and engine not in TOOL_ENGINES[exp.load.tool]:
-                raise doc.error(("load", "tool"), f"{exp.load.tool} drives {' and '.join(TOOL_ENGINES[exp.load.tool])} "
-                                                  f"only; cluster {name} is {engine}")
+            refusal = tool_engine_refusal(exp.load.tool, name, inv.clusters[name].engine) if exp.load else None
+            if refusal:
+                raise doc.error(("load", "tool"), refusal)
         from chaoskit.ha.registry import managers
 
         changeable = managers()[inv.clusters[exp.cluster].ha.kind].changeable_settings

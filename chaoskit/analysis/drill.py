@@ -5,6 +5,7 @@ log, the faults and that truth, and returns the results plus the phase marks to 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from chaoskit.analysis.catchup import standby_catchup
@@ -186,7 +187,7 @@ def logged_complaints(kept: list[dict[str, Any]]) -> dict[str, list[str]]:
 
 def group_figures(groups: dict[str, dict[str, Any]], pb: Playbook, rec: Recorder, disturbances: list[dict[str, Any]],
                   faults: list[dict[str, Any]], truth: dict[str, Any], t_fault: float | None,
-                  events: list[dict[str, Any]] = ()) -> dict[str, Any]:  # type: ignore[assignment]
+                  events: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """Each client group's own figures (results.groups.<name>): per fault what its clients saw
     (outage edges, first client back, all clients back, write gap, per-client RTO), and its RPO:
     the acknowledged writes of its workers that are gone, when they were acknowledged relative to
@@ -228,7 +229,7 @@ def group_figures(groups: dict[str, dict[str, Any]], pb: Playbook, rec: Recorder
     return out
 
 
-def tool_restarts(group: str, events: Any) -> dict[str, Any]:
+def tool_restarts(group: str, events: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """What the drill did for a tool that gives clients up (pgbench aborts a client whose
     connection broke): how many clients it gave up, how many were back after being started again,
     the starts that found no writer, and the longest a client was down."""

@@ -19,6 +19,14 @@ from chaoskit.yamlsrc import load_yaml, raise_validation
 TOOL_ENGINES = {"pgbench": ("postgres",), "sysbench": ("postgres", "mysql")}
 
 
+def tool_engine_refusal(tool: str, cluster: str, engine: str) -> str | None:
+    """Why `tool` cannot load cluster `cluster` (None: it can), for a playbook's group and an
+    experiment's load alike."""
+    if tool not in TOOL_ENGINES or engine in TOOL_ENGINES[tool]:
+        return None
+    return f"{tool} drives {' and '.join(TOOL_ENGINES[tool])} only; cluster {cluster} is {engine}"
+
+
 @dataclass(frozen=True)
 class LoadedPlaybook:
     playbook: Playbook
@@ -108,10 +116,9 @@ def check_against_inventory(pb: Playbook, inventory: Inventory, doc: object) -> 
                                        f"(changeable: {', '.join(sorted(manager.changeable_settings)) or 'none'})")
     for i, group in enumerate(pb.load.groups or ()):
         engine = inventory.clusters[group.route].engine if group.route in inventory.clusters else cl.engine
-        if group.tool in TOOL_ENGINES and engine not in TOOL_ENGINES[group.tool]:
-            speaks = " and ".join(TOOL_ENGINES[group.tool])
-            raise doc.error(("load", "groups", i, "tool"),  # type: ignore[attr-defined]
-                            f"{group.tool} drives {speaks} only; cluster {group.route or pb.cluster} is {engine}")
+        refusal = tool_engine_refusal(group.tool, group.route or pb.cluster, engine)
+        if refusal:
+            raise doc.error(("load", "groups", i, "tool"), refusal)  # type: ignore[attr-defined]
         if group.route is None:
             continue
         other = inventory.clusters.get(group.route)

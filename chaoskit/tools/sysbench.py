@@ -145,10 +145,6 @@ def may_have_committed(statement: str) -> bool:
     return statement.strip().upper().startswith("COMMIT")
 
 
-_REFUSED_CONNECT = ("unable to connect", "can't connect", "connection refused", "could not connect",
-                    "connection to server")
-
-
 def ending(output: str, returncode: int) -> Ending | None:
     """None when it ended on its own (its time elapsed, or the load's stop ended it)."""
     report = parse(output)

@@ -17,6 +17,8 @@ total only: sysbench's threads spread over cores.
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import psutil
@@ -81,21 +83,19 @@ class CpuWindow:
     """Sampled at the window's start and end for a fixed set of processes."""
 
     def __init__(self, pids: list[int], one_core: set[int] | frozenset[int] = frozenset(),
-                 clock: object = None) -> None:
-        import time
-
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.pids = list(pids)
         self.one_core = frozenset(one_core)
-        self._now = clock or time.monotonic
+        self._now = clock
         self.start: dict[int, float] | None = None
         self.t_start = 0.0
 
     def begin(self) -> None:
-        self.t_start = self._now()  # type: ignore[operator]
+        self.t_start = self._now()
         self.start = {pid: tree_cpu_seconds(pid) for pid in self.pids}
 
     def end(self) -> ClientCpu:
         assert self.start is not None, "begin() first"
-        elapsed = max(1e-9, self._now() - self.t_start)  # type: ignore[operator]
+        elapsed = max(1e-9, self._now() - self.t_start)
         used = {pid: max(0.0, tree_cpu_seconds(pid) - self.start[pid]) / elapsed for pid in self.pids}
         return ClientCpu(elapsed, used, os.cpu_count() or 1, self.one_core)

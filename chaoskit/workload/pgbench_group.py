@@ -25,12 +25,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from chaoskit.db.base import ErrorClass
 from chaoskit.db.registry import driver_for
 from chaoskit.inventory.models import Cluster, Inventory
-from chaoskit.recorder import OK, Recorder
+from chaoskit.recorder import FAIL, OK, Recorder
 from chaoskit.tools import pgbench
 from chaoskit.workload.spec import ClientGroup, LoadSpec
-from chaoskit.workload.tool_group import POLL_S, STOP_GRACE_S, ToolGroupBase, with_parent_death
+from chaoskit.workload.tool_group import POLL_S, STOP_GRACE_S, ToolGroupBase, run_setup, with_parent_death
 
 
 @dataclass
@@ -64,6 +65,7 @@ class PgbenchGroup(ToolGroupBase):
 
     def __post_init__(self) -> None:
         self.settings = self.group.pgbench or pgbench.Settings()
+        self.kind = "write" if self.settings.writes else "read"
         self.clients = [_Client(w) for w in self.group.worker_ids]
 
     def _argv(self, client: _Client) -> list[str]:
@@ -76,7 +78,6 @@ class PgbenchGroup(ToolGroupBase):
     def _start(self, client: _Client, now: float) -> None:
         out = self.raw / f"client-{client.worker}.out"
         with open(out, "ab") as fh:
-            client.out_from = fh.tell()
             client.runs += 1
             fh.write(f"== run {client.runs} started {now:.6f}\n".encode())
             client.out_from = fh.tell()
@@ -104,11 +105,11 @@ class PgbenchGroup(ToolGroupBase):
             tx = pgbench.parse_line(line, f"{client.log}:{client.logged + n}")
             if tx is None:
                 continue
-            kind = "write" if self.settings.writes else "read"
             if tx.ok:
-                self.recorder.record(client.worker, kind, tx.t_start or tx.t_end, tx.t_end, OK)
+                self.recorder.record(client.worker, self.kind, tx.t_start or tx.t_end, tx.t_end, OK)
             else:  # serialization / deadlock: rolled back, so it did not commit
-                self.recorder.record(client.worker, kind, tx.t_end, tx.t_end, "fail", "serialization", tx.failure or "")
+                self.recorder.record(client.worker, self.kind, tx.t_end, tx.t_end, FAIL, ErrorClass.serialization.value,
+                                     tx.failure or "")
             if not client.logged:
                 client.first_end = tx.t_end
             client.logged += 1
@@ -135,13 +136,12 @@ class PgbenchGroup(ToolGroupBase):
         end = pgbench.ending(output)
         if self.stopping and end is None:
             return
-        kind = "write" if self.settings.writes else "read"
         if end is None:
             end = pgbench.Ending(client.logged > 0, None, f"pgbench ended (exit {proc.returncode}) without saying why",
                                  False)
         outcome, cls = pgbench.ending_outcome(end, self.settings.script, self.settings.writes)
         t_invoke = client.last_end if end.started and client.last_end is not None else client.started
-        self.recorder.record(client.worker, kind, min(t_invoke, t_end), t_end, outcome, cls.value, end.message)
+        self.recorder.record(client.worker, self.kind, min(t_invoke, t_end), t_end, outcome, cls.value, end.message)
         if end.started:
             client.down_since = t_end
             client.backoff = self.spec.backoff_min
@@ -199,16 +199,9 @@ class PgbenchGroup(ToolGroupBase):
 def _init_tables(group: ClientGroup, conninfo: str, env: dict[str, str], raw: Path) -> None:
     """The builtin script's tables, made once before the load (pgbench -i at the group's scale)."""
     settings = group.pgbench or pgbench.Settings()
-    if not settings.init:
-        return
-    raw.mkdir(parents=True, exist_ok=True)
-    with open(raw / "init.out", "wb") as fh:
-        res = subprocess.run(with_parent_death(pgbench.init_argv(conninfo, settings.scale)), stdin=subprocess.DEVNULL,
-                             stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **env}, timeout=600, check=False)
-    if res.returncode != 0:
-        said = (raw / "init.out").read_text(errors="replace").strip().splitlines()
-        raise RuntimeError(f"pgbench -i for group {group.name} failed (exit {res.returncode}): "
-                           f"{said[-1] if said else 'no output'}")
+    if settings.init:
+        run_setup([(f"pgbench -i --scale={settings.scale}", pgbench.init_argv(conninfo, settings.scale))],
+                  raw / "init.out", env, group.name, timeout=600)
 
 
 def tool_conninfo(cluster: Cluster, inventory: Inventory, spec: LoadSpec, group: ClientGroup
@@ -216,7 +209,6 @@ def tool_conninfo(cluster: Cluster, inventory: Inventory, spec: LoadSpec, group:
     driver = driver_for(cluster, inventory, connect_timeout=spec.connect_timeout, op_timeout=spec.op_timeout,
                         profile=group.client_profile())
     return driver.tool_conninfo(f"chaoskit-{group.tool}")  # type: ignore[attr-defined]
-
 
 
 def prepare(group: ClientGroup, cluster: Cluster, inventory: Inventory, spec: LoadSpec, raw: Path) -> None:

@@ -29,14 +29,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from chaoskit.db.base import Driver
+from chaoskit.db.base import Driver, ErrorClass
 from chaoskit.db.registry import driver_for
 from chaoskit.inventory.models import Cluster, Inventory
 from chaoskit.recorder import FAIL, INFO, Recorder
 from chaoskit.tools import MEASURES, sysbench
 from chaoskit.workload.outcomes import connect_error_class
 from chaoskit.workload.spec import ClientGroup, LoadSpec
-from chaoskit.workload.tool_group import STOP_GRACE_S, ToolGroupBase, with_parent_death
+from chaoskit.workload.tool_group import STOP_GRACE_S, ToolGroupBase, run_setup, with_parent_death
 
 RTO_RESOLUTION_S = MEASURES["sysbench"].rto_resolution_s  # its --report-interval
 
@@ -73,7 +73,7 @@ class SysbenchGroup(ToolGroupBase):
         self.runs = 0
         self.started = 0.0
         self.threads_started = False
-        self.output = ""  # this run's words
+        self.said: list[str] = []  # this run's words other than its reports (how it ends is read from them)
         self.first_fatal: float | None = None
         self.last_report_s = 0.0
         self.last_ok: float | None = None
@@ -102,7 +102,7 @@ class SysbenchGroup(ToolGroupBase):
                                      stderr=subprocess.STDOUT, env={**os.environ, **self.env}, cwd=self.raw)
         assert self.proc.stdout is not None
         os.set_blocking(self.proc.stdout.fileno(), False)
-        self.started, self.threads_started, self.output, self.first_fatal = now, False, "", None
+        self.threads_started, self.said, self.first_fatal = False, [], None
         self.last_report_s, self.buffer, self.back_at = 0.0, b"", None
 
     def _failed_start(self, now: float, cls: str, message: str) -> None:
@@ -128,13 +128,13 @@ class SysbenchGroup(ToolGroupBase):
             self._line(raw.decode("utf-8", "replace"), now)
 
     def _line(self, line: str, now: float) -> None:
-        self.output += line + "\n"
-        if line.startswith("Threads started!"):
-            self.threads_started = True
-        elif line.startswith("FATAL: ") and self.first_fatal is None:
-            self.first_fatal = now
         report = sysbench.parse(line).intervals
         if not report:
+            self.said.append(line)
+            if line.startswith("Threads started!"):
+                self.threads_started = True
+            elif line.startswith("FATAL: ") and self.first_fatal is None:
+                self.first_fatal = now
             return
         (iv,) = report
         self.reports.write(f"{now:.6f}\t{self.runs}\t{line}\n")
@@ -165,14 +165,14 @@ class SysbenchGroup(ToolGroupBase):
         self.buffer = b""
         proc.stdout.close()
         self.proc = None
-        end = sysbench.ending(self.output, proc.returncode if proc.returncode is not None else 0)
+        end = sysbench.ending("\n".join(self.said), proc.returncode if proc.returncode is not None else 0)
         self.out.write(f"== run {self.runs} ended {now:.6f}, exit {proc.returncode}\n".encode())
         self.out.flush()
         if self.stopping and (end is None or proc.returncode in (-15, 143)):
             return
         if end is None:
             end = sysbench.Ending(self.threads_started, f"sysbench ended (exit {proc.returncode})",
-                                  sysbench.ErrorClass.connection_lost)
+                                  ErrorClass.connection_lost)
         t_end = max(self.first_fatal or now, self.last_ok or 0.0)
         if not end.started:
             self.started = min(self.started, t_end)
@@ -181,9 +181,9 @@ class SysbenchGroup(ToolGroupBase):
         # one op per thread: a thread that said it failed in its COMMIT may have committed (info),
         # in an earlier statement it did not (fail); one that said nothing (a crash) is unknown
         said = list(end.failed_in[:self.group.workers])
+        lost = end.error_class == ErrorClass.connection_lost
         for i in range(self.group.workers):
             committing = sysbench.may_have_committed(said[i]) if i < len(said) else True
-            lost = end.error_class.value == "connection_lost"
             outcome = INFO if self.settings.writes and lost and committing else FAIL
             self.recorder.record(self.worker, self.kind, self.last_ok or self.started, t_end, outcome,
                                  end.error_class.value, f"in {said[i][:60]!r}: {end.message}" if i < len(said)
@@ -228,16 +228,9 @@ def prepare(group: ClientGroup, cluster: Cluster, inventory: Inventory, spec: Lo
     driver = _driver(cluster, inventory, spec, group)
     name, user, db, env = _connection(driver)
     host, port = driver.writer_endpoint()
-    with open(raw / "prepare.out", "wb") as fh:
-        for argv in sysbench.prepare_argvs(settings, name, host, port, user, db):
-            fh.write(f"== {' '.join(argv[:2])} ... {argv[-1]} against {host}:{port}\n".encode())
-            fh.flush()
-            res = subprocess.run(with_parent_death(argv), stdin=subprocess.DEVNULL, stdout=fh,
-                                 stderr=subprocess.STDOUT, env={**os.environ, **env}, timeout=900, check=False)
-            if res.returncode != 0:
-                said = (raw / "prepare.out").read_text(errors="replace").strip().splitlines()
-                raise RuntimeError(f"sysbench {argv[-1]} for group {group.name} failed (exit {res.returncode}): "
-                                   f"{said[-1] if said else 'no output'}")
+    commands = sysbench.prepare_argvs(settings, name, host, port, user, db)
+    run_setup([(f"sysbench {settings.test} {argv[-1]} against {host}:{port}", argv) for argv in commands],
+              raw / "prepare.out", env, group.name, timeout=900)
 
 
 def runner(group: ClientGroup, cluster: Cluster, inventory: Inventory, spec: LoadSpec, raw: Path,

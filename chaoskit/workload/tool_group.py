@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +56,22 @@ def with_parent_death(argv: list[str]) -> list[str]:
     """The tool dies with the process that started it, however that one dies (the kernel's
     parent-death signal, set by util-linux's setpriv before it executes the tool)."""
     return ["setpriv", "--pdeathsig", "KILL", "--", *argv]
+
+
+def run_setup(commands: list[tuple[str, list[str]]], log: Path, env: dict[str, str], group: str,
+              timeout: float) -> None:
+    """A tool's setup commands (its tables), one after the other, each after a `== <label>` line
+    in `log` with its output; the first that fails raises, naming it and quoting its last line."""
+    with open(log, "ab") as fh:
+        for label, argv in commands:
+            fh.write(f"== {label}\n".encode())
+            fh.flush()
+            res = subprocess.run(with_parent_death(argv), stdin=subprocess.DEVNULL, stdout=fh,
+                                 stderr=subprocess.STDOUT, env={**os.environ, **env}, timeout=timeout, check=False)
+            if res.returncode != 0:
+                said = log.read_text(errors="replace").strip().splitlines()
+                raise RuntimeError(f"{label} for group {group} failed (exit {res.returncode}): "
+                                   f"{said[-1] if said else 'no output'}")
 
 
 def group_module(tool: str) -> Any:
