@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -98,15 +99,27 @@ def lab_up(
 
 
 @lab_app.command("down")
-def lab_down() -> None:
-    """Remove everything the lab made."""
+def lab_down(
+    stack: Annotated[str, typer.Option(help="Comma list of stacks to remove (the base and the others run on); "
+                                            "default: the whole lab.")] = "",
+) -> None:
+    """Remove everything the lab made, or only some stacks."""
     from chaoskit.lab import manager
 
+    stacks = [s.strip() for s in stack.split(",") if s.strip()]
+    t0 = time.monotonic()
     try:
-        seconds = manager.down()
+        if stacks:
+            left = manager.down_stacks(stacks)
+        else:
+            manager.down()
     except ChaoskitError as exc:
         _fail(exc)
-    out.print(f"lab down in {seconds:.1f}s")
+    seconds = time.monotonic() - t0
+    if stacks:
+        out.print(f"stacks down in {seconds:.1f}s: {', '.join(stacks)}; running {', '.join(left) or 'the base only'}")
+    else:
+        out.print(f"lab down in {seconds:.1f}s")
 
 
 @lab_app.command("status")

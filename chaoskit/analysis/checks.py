@@ -71,10 +71,16 @@ def _component_at(probe: ProbeLog, member: str, t: float) -> str | None:
 
 
 def gather_convergence(driver: Driver, cluster: Cluster, digest: Callable[[Any], tuple[int, int]],
-                       within: float) -> dict[str, Any]:
+                       within: float, rows_only_added: bool = False, multi_writer: bool = False) -> dict[str, Any]:
     """Per member: the workload's digest of this run's data (`rows`, `seq_sum`: the ledger's row
     count and sum of sequence numbers) and its role, read directly; repeated (bounded by `within`)
-    until every member answers with the same digest."""
+    until every member answers with the same digest.
+
+    Waiting longer cannot help when the load's rows are only ever added (`rows_only_added`, the
+    ledger) and a member holds more of them than the cluster's one writer (`multi_writer` off):
+    the load has stopped, the writer replicates from nobody, so those rows are on that member
+    for good (an old primary that took writes nobody else got and was not rewound). The reading
+    then stops at once, with `stopped_early` saying why, instead of spending the whole bound."""
     deadline = time.time() + within
     while True:
         digests: dict[str, Any] = {}
@@ -89,9 +95,24 @@ def gather_convergence(driver: Driver, cluster: Cluster, digest: Callable[[Any],
                 digests[member.host] = {"error": str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}
             finally:
                 Driver.close_quietly(conn)
-        if _converged(digests, len(cluster.members)) or time.time() >= deadline:
-            return {"members": digests, "waited_s": round(within - max(0.0, deadline - time.time()), 3)}
+        ahead = _ahead_of_the_writer(digests) if rows_only_added and not multi_writer else []
+        if _converged(digests, len(cluster.members)) or time.time() >= deadline or ahead:
+            out = {"members": digests, "waited_s": round(within - max(0.0, deadline - time.time()), 3)}
+            if ahead and not _converged(digests, len(cluster.members)):
+                out["stopped_early"] = (f"{', '.join(ahead)} {'holds' if len(ahead) == 1 else 'hold'} more of this "
+                                        "run's rows than the one writer: rows are only ever added, so no replication "
+                                        "can make them equal; not waited for")
+            return out
         time.sleep(0.5)
+
+
+def _ahead_of_the_writer(digests: dict[str, Any]) -> list[str]:
+    """The members holding more rows than the one member that answered as primary (none when no
+    member, or more than one, did)."""
+    writers = [d for d in digests.values() if d.get("role") == "primary" and "rows" in d]
+    if len(writers) != 1:
+        return []
+    return sorted(h for h, d in digests.items() if "rows" in d and d["rows"] > writers[0]["rows"])
 
 
 def _converged(digests: dict[str, Any], members: int) -> bool:

@@ -66,7 +66,8 @@ def gather_truth(inputs: DrillInputs, run_id: str, load: LoadSource, driver: Dri
         Driver.close_quietly(writer)
     if "replica_convergence" in pb.checks:
         truth["convergence"] = checked(gather_convergence, driver, cluster, load.workload.member_digest,
-                                       pb.recovery.within)
+                                       pb.recovery.within, rows_only_added=load.workload.rows_only_added,
+                                       multi_writer=is_multi_writer(cluster))
     return truth
 
 

@@ -9,7 +9,7 @@ the leftovers of a crashed run.
 `down` removes everything `up` made: daemons (by recorded pid, checked dead), anything still
 running in the lab's namespaces, leaked SysV shared memory, namespaces, veths, bridge, the lab
 user and sudoers entry, fault journals and relay directories of lab hosts, and the state directory
-(except cache/).
+(except cache/). `down --stack` removes only those stacks' hosts; the base and the other stacks run on.
 """
 
 from __future__ import annotations
@@ -349,29 +349,66 @@ def down(spec: LabSpec | None = None) -> float:
     return time.monotonic() - t0
 
 
-def _down_locked(spec: LabSpec) -> None:
-    state = _read_state() or {}
-    recorded = [p["pid"] for p in state.get("daemons", {}).values() if alive(p["pid"], p.get("start"))]
-    data_dirs = [d for name in ("base", *stack_names()) for d in recipe(name).postgres_data(spec)]
+def down_stacks(stacks: tuple[str, ...] | list[str], spec: LabSpec | None = None) -> tuple[str, ...]:
+    """Remove these stacks' hosts (daemons, namespaces, disks, host directories, fault journals) and
+    leave the base and every other stack running, so a lab keeps only what is in use: an idle stack
+    costs CPU (pg_auto_failover's keepers poll every second) and every health wait checks it.
+    Returns the stacks still up."""
+    require_root()
+    spec = spec or lab_spec()
+    with _locked():
+        state = _read_state() or {}
+        have = set(state.get("stacks", ()))
+        gone = [s for s in check_stacks(stacks) if s in have]
+        if not gone:
+            return tuple(sorted(have))
+        hosts = [h for h in spec.hosts if h.stack in gone]
+        names = {h.name for h in hosts}
+        _stop_hosts(hosts, state, [d for name in gone for d in recipe(name).postgres_data(spec)])
+        network.destroy_hosts(hosts)
+        for host in hosts:
+            shutil.rmtree(host.dir, ignore_errors=True)
+            disks.image(host).unlink(missing_ok=True)
+        left = sorted(have - set(gone))
+        _write_state({**state, "stacks": left,
+                      "daemons": {k: v for k, v in state.get("daemons", {}).items() if k.split("/")[0] not in names}})
+        _write_known_hosts(spec.of_stacks(set(left)))
+        return tuple(left)
+
+
+def _stop_hosts(hosts: list[Any], state: dict[str, Any], data_dirs: list[Path],
+                every_netns: bool = False) -> None:
+    """Every process of these hosts ended (recorded daemons and postmasters gracefully first, so
+    Patroni and pg_autoctl stop PostgreSQL and MariaDB flushes; then anything left in their
+    namespaces), their leaked shared memory removed, disks unmounted, fault journals and relay
+    directories gone. `every_netns`: also whatever runs in a lab-named namespace of no host here
+    (left by an older lab)."""
+    names = {h.name for h in hosts}
+    netns = set(network.existing_netns()) if every_netns else {h.netns for h in hosts} & set(network.existing_netns())
+    recorded = [p["pid"] for k, p in state.get("daemons", {}).items()
+                if k.split("/")[0] in names and alive(p["pid"], p.get("start"))]
     postmasters = [pid for d in data_dirs if (pid := read_pid_file(d / "postmaster.pid"))
-                   and alive(pid) and _in_lab_netns(pid, spec)]
-    in_netns = sorted({pid for ns in network.existing_netns() for pid in netns_pids(ns)})
-    # Graceful first (Patroni and pg_autoctl stop PostgreSQL, MariaDB flushes), then anything left.
+                   and alive(pid) and _in_lab_netns(pid, hosts)]
     terminate(sorted(set(recorded + postmasters)), grace=4.0)
-    left = terminate(sorted({pid for ns in network.existing_netns() for pid in netns_pids(ns)} | set(in_netns)),
-                     grace=1.0)
+    left = terminate(sorted({pid for ns in netns for pid in netns_pids(ns)}), grace=1.0)
     if left:
         raise LabError(f"processes would not die: {left}")
     _remove_shared_memory(data_dirs)
-    stuck = disks.release_disks(spec.hosts)
+    stuck = disks.release_disks(hosts)
     if stuck:
         raise LabError(f"lab disks would not unmount: {', '.join(stuck)}")
-    network.destroy(spec)
-    for host in spec.hosts:  # fault journals of lab hosts (their dead-men died with the namespaces)
+    for host in hosts:  # fault journals of lab hosts (their dead-men died with the namespaces)
         journal_dir = Path(FAULT_JOURNAL_ROOT) / host.name
         for entry in journal_dir.glob("*.json"):  # and the relay directories of their faults
             shutil.rmtree(Path(RELAY_ROOT) / entry.stem, ignore_errors=True)
         shutil.rmtree(journal_dir, ignore_errors=True)
+
+
+def _down_locked(spec: LabSpec) -> None:
+    state = _read_state() or {}
+    data_dirs = [d for name in ("base", *stack_names()) for d in recipe(name).postgres_data(spec)]
+    _stop_hosts(list(spec.hosts), state, data_dirs, every_netns=True)
+    network.destroy(spec)
     _remove_user()
     for child in STATE_DIR.glob("*"):
         if child.name in (Paths.cache.name, Paths.lock.name):
@@ -382,9 +419,9 @@ def _down_locked(spec: LabSpec) -> None:
             child.unlink(missing_ok=True)
 
 
-def _in_lab_netns(pid: int, spec: LabSpec) -> bool:
+def _in_lab_netns(pid: int, hosts: list[Any]) -> bool:
     res = sh(["ip", "netns", "identify", str(pid)], check=False)
-    return res.stdout.strip() in {h.netns for h in spec.hosts}
+    return res.stdout.strip() in {h.netns for h in hosts}
 
 
 def _remove_shared_memory(data_dirs: list[Path]) -> None:

@@ -63,6 +63,17 @@ def _ip_batch(lines: list[str], netns: str | None = None) -> None:
         raise RuntimeError(f"ip -batch failed: {proc.stderr.strip()}")
 
 
+def destroy_hosts(hosts: list[LabHost]) -> None:
+    """These hosts' namespaces and veths (the bridge and the other hosts stay)."""
+    have = set(existing_netns())
+    for host in hosts:
+        if host.netns in have:
+            sh(["ip", "netns", "del", host.netns], check=False)
+        if link_exists(host.veth):
+            sh(["ip", "link", "del", host.veth], check=False)
+        shutil.rmtree(NETNS_ETC / host.netns, ignore_errors=True)
+
+
 def destroy(spec: LabSpec) -> None:
     for ns in existing_netns():
         sh(["ip", "netns", "del", ns], check=False)

@@ -125,7 +125,8 @@ def check_rows(c: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 _CHECK_WORDS = {"rpo_s": "RPO in time", "lost_ack_window_rel_s": "lost writes acknowledged, since the fault",
-                "lost_acknowledged": "acknowledged writes lost", "overlap_s": "overlap", "waited_s": "waited"}
+                "lost_acknowledged": "acknowledged writes lost", "overlap_s": "overlap", "waited_s": "waited",
+               "stopped_early": "stopped waiting"}
 
 
 GLOSSARY: tuple[tuple[str, str], ...] = (

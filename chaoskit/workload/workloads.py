@@ -80,6 +80,9 @@ class Workload(ABC):
     writes: ClassVar[bool] = True
     checks: ClassVar[tuple[str, ...]] = ()  # the checks of its own data it can judge, in the order they are run
     keyed: ClassVar[str | None] = None  # how an op's `key` reads (recorder.SEQUENCE / VERSION)
+    # this run's rows are only ever added, never updated or deleted: a member holding more of them
+    # than the one writer holds them for good (the convergence check stops waiting for it)
+    rows_only_added: ClassVar[bool] = False
 
     def __init__(self, driver: Driver, params: WorkloadParams, run_id: str) -> None:
         self.driver = driver
@@ -158,6 +161,7 @@ class Ledger(Workload):
     TABLE = "chaoskit_ledger"
     checks = ("rpo", "replica_convergence")
     keyed = SEQUENCE  # an op's key: the sequence number of the row it inserts for its worker
+    rows_only_added = True
 
     def setup(self, conn: Any) -> None:
         self.driver.execute(conn, (

@@ -12,10 +12,50 @@ from chaoskit.inventory.fanout import RemotePool
 from chaoskit.inventory.models import Inventory
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def _extra_stacks(item: pytest.Item) -> tuple[str, ...]:
+    """The stacks a module adds to the session's lab (its `LAB_STACKS`, beyond the default ones)."""
+    from chaoskit.lab.recipes import default_stacks
+
+    module = getattr(item, "module", None)
+    return tuple(s for s in getattr(module, "LAB_STACKS", ()) if s not in default_stacks())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "integration" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
+    # Modules that add a stack run after those on the default lab, and each removes its stacks
+    # when no later module needs them (`lab_stacks`): an idle stack costs CPU the drills of the
+    # other modules need (Galera and MHA about 12% of this 2-core machine, pg_auto_failover and
+    # repmgr about 10%), and every reset's health wait checks it. Stable: order within a module,
+    # and among the modules of each kind, is kept.
+    items.sort(key=lambda it: bool(_extra_stacks(it)))
+    later: list[tuple[str, tuple[str, ...]]] = []
+    for item in items:
+        extra = _extra_stacks(item)
+        if extra and (not later or later[-1][0] != item.module.__name__):
+            later.append((item.module.__name__, extra))
+    _PLAN[:] = later
+
+
+_PLAN: list[tuple[str, tuple[str, ...]]] = []  # (module, stacks it adds), in the order they run
+
+
+@pytest.fixture(scope="module", autouse=True)
+def lab_stacks(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a module that added stacks, those no later module adds are removed again."""
+    yield
+    name = request.module.__name__
+    mine = next((stacks for module, stacks in _PLAN if module == name), ())
+    if not mine:
+        return
+    index = [module for module, _ in _PLAN].index(name)
+    needed_later = {s for _, stacks in _PLAN[index + 1:] for s in stacks}
+    from chaoskit.lab import manager
+
+    drop = [s for s in mine if s not in needed_later and s in manager.up_stacks()]
+    if drop:
+        manager.down_stacks(drop)
 
 
 @pytest.fixture(scope="session")

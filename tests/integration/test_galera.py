@@ -21,9 +21,12 @@ from chaoskit.lab import manager
 SUSPECT_S = 5.0  # galera-4's evs.suspect_timeout default, read back below from the run's evidence
 
 
+LAB_STACKS = ("galera",)  # added beside the session's lab, removed after this module (conftest)
+
+
 @pytest.fixture(scope="module")
 def galera(lab: Inventory) -> Inventory:
-    manager.up(stacks=("galera",))
+    manager.up(stacks=LAB_STACKS)
     manager.wait_healthy(120)
     return lab
 

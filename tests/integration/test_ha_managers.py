@@ -18,9 +18,12 @@ from chaoskit.lab import manager
 INV = "inventories/lab.yaml"
 
 
+LAB_STACKS = ("patroni", "mariadb", "pg_auto_failover", "repmgr")  # the last two removed after (conftest)
+
+
 @pytest.fixture(scope="module")
 def stacks(lab: Inventory) -> Inventory:
-    manager.up(stacks=("patroni", "mariadb", "pg_auto_failover", "repmgr"))
+    manager.up(stacks=LAB_STACKS)
     manager.wait_healthy(120)
     return lab
 

@@ -230,6 +230,31 @@ def test_lab_status_json(lab: Inventory) -> None:
     assert sorted(m["role"] for m in data["clusters"]["mariadb"]["members"]) == ["primary", "replica"]
 
 
+def test_one_stack_goes_down_alone_and_comes_back(lab: Inventory) -> None:
+    """`down --stack` removes that stack's hosts and nothing else (the test session drops each
+    added stack after its module this way); `up` adds it back beside the others."""
+    spec = lab_spec()
+    gone = [h for h in spec.hosts if h.stack == "mariadb"]
+    kept = [h for h in spec.hosts if h.stack in ("base", "patroni")]
+    res = cli("lab", "down", "--stack", "mariadb")
+    assert res.returncode == 0, res.stderr
+    assert "mariadb" not in manager.up_stacks() and "patroni" in manager.up_stacks()
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    assert not {h.netns for h in gone} & set(netns) and {h.netns for h in kept} <= set(netns)
+    assert not any(h.dir.exists() or Path(f"/sys/class/net/{h.veth}").exists() for h in gone)
+    running = [c for c in (p.read_bytes() for p in Path("/proc").glob("[0-9]*/cmdline") if p.exists())
+               if any(f"/hosts/{h.name}/".encode() in c for h in gone)]
+    assert running == []
+    assert manager.health(stacks=("patroni",))[0]  # the other stack and the base never noticed
+    assert set(json.loads(Paths.state.read_text())["daemons"]) >= {f"{h.name}/sshd" for h in kept}
+    assert not any(k.split("/")[0] in {h.name for h in gone} for k in json.loads(Paths.state.read_text())["daemons"])
+    added = manager.up(stacks=("mariadb",))
+    assert added.added == ("mariadb",) and not added.cleaned_leftovers
+    manager.wait_healthy(90)
+    roles = discover_roles(lab.clusters["mariadb"], lab)
+    assert sorted(r.sql_role for r in roles) == ["primary", "replica"]
+
+
 def test_up_is_idempotent(lab: Inventory) -> None:
     pids = json.loads(Paths.state.read_text())["daemons"]
     res = manager.up()

@@ -16,10 +16,12 @@ from drillrun import expected_rows, rows_on, run, shortened
 from chaoskit.inventory.models import Inventory
 from chaoskit.lab import manager
 
+LAB_STACKS = ("mha",)  # added beside the session's lab, removed after this module (conftest)
+
 
 @pytest.fixture(scope="module")
 def mha(lab: Inventory) -> Inventory:
-    manager.up(stacks=("mha",))
+    manager.up(stacks=LAB_STACKS)
     manager.wait_healthy(120)
     return lab
 
@@ -140,7 +142,11 @@ def test_sysbench_beside_chaoskits_clients_through_one_failover(mha: Inventory, 
 def test_partition_is_split_brain_for_endpoint_clients_only(mha: Inventory, tmp_path: Path) -> None:
     """MHA fences nothing: the isolated primary keeps taking the endpoint-list clients' writes, lost
     when the partition heals; HAProxy (on the manager's host) stops sending it anything."""
-    res, ev, _ = run(shortened("playbooks/mha-partition-primary.yaml", tmp_path, ["8s", "31s"], "40s"), tmp_path)
+    # recovery bounded at 45 s (steady about 20 s after the heal): after the rejoin, the replicas
+    # catching up share this machine's two cores with the load, and its throughput sometimes
+    # stays under 90% of the baseline for the whole bound, which this test does not judge
+    res, ev, _ = run(shortened("playbooks/mha-partition-primary.yaml", tmp_path, ["8s", "31s"], "40s",
+                               recovery_within="45s"), tmp_path)
     (f,) = ev["results"]["faults"]
     assert f["outcome"] == "split_brain" and ev["results"]["checks"]["split_brain"]["valid"] is False, res.stdout
     endpoints, haproxy = ev["results"]["groups"]["endpoints"], ev["results"]["groups"]["haproxy"]
@@ -165,8 +171,10 @@ def test_without_its_manager_mha_promotes_nobody(mha: Inventory, tmp_path: Path)
     SIGKILLed, then the primary's mariadbd. Nothing else promotes a replica: no member other than
     the old primary is writable before the manager is started again, on either route; the manager
     runs again from its pid file afterwards and no two members were ever writable at once."""
+    # recovery bounded at 20 s: the lab starts every MHA node read-only, so the old primary comes
+    # back without a writer nobody makes writable (the manager promotes only on a dead primary)
     pb = shortened("playbooks/mha-manager-down-then-kill-primary.yaml", tmp_path, ["8s", "11s"], "40s",
-                   ["25s", "12s"])
+                   ["25s", "12s"], recovery_within="20s")
     res, ev, _ = run(pb, tmp_path)
     assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
     manager_fault, primary = ev["results"]["faults"]

@@ -260,6 +260,31 @@ def test_convergence_waits_for_a_lagging_member_then_judges_the_old_primary() ->
                                           "manager log)"}
 
 
+def test_convergence_stops_waiting_for_a_member_ahead_of_the_one_writer() -> None:
+    """The old primary kept 2 rows the new writer never got (12 > 10): rows are only ever added and
+    the load stopped, so no read within the 30 s bound could differ: one read, a reason."""
+    drv = FakeDriver({"pg1": [(12, 99, False)], "pg2": [(10, 55, True)], "pg3": [(10, 55, False)]})
+    got = gather_convergence(drv, cluster(), digest(drv), within=30.0, rows_only_added=True)
+    assert got["waited_s"] < 1.0
+    assert got["stopped_early"].startswith("pg1 holds more of this run's rows than the one writer")
+    assert convergence_verdict(got, "pg1", {"manager": "patroni"})["old_primary"]["diverged"] is True
+
+
+@pytest.mark.parametrize("answers, rows_only_added, multi_writer", [
+    ({"pg1": [(12, 99, False)], "pg2": [(10, 55, True)], "pg3": [(10, 55, False)]}, False, False),  # rows updated
+    ({"pg1": [(12, 99, True)], "pg2": [(10, 55, True)], "pg3": [(10, 55, False)]}, True, True),  # Galera: may apply
+    ({"pg1": [(12, 99, True)], "pg2": [(10, 55, True)], "pg3": [(10, 55, False)]}, True, False),  # two writers
+    ({"pg1": [(8, 36, False)], "pg2": [(10, 55, True)], "pg3": [(10, 55, False)]}, True, False),  # behind: may catch up
+    ({"pg1": [(12, 99, False)], "pg2": [ConnectionError("down")], "pg3": [(10, 55, False)]}, True, False),  # no writer
+])
+def test_convergence_waits_its_bound_where_the_rows_could_still_change(
+        answers: dict[str, list[Any]], rows_only_added: bool, multi_writer: bool) -> None:
+    drv = FakeDriver(answers)
+    got = gather_convergence(drv, cluster(), digest(drv), within=1.2, rows_only_added=rows_only_added,
+                             multi_writer=multi_writer)
+    assert got["waited_s"] >= 1.2 and "stopped_early" not in got
+
+
 def test_convergence_reports_divergence_and_a_member_down() -> None:
     drv = FakeDriver({"pg1": [(12, 99, False)], "pg2": [(10, 55, True)], "pg3": [ConnectionError("refused\nmore")]})
     got = gather_convergence(drv, cluster(), digest(drv), within=0.0)
