@@ -159,6 +159,12 @@ class Driver(ABC):
     @abstractmethod
     def _classify(self, exc: BaseException) -> ErrorClass: ...
 
+    def classify_words(self, text: str) -> ErrorClass | None:
+        """The class of an error a load tool reported only in words (pgbench's, sysbench's output),
+        by the rule this driver applies to its own exceptions, so one failure has one name whoever
+        met it; None when the words say nothing the rule knows."""
+        return None
+
     def causal_reads(self, conn: Any) -> None:
         """Make this session's reads see every write the cluster committed before them (Galera:
         wsrep_sync_wait; a node that rejoined may still be applying). The ground-truth read of a

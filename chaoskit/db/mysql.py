@@ -10,6 +10,7 @@ and option files (read_default_file) pass through from the cluster's `options`.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import pymysql
@@ -27,6 +28,36 @@ _SERIALIZATION = {1213, 1614, 3101}
 # disk full (1021), table full (1114, InnoDB out of room in its files), out of memory (1037, 1038, 1041)
 _RESOURCES = {1021, 1114, 1037, 1038, 1041}
 _CONSTRAINT = {1022, 1062, 1169, 1216, 1217, 1451, 1452, 1557, 1586, 3819, 4025}
+# the error number in a tool's words (sysbench: "error 2013", "errno = 2013")
+_CODE_IN_WORDS = re.compile(r"\b(?:error|errno)\s*[=:]?\s*(\d{4})\b", re.IGNORECASE)
+
+
+def class_of_words(text: str) -> ErrorClass | None:
+    """An error a tool reported in words, by the first error number in them."""
+    code = _CODE_IN_WORDS.search(text)
+    return class_of_error(int(code.group(1)) if code else None, text.lower())
+
+
+def class_of_error(code: int | None, text: str) -> ErrorClass | None:
+    """An error by its MySQL/MariaDB code (client 2xxx or server 1xxx) and lowered words; None
+    when neither says anything this rule knows."""
+    if code in _READ_ONLY or "read-only" in text or "read_only" in text:
+        return ErrorClass.read_only
+    if code in (2003, 2013) and "timed out" in text:
+        return ErrorClass.timeout
+    if code in _REFUSED:
+        return ErrorClass.connect_refused
+    if code in _LOST:
+        return ErrorClass.connection_lost
+    if code in _TIMEOUT:
+        return ErrorClass.timeout
+    if code in _SERIALIZATION:
+        return ErrorClass.serialization
+    if code in _RESOURCES or (code is not None and "errno: 28" in text) or "no space left" in text:
+        return ErrorClass.resources
+    if code in _CONSTRAINT:
+        return ErrorClass.constraint
+    return None
 
 
 def slave_state(status: dict[str, Any]) -> tuple[str, int | None, float | None]:
@@ -219,25 +250,16 @@ class MySQLDriver(Driver):
         code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
         return code == 2013 and "timed out" in str(exc).lower()
 
+    def classify_words(self, text: str) -> ErrorClass | None:
+        return class_of_words(text)
+
     def _classify(self, exc: BaseException) -> ErrorClass:
         code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
-        text = str(exc).lower()
-        if code in _READ_ONLY or "read-only" in text or "read_only" in text:
-            return ErrorClass.read_only
-        if code in (2003, 2013) and "timed out" in text:
-            return ErrorClass.timeout
-        if code in _REFUSED:
-            return ErrorClass.connect_refused
-        if code in _LOST or isinstance(exc, pymysql.err.InterfaceError | ConnectionError | BrokenPipeError):
+        cls = class_of_error(code, str(exc).lower())
+        if cls is not None:
+            return cls
+        if isinstance(exc, pymysql.err.InterfaceError | ConnectionError | BrokenPipeError | OSError):
             return ErrorClass.connection_lost
-        if code in _TIMEOUT:
-            return ErrorClass.timeout
-        if code in _SERIALIZATION:
-            return ErrorClass.serialization
-        if code in _RESOURCES or (code is not None and "errno: 28" in text) or "no space left" in text:
-            return ErrorClass.resources
-        if code in _CONSTRAINT or isinstance(exc, pymysql.err.IntegrityError):
+        if isinstance(exc, pymysql.err.IntegrityError):
             return ErrorClass.constraint
-        if isinstance(exc, OSError):
-            return ErrorClass.connection_lost
         return ErrorClass.other

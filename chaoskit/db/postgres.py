@@ -32,6 +32,37 @@ _REFUSED_MARKERS = ("connection refused", "no route to host", "could not connect
 _READ_ONLY_MARKERS = ("read-only", "read only", "hot standby", "server is in hot standby mode",
                       "session is read-only", "cannot execute")
 _TIMEOUT_MARKERS = ("timeout expired", "timed out", "canceling statement due to statement timeout")
+# libpq's words for a member target_session_attrs turned away: "session is read-only" (read-write),
+# "server is in hot standby mode" (primary); older ones named the attribute
+_STANDBY_MARKERS = ("session is read-only", "hot standby", "read-write", "target_session_attrs")
+_SERVER_WORDS = (  # the server's words for a statement it refused (its transaction did not commit)
+    ("read-only transaction", ErrorClass.read_only), ("statement timeout", ErrorClass.timeout),
+    ("could not serialize", ErrorClass.serialization), ("deadlock", ErrorClass.serialization),
+    ("duplicate key", ErrorClass.constraint), ("violates", ErrorClass.constraint),
+    ("no space left", ErrorClass.resources), ("could not extend", ErrorClass.resources),
+    ("out of memory", ErrorClass.resources), ("too many", ErrorClass.resources))
+
+
+def class_of_connection_words(text: str) -> ErrorClass | None:
+    """A failed or broken connection by libpq's words: a timeout, a standby turned away, refused,
+    lost; None for words that say none of these."""
+    text = text.lower()
+    if any(m in text for m in _TIMEOUT_MARKERS):
+        return ErrorClass.timeout
+    if any(m in text for m in _STANDBY_MARKERS):
+        return ErrorClass.read_only
+    if any(m in text for m in _REFUSED_MARKERS):
+        return ErrorClass.connect_refused
+    if any(m in text for m in _LOST_MARKERS):
+        return ErrorClass.connection_lost
+    return None
+
+
+def class_of_words(text: str) -> ErrorClass | None:
+    """Any error by its words alone (a tool's output has no SQLSTATE): the server's for a statement
+    it refused, else libpq's for the connection."""
+    lowered = text.lower()
+    return next((cls for words, cls in _SERVER_WORDS if words in lowered), None) or class_of_connection_words(lowered)
 
 # A member takes writes (what libpq's target_session_attrs=read-write accepts); where its data is
 # (the primary's insert position, a standby's last replayed one). Asked alone or together.
@@ -206,6 +237,9 @@ class PostgresDriver(Driver):
     def server_version(self, conn: Any) -> str:
         return str(conn.execute("SHOW server_version").fetchone()[0])
 
+    def classify_words(self, text: str) -> ErrorClass | None:
+        return class_of_words(text)
+
     def _classify(self, exc: BaseException) -> ErrorClass:
         if isinstance(exc, TimeoutError | pgerr.QueryCanceled | psycopg.errors.ConnectionTimeout):
             return ErrorClass.timeout
@@ -223,15 +257,7 @@ class PostgresDriver(Driver):
             return ErrorClass.resources
         text = str(exc).lower()
         if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError | OSError):
-            if any(m in text for m in _TIMEOUT_MARKERS):
-                return ErrorClass.timeout
-            if "read-write" in text or "target_session_attrs" in text or "hot standby" in text:
-                return ErrorClass.read_only
-            if any(m in text for m in _REFUSED_MARKERS):
-                return ErrorClass.connect_refused
-            if any(m in text for m in _LOST_MARKERS) or isinstance(exc, psycopg.InterfaceError):
-                return ErrorClass.connection_lost
-            return ErrorClass.connection_lost
+            return class_of_connection_words(text) or ErrorClass.connection_lost
         if any(m in text for m in _READ_ONLY_MARKERS) and "transaction" in text:
             return ErrorClass.read_only
         return ErrorClass.other

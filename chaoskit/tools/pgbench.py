@@ -19,13 +19,14 @@ pgbench itself cannot do.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from chaoskit.db.base import ErrorClass
 from chaoskit.recorder import FAIL, INFO
+from chaoskit.workload.outcomes import connect_class
 
 FAILURES = ("serialization", "deadlock", "failed")
 # pgbench's builtin scripts (`pgbench --show-script=NAME`); which one only reads; and the number of
@@ -195,28 +196,18 @@ def init_argv(conninfo: str, scale: int) -> list[str]:
     return ["pgbench", "--initialize", f"--scale={int(scale)}", "--quiet", "--", conninfo]
 
 
-_SERVER_CLASSES = (  # the server's words for a statement it refused (its transaction did not commit)
-    ("read-only transaction", ErrorClass.read_only), ("statement timeout", ErrorClass.timeout),
-    ("could not serialize", ErrorClass.serialization), ("deadlock", ErrorClass.serialization),
-    ("duplicate key", ErrorClass.constraint), ("violates", ErrorClass.constraint),
-    ("no space left", ErrorClass.resources), ("could not extend", ErrorClass.resources),
-    ("out of memory", ErrorClass.resources), ("too many", ErrorClass.resources))
-
-
-def ending_outcome(end: Ending, script: str | None, writes: bool) -> tuple[str, ErrorClass]:
+def ending_outcome(end: Ending, script: str | None, writes: bool,
+                   classify: Callable[[str], ErrorClass | None]) -> tuple[str, ErrorClass]:
     """What the client's transaction in flight became, in the recorder's terms: `fail` when it did
     not commit (never connected, the server refused a statement, or the connection broke before
     the script's commit), `info` when it may have (broken at the commit, or in a user's script,
-    whose commit is not known here), as chaoskit's own clients judge theirs."""
-    text = end.message.lower()
+    whose commit is not known here), as chaoskit's own clients judge theirs. `classify` reads
+    pgbench's words by the PostgreSQL driver's rule (`Driver.classify_words`), so a failure has the
+    name chaoskit's own clients give it."""
     if not end.started:
-        if "timeout expired" in text:
-            return FAIL, ErrorClass.timeout
-        if "hot standby" in text or "read-only" in text or "read-write" in text:
-            return FAIL, ErrorClass.read_only
-        return FAIL, ErrorClass.connect_refused
+        return FAIL, connect_class(classify(end.message))
     if end.refused_by_server:
-        return FAIL, next((cls for words, cls in _SERVER_CLASSES if words in text), ErrorClass.other)
+        return FAIL, classify(end.message) or ErrorClass.other
     commit = COMMIT_COMMAND.get(script or "")
     if not writes or (commit is not None and end.command is not None and end.command < commit):
         return FAIL, ErrorClass.connection_lost

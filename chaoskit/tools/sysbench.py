@@ -21,10 +21,12 @@ config file cannot hold a space or a comma (a comma makes a list).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from chaoskit.db.base import ErrorClass
+from chaoskit.workload.outcomes import connect_class
 
 _REPORT = re.compile(
     r"^\[ *(?P<t>\d+(?:\.\d+)?)s \] thds: (?P<thds>\d+) tps: (?P<tps>[\d.]+) qps: (?P<qps>[\d.]+) "
@@ -145,26 +147,23 @@ def may_have_committed(statement: str) -> bool:
     return statement.strip().upper().startswith("COMMIT")
 
 
-def ending(output: str, returncode: int) -> Ending | None:
-    """None when it ended on its own (its time elapsed, or the load's stop ended it)."""
+def ending(output: str, returncode: int, classify: Callable[[str], ErrorClass | None]) -> Ending | None:
+    """None when it ended on its own (its time elapsed, or the load's stop ended it). `classify`
+    reads its FATAL words by the database driver's rule (`Driver.classify_words`: MySQL's error
+    numbers, libpq's words), so a failure has the name chaoskit's own clients give it."""
     report = parse(output)
     failed_in = tuple(m.group(1) for f in report.fatal if (m := _FAILED_IN.search(f)))
     started = "Threads started!" in output and not any("thread initialization failed" in f.lower()
                                                        for f in report.fatal)
     said = "; ".join(report.fatal)[:300]
-    text = said.lower()
     if returncode in (-11, 139):
         return Ending(started, said or "sysbench crashed (SIGSEGV) after its connection was lost",
                       ErrorClass.connection_lost, failed_in)
     if not report.fatal and returncode == 0:
         return None
+    cls = classify(said) if said else None
     if not started:
-        if "read-only" in text or "read only" in text or "1290" in text:
-            return Ending(False, said, ErrorClass.read_only)
-        if "timeout" in text or "timed out" in text:
-            return Ending(False, said, ErrorClass.timeout)
-        return Ending(False, said or f"sysbench exited {returncode} before its threads started",
-                      ErrorClass.connect_refused)
-    if "read-only" in text or "read only" in text or "1290" in text or "1836" in text:
+        return Ending(False, said or f"sysbench exited {returncode} before its threads started", connect_class(cls))
+    if cls == ErrorClass.read_only:
         return Ending(True, said, ErrorClass.read_only, failed_in)
     return Ending(True, said or f"sysbench exited {returncode}", ErrorClass.connection_lost, failed_in)

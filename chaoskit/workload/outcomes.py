@@ -31,7 +31,12 @@ def outcome_for(exc_class: ErrorClass, phase: str, interrupted: bool) -> str:
 
 def connect_error_class(driver: Driver, exc: BaseException) -> ErrorClass:
     """A failed connect: a timeout or a standby reached, else refused (the op never started)."""
-    cls = driver.classify(exc)
+    return connect_class(driver.classify(exc))
+
+
+def connect_class(cls: ErrorClass | None) -> ErrorClass:
+    """What a failed connect is called, from the class of its error (an exception's, or a load
+    tool's words as the driver reads them): a timeout or a standby reached, else refused."""
     return cls if cls in (ErrorClass.timeout, ErrorClass.read_only) else ErrorClass.connect_refused
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chaoskit.db.base import ErrorClass
+from chaoskit.db.postgres import class_of_words
 from chaoskit.db.registry import driver_for
 from chaoskit.inventory.models import Cluster, Inventory
 from chaoskit.recorder import FAIL, OK, Recorder
@@ -139,7 +140,8 @@ class PgbenchGroup(ToolGroupBase):
         if end is None:
             end = pgbench.Ending(client.logged > 0, None, f"pgbench ended (exit {proc.returncode}) without saying why",
                                  False)
-        outcome, cls = pgbench.ending_outcome(end, self.settings.script, self.settings.writes)
+        outcome, cls = pgbench.ending_outcome(end, self.settings.script, self.settings.writes,
+                                              class_of_words)
         t_invoke = client.last_end if end.started and client.last_end is not None else client.started
         self.recorder.record(client.worker, self.kind, min(t_invoke, t_end), t_end, outcome, cls.value, end.message)
         if end.started:

@@ -165,7 +165,8 @@ class SysbenchGroup(ToolGroupBase):
         self.buffer = b""
         proc.stdout.close()
         self.proc = None
-        end = sysbench.ending("\n".join(self.said), proc.returncode if proc.returncode is not None else 0)
+        end = sysbench.ending("\n".join(self.said), proc.returncode if proc.returncode is not None else 0,
+                              self.driver.classify_words)
         self.out.write(f"== run {self.runs} ended {now:.6f}, exit {proc.returncode}\n".encode())
         self.out.flush()
         if self.stopping and (end is None or proc.returncode in (-15, 143)):

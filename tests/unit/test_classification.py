@@ -56,6 +56,47 @@ def test_postgres_classes(exc: BaseException, cls: ErrorClass) -> None:
     assert PostgresDriver(*_inv("postgres")).classify(exc) == cls
 
 
+# one failure, one name: what chaoskit's own clients meet as an exception and what a load tool
+# reports of the same failure in words (pgbench, sysbench) are classed by one rule per driver
+@pytest.mark.parametrize(("exc", "words", "cls"), [
+    # libpq with target_session_attrs=read-write reaching a standby (pgbench's words after "error: ")
+    (psycopg.OperationalError('connection failed: connection to server at "10.77.0.12", port 5432 failed: '
+                              "session is read-only"),
+     'pgbench: error: connection to server at "10.77.0.12", port 5432 failed: session is read-only', "read_only"),
+    (psycopg.OperationalError('connection to server at "10.0.0.1", port 5432 failed: timeout expired'),
+     'pgbench: error: connection to server at "10.0.0.1", port 5432 failed: timeout expired', "timeout"),
+    (psycopg.OperationalError('connection to server at "127.0.0.1", port 1 failed: Connection refused'),
+     'pgbench: error: connection to server at "127.0.0.1", port 1 failed: Connection refused', "connect_refused"),
+    (pgerr.ReadOnlySqlTransaction("cannot execute UPDATE in a read-only transaction"),
+     "client 0 script 0 aborted in command 5 query 0: ERROR:  cannot execute UPDATE in a read-only transaction",
+     "read_only"),
+    (pgerr.SerializationFailure("could not serialize access due to concurrent update"),
+     "ERROR:  could not serialize access due to concurrent update", "serialization"),
+])
+def test_postgres_words_of_a_tool_are_classed_as_the_same_exception(exc: BaseException, words: str,
+                                                                     cls: str) -> None:
+    driver = PostgresDriver(*_inv("postgres"))
+    assert driver.classify(exc) == driver.classify_words(words) == cls
+
+
+@pytest.mark.parametrize(("exc", "words", "cls"), [
+    (pymysql.err.OperationalError(1290, "The MariaDB server is running with the --read-only option"),
+     "FATAL: mysql_stmt_execute() returned error 1290 (The MariaDB server is running with the --read-only option "
+     "so it cannot execute this statement) for query 'INSERT INTO sbtest1'", "read_only"),
+    (pymysql.err.OperationalError(2013, "Lost connection to server during query"),
+     "FATAL: mysql_stmt_execute() returned error 2013 (Lost connection to server during query) for query 'BEGIN'",
+     "connection_lost"),
+    (pymysql.err.OperationalError(2002, "Can't connect to server on '127.0.0.1' (115)"),
+     "FATAL: error 2002: Can't connect to server on '127.0.0.1' (115)", "connect_refused"),
+    (pymysql.err.OperationalError(1213, "Deadlock found when trying to get lock"),
+     "FATAL: `thread_run' function failed: SQL error, errno = 1213, state = '40001': Deadlock found",
+     "serialization"),
+])
+def test_mysql_words_of_a_tool_are_classed_as_the_same_exception(exc: BaseException, words: str, cls: str) -> None:
+    driver = MySQLDriver(*_inv("mysql"))
+    assert driver.classify(exc) == driver.classify_words(words) == cls
+
+
 def test_postgres_real_refused_connection() -> None:
     cluster, inv = _inv("postgres", port=_free_port())
     driver = driver_for(cluster, inv, connect_timeout=1)

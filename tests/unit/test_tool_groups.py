@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from chaoskit.db.mysql import class_of_words as MYSQL_WORDS
+from chaoskit.db.postgres import class_of_words
 from chaoskit.errors import InputError
 from chaoskit.inventory.loader import load_inventory
 from chaoskit.playbook.loader import load_playbook
@@ -31,7 +33,7 @@ def test_a_client_aborted_by_a_lost_connection_before_its_commit_did_not_commit(
     BEGIN; the script's END is command 10), so that transaction never committed."""
     end = pgbench.ending((FIX / "pgbench-15-rate-server-stopped" / "stderr").read_text())
     assert end is not None and end.started and end.command == 4 and not end.refused_by_server
-    assert pgbench.ending_outcome(end, "tpcb-like", True) == (FAIL, "connection_lost")
+    assert pgbench.ending_outcome(end, "tpcb-like", True, class_of_words) == (FAIL, "connection_lost")
 
 
 @pytest.mark.parametrize(("script", "writes", "command", "outcome"), [
@@ -46,7 +48,7 @@ def test_a_client_aborted_by_a_lost_connection_before_its_commit_did_not_commit(
 def test_where_the_connection_broke_says_whether_the_transaction_may_have_committed(
         script: str | None, writes: bool, command: int, outcome: str) -> None:
     end = pgbench.Ending(True, command, "perhaps the backend died while processing", False)
-    assert pgbench.ending_outcome(end, script, writes) == (outcome, "connection_lost")
+    assert pgbench.ending_outcome(end, script, writes, class_of_words) == (outcome, "connection_lost")
 
 
 def test_failed_starts_during_a_lab_failover_are_read_as_pgbench_said_them() -> None:
@@ -55,11 +57,11 @@ def test_failed_starts_during_a_lab_failover_are_read_as_pgbench_said_them() -> 
     runs = (FIX / "pgbench-15-lab-failover" / "client.out").read_text().split("== run ")[1:]
     first, *failed = [pgbench.ending(r) for r in runs]
     assert first is not None and first.started and first.command == 8
-    assert pgbench.ending_outcome(first, "tpcb-like", True) == (FAIL, "connection_lost")
+    assert pgbench.ending_outcome(first, "tpcb-like", True, class_of_words) == (FAIL, "connection_lost")
     assert len(failed) == 2
     for end in failed:
         assert end is not None and not end.started and "session is read-only" in end.message
-        assert pgbench.ending_outcome(end, "tpcb-like", True) == (FAIL, "read_only")
+        assert pgbench.ending_outcome(end, "tpcb-like", True, class_of_words) == (FAIL, "read_only")
 
 
 @pytest.mark.parametrize(("said", "cls"), [
@@ -70,7 +72,7 @@ def test_failed_starts_during_a_lab_failover_are_read_as_pgbench_said_them() -> 
 def test_a_start_that_never_connected_failed_with_the_class_of_why(said: str, cls: str) -> None:
     end = pgbench.ending(f"pgbench: error: {said}\npgbench: error: could not create connection for setup\n")
     assert end is not None and not end.started
-    assert pgbench.ending_outcome(end, "tpcb-like", True) == (FAIL, cls)
+    assert pgbench.ending_outcome(end, "tpcb-like", True, class_of_words) == (FAIL, cls)
 
 
 def test_a_statement_the_server_refused_did_not_commit() -> None:
@@ -78,7 +80,7 @@ def test_a_statement_the_server_refused_did_not_commit() -> None:
     end = pgbench.ending((FIX / "pgbench-15-read-only.out").read_text())
     assert end is not None and end.refused_by_server and end.command == 5
     assert "read-only transaction" in end.message
-    assert pgbench.ending_outcome(end, "tpcb-like", True) == (FAIL, "read_only")
+    assert pgbench.ending_outcome(end, "tpcb-like", True, class_of_words) == (FAIL, "read_only")
 
 
 def test_a_run_ended_by_its_time_is_no_failure() -> None:
@@ -311,7 +313,7 @@ def sysbench_output(name: str) -> str:
 def test_sysbench_ending_at_a_lost_connection_names_where_each_thread_was() -> None:
     from chaoskit.tools import sysbench
 
-    end = sysbench.ending(sysbench_output("sysbench-1.0.20-mysql-server-killed"), 1)
+    end = sysbench.ending(sysbench_output("sysbench-1.0.20-mysql-server-killed"), 1, MYSQL_WORDS)
     assert end is not None and end.started and end.error_class == "connection_lost"
     # its four threads, in the order they said so (stdout of the fixture)
     assert end.failed_in == ("UPDATE sbtest1 SET k=k+1 WHERE id=?", "BEGIN",
@@ -325,7 +327,7 @@ def test_sysbench_ending_at_a_lost_connection_names_where_each_thread_was() -> N
 def test_sysbench_crashing_after_the_lost_connection_ended_a_started_run(name: str) -> None:
     from chaoskit.tools import sysbench
 
-    end = sysbench.ending(sysbench_output(name), -11)
+    end = sysbench.ending(sysbench_output(name), -11, MYSQL_WORDS)
     assert end is not None and end.started and end.error_class == "connection_lost" and "SIGSEGV" in end.message
 
 
@@ -336,10 +338,27 @@ def test_sysbench_that_never_connected_is_a_failed_start() -> None:
             "53306, aborting...\nFATAL: error 2002: Can't connect to server on '127.0.0.1' (115)\n"
             "FATAL: `thread_init' function failed: /usr/share/sysbench/oltp_common.lua:349: connection creation "
             "failed\nFATAL: Thread initialization failed!\n")
-    end = sysbench.ending(said, 1)
+    end = sysbench.ending(said, 1, MYSQL_WORDS)
     assert end is not None and not end.started and end.error_class == "connect_refused"
     assert sysbench.ending("Threads started!\n[ 1s ] thds: 1 tps: 1.00 qps: 1.00 (r/w/o: 1.00/0.00/0.00) lat "
-                           "(ms,95%): 1.00 err/s: 0.00 reconn/s: 0.00\n", 0) is None
+                           "(ms,95%): 1.00 err/s: 0.00 reconn/s: 0.00\n", 0, MYSQL_WORDS) is None
+
+
+@pytest.mark.parametrize(("said", "classify", "started", "cls"), [
+    ("Threads started!\nFATAL: mysql_stmt_execute() returned error 1290 (The MariaDB server is running with the "
+     "--read-only option so it cannot execute this statement) for query 'COMMIT'\n", MYSQL_WORDS, True, "read_only"),
+    ("FATAL: Connection to database failed: connection to server at \"10.77.0.12\", port 5432 failed: session is "
+     "read-only\nFATAL: Thread initialization failed!\n", class_of_words, False, "read_only"),
+    ("FATAL: unable to connect to MySQL server on host '10.0.0.1', port 3306, aborting...\nFATAL: error 2003: "
+     "Can't connect to MySQL server on '10.0.0.1' (110 \"Connection timed out\")\n", MYSQL_WORDS, False, "timeout"),
+])
+def test_sysbench_failures_are_named_by_the_drivers_rule(said: str, classify: object, started: bool,
+                                                         cls: str) -> None:
+    """The same words chaoskit's own clients would meet as an exception get the same class."""
+    from chaoskit.tools import sysbench
+
+    end = sysbench.ending(said, 1, classify)  # type: ignore[arg-type]
+    assert end is not None and end.started is started and end.error_class == cls
 
 
 def test_sysbench_command_lines_carry_no_password_and_no_list() -> None:
@@ -424,6 +443,9 @@ class _Writers:
         from chaoskit.db.base import ErrorClass
 
         return ErrorClass.read_only
+
+    def classify_words(self, text: str) -> str | None:
+        return MYSQL_WORDS(text)
 
 
 def test_sysbench_is_started_again_at_the_writer_found_then(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
