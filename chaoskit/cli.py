@@ -197,6 +197,8 @@ def load(
     processes: Annotated[int | None, typer.Option(help="Worker processes (default: one per core).")] = None,
     op_timeout: Annotated[str, typer.Option(help="Per-op deadline.")] = f"{THROUGHPUT.op_timeout_s:g}s",
     table_rows: Annotated[int, typer.Option(min=10, help="Rows in update/read/oltp tables.")] = THROUGHPUT.table_rows,
+    sql: Annotated[Path | None, typer.Option("--sql", help="Your own SQL file as the workload (README: 'Your own "
+                                                           "SQL'); implies --workload sql.")] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", help="Directory for timeline.csv.")] = None,
     allow_production: Annotated[bool, typer.Option("--allow-production",
                                                    help="Allow a writing load on production-tagged targets.")] = False,
@@ -220,6 +222,14 @@ def load(
         if workload not in WORKLOADS:
             raise InputError(f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}",
                              source="command line", field="--workload")
+        script = None
+        if sql is not None or workload == "sql":
+            from chaoskit.workload.sql_script import load_script
+
+            if sql is None:
+                raise InputError("the sql workload runs your file: --sql FILE", source="command line",
+                                 field="--workload")
+            script, workload = load_script(sql), "sql"
         if rate is not None and not (math.isfinite(rate) and 0 < rate <= 1_000_000):
             raise InputError("must be a finite number in (0, 1000000]", source="command line", field="--rate")
         inv = _inventory(inventory)
@@ -227,10 +237,12 @@ def load(
             cl = inv.cluster(cluster)
         except KeyError as exc:
             raise InputError(str(exc.args[0]), source="command line", field="--cluster") from None
-        if WORKLOADS[workload].writes:
+        # a script's setup (its DDL) writes too, whatever its transactions do
+        writes = (script.writes or bool(script.setup)) if script is not None else WORKLOADS[workload].writes
+        if writes:
             refuse_production(inv, cluster_hosts(inv, cluster), [cluster], allow=allow_production)
         spec = LoadSpec(workload=workload, workers=workers, rate=rate, processes=processes, op_timeout=timeout,
-                        params=WorkloadParams(table_rows=table_rows))
+                        params=WorkloadParams(table_rows=table_rows, sql=script))
         import time as _time
 
         recorder = Recorder(base=_time.time())
@@ -481,6 +493,14 @@ def validate(playbook: Annotated[Path, typer.Argument(help="Playbook YAML.")], i
                   highlight=False)
     from chaoskit.workload.tool_group import describe_tool
 
+    sql = pb.load.workload_params().sql
+    if sql is not None and pb.load.builtin_clients:
+        from chaoskit.workload.sql_script import describe
+
+        out.print(f"load workload {sql.path} runs as written on the writer of cluster {pb.cluster} (your SQL: code "
+                  "by design):", highlight=False, markup=False)
+        for line in describe(sql):
+            out.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
     for group in pb.load.to_spec().client_groups():
         if group.tool != "builtin":
             out.print(f"load group {group.name} runs {group.tool} on this machine:", highlight=False)
@@ -519,7 +539,7 @@ def run(
         if dry_run:
             from chaoskit.drill.triggers import describe_trigger
 
-            out.print(f"{pb.name} on {pb.cluster}: load {pb.load.workload} x {pb.load.workers}, "
+            out.print(f"{pb.name} on {pb.cluster}: load {pb.load.workload_name} x {pb.load.workers}, "
                       f"duration {pb.duration:g}s", highlight=False)
             for step in pb.steps:
                 when = f"at {step.at:>6g}s" if step.at is not None else describe_trigger(step.after)  # type: ignore[arg-type]

@@ -218,13 +218,20 @@ class Driver(ABC):
     table_suffix: str = ""
 
     def q(self, sql: str) -> str:
-        """SQL written with %s placeholders, in this driver's parameter style."""
-        return sql if self.placeholder == "%s" else sql.replace("%s", self.placeholder)
+        """SQL written with %s placeholders (and `%%` for a literal `%`), in this driver's parameter
+        style. A statement run with parameters is written so; one run without any is sent as
+        written (every executor: `execute`, `query`, the loops)."""
+        if self.placeholder == "%s":
+            return sql
+        return "%".join(part.replace("%s", self.placeholder) for part in sql.split("%%"))
 
     def execute(self, conn: Any, sql: str, params: tuple | list = ()) -> int:
         cur = conn.cursor()
         try:
-            cur.execute(sql, params)
+            if params:
+                cur.execute(sql, params)
+            else:  # as written: a DB-API driver formats even an empty tuple (PyMySQL: `%%` -> `%`)
+                cur.execute(sql)
             return cur.rowcount
         finally:
             cur.close()
@@ -232,7 +239,10 @@ class Driver(ABC):
     def query(self, conn: Any, sql: str, params: tuple | list = ()) -> list[tuple]:
         cur = conn.cursor()
         try:
-            cur.execute(sql, params)
+            if params:
+                cur.execute(sql, params)
+            else:
+                cur.execute(sql)
             return list(cur.fetchall())
         finally:
             cur.close()

@@ -74,12 +74,16 @@ _PREPARED: weakref.WeakKeyDictionary[Any, dict[str, bytes]] = weakref.WeakKeyDic
 
 
 def _numbered(sql: str) -> str:
-    """%s placeholders -> $1, $2, ... (libpq's own style)."""
+    """%s placeholders -> $1, $2, ... (libpq's own style); `%%` is a literal `%` (the DB-API's
+    format style, as PyMySQL reads a statement with parameters)."""
     out, n, i = [], 0, 0
     while i < len(sql):
         if sql.startswith("%s", i):
             n += 1
             out.append(f"${n}")
+            i += 2
+        elif sql.startswith("%%", i):
+            out.append("%")
             i += 2
         else:
             out.append(sql[i])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from chaoskit.analysis.drill import LoadSource, analyse, gather_truth
@@ -199,6 +200,8 @@ class Drill:
         self.recorder = Recorder(base=self.clock.now(), interval=0.1)
         spec = self.pb.load.to_spec()
         self.record.run_id = spec.run_id
+        if spec.params.sql is not None and self.out is not None:  # what ran, as it was read
+            self.out.write_text(f"workload/{Path(spec.params.sql.path).name}", spec.params.sql.text)
         self.record.groups = {g.name: {"profile": g.profile, "tool": g.tool, "workers": list(g.worker_ids),
                                        "rto_resolution_s": MEASURES[g.tool].rto_resolution_s,
                                        "statement_timeout": g.statement_timeout, "validation": g.validate,
@@ -231,7 +234,7 @@ class Drill:
         cpu.begin()
         try:
             self.record.event("load_started", self.record.t0, workers=self.pb.load.workers,
-                              workload=self.pb.load.workload)
+                              workload=self.pb.load.workload_name)
             yield
         finally:
             try:

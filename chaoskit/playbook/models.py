@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StringConstraints, ValidationInfo, field_validator, model_validator
+from pydantic import Field, PrivateAttr, StringConstraints, ValidationInfo, field_validator, model_validator
 
 from chaoskit.faults.spec import CLIENT, FaultBase, FaultSpec, Seconds
 from chaoskit.faults.ttl import drill_fault_ttl
@@ -19,10 +19,47 @@ from chaoskit.tools import MEASURES, pgbench, sysbench
 from chaoskit.units import parse_duration
 from chaoskit.validation import FreeText, Name, SafePath
 from chaoskit.workload import spec
+from chaoskit.workload.sql_script import SqlScript, load_script
 from chaoskit.workload.workloads import WorkloadParams
 
 CheckName = Annotated[str, Field(pattern=r"^[a-z_]{1,40}$")]  # which ones: the load's workload says
 MAX_DRILL_S = 24 * 3600.0
+
+
+def _playbook_file(value: str, info: ValidationInfo) -> str:
+    """A file a playbook names, resolved against the playbook's directory (the loader's context)
+    and found now: a file that is not there is bad input before anything starts."""
+    from pathlib import Path
+
+    base = (info.context or {}).get("base_dir")
+    path = Path(value) if Path(value).is_absolute() or base is None else Path(base) / value
+    if not path.is_file():
+        raise ValueError(f"no file {value[:200]!r} (relative paths count from the playbook's directory)")
+    return str(path.resolve())
+
+
+class SqlWorkloadConfig(Frozen):
+    """`workload: {sql: my.sql}`: your own SQL as the load (its format: README, "Your own SQL"),
+    a path relative to the playbook. It is read and checked when the playbook is: a mistake in it
+    is one line naming the SQL file, its line and what is wrong."""
+
+    sql: SafePath
+    _script: SqlScript | None = PrivateAttr(None)
+
+    @field_validator("sql")
+    @classmethod
+    def _exists(cls, value: str, info: ValidationInfo) -> str:
+        return _playbook_file(value, info)
+
+    @model_validator(mode="after")
+    def _read(self) -> SqlWorkloadConfig:
+        self._script = load_script(self.sql)  # an InputError of the SQL file goes out as it is
+        return self
+
+    @property
+    def script(self) -> SqlScript:
+        assert self._script is not None
+        return self._script
 
 
 class PgbenchConfig(Frozen):
@@ -42,17 +79,7 @@ class PgbenchConfig(Frozen):
     @field_validator("file")
     @classmethod
     def _exists(cls, value: str | None, info: ValidationInfo) -> str | None:
-        """Resolved against the playbook's directory (the loader's context) and read now: a script
-        that is not there is bad input before anything starts."""
-        if value is None:
-            return value
-        from pathlib import Path
-
-        base = (info.context or {}).get("base_dir")
-        path = Path(value) if Path(value).is_absolute() or base is None else Path(base) / value
-        if not path.is_file():
-            raise ValueError(f"no script file {value[:200]!r} (relative paths count from the playbook's directory)")
-        return str(path.resolve())
+        return None if value is None else _playbook_file(value, info)
 
     @model_validator(mode="after")
     def _one_script(self) -> PgbenchConfig:
@@ -139,7 +166,7 @@ class LoadConfig(Frozen):
     compare chaoskit's careful `deadline` clients with `pool` clients as applications keep them);
     without it, `workers` deadline clients."""
 
-    workload: str = spec.DRILL.workload
+    workload: str | SqlWorkloadConfig = spec.DRILL.workload
     workers: int = Field(spec.DRILL.workers, ge=1, le=2048)
     rate: float | None = Field(None, gt=0, le=1_000_000)
     warmup: Seconds = spec.DRILL.warmup_s
@@ -178,12 +205,25 @@ class LoadConfig(Frozen):
 
     @field_validator("workload")
     @classmethod
-    def _known(cls, value: str) -> str:
+    def _known(cls, value: str | SqlWorkloadConfig) -> str | SqlWorkloadConfig:
         from chaoskit.workload.workloads import WORKLOADS
 
+        if isinstance(value, SqlWorkloadConfig):
+            return value
+        if value == "sql":
+            raise ValueError("the sql workload runs your file: workload: {sql: my.sql}")
         if value not in WORKLOADS:
-            raise ValueError(f"unknown workload {value[:40]!r}; choose from {', '.join(WORKLOADS)}")
+            raise ValueError(f"unknown workload {value[:40]!r}; choose from {', '.join(WORKLOADS)}, or your own "
+                             "SQL: {sql: my.sql}")
         return value
+
+    @property
+    def workload_name(self) -> str:
+        return "sql" if isinstance(self.workload, SqlWorkloadConfig) else self.workload
+
+    def workload_params(self) -> WorkloadParams:
+        sql = self.workload.script if isinstance(self.workload, SqlWorkloadConfig) else None
+        return WorkloadParams(table_rows=self.table_rows, sql=sql)
 
     @property
     def builtin_clients(self) -> bool:
@@ -201,9 +241,9 @@ class LoadConfig(Frozen):
                                            first, g.route, g.tool, g.pgbench.settings() if g.pgbench else None,
                                            g.sysbench.settings() if g.sysbench else None))
             first += g.workers
-        return spec.LoadSpec(workload=self.workload, workers=self.workers, rate=self.rate, processes=self.processes,
-                             op_timeout=self.op_timeout, connect_timeout=self.connect_timeout,
-                             params=WorkloadParams(table_rows=self.table_rows), groups=tuple(groups))
+        return spec.LoadSpec(workload=self.workload_name, workers=self.workers, rate=self.rate,
+                             processes=self.processes, op_timeout=self.op_timeout,
+                             connect_timeout=self.connect_timeout, params=self.workload_params(), groups=tuple(groups))
 
 
 class ProbeConfig(Frozen):
@@ -439,7 +479,7 @@ class Playbook(Frozen):
             return value
         if load is None:
             return ()
-        return default_checks(load.workload) if load.builtin_clients else CLUSTER_CHECKS
+        return default_checks(load.workload_name, load.workload_params()) if load.builtin_clients else CLUSTER_CHECKS
 
     @field_validator("checks")
     @classmethod
@@ -449,7 +489,7 @@ class Playbook(Frozen):
 
         load = info.data.get("load")
         for check in value if load is not None else ():
-            why = unsupported_check(load.workload, check)
+            why = unsupported_check(load.workload_name, check, load.workload_params())
             if why:
                 raise ValueError(why)
             if check not in CLUSTER_CHECKS and not load.builtin_clients:

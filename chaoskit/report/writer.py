@@ -72,7 +72,7 @@ def write_run(result: DrillResult, rd: RunDirectory, signed: bool | None = None)
         "logs": run.logs,
         "load": {"totals": rec.totals() if rec else {}, "errors_sample": [list(e) for e in (rec.errors[:50] if rec
                                                                                             else [])],
-                 "client_cpu": run.client_cpu},
+                 "client_cpu": run.client_cpu, "workload": pb.load.workload_name, **_sql_file(pb)},
         "results": result.results,
     }
     evidence["audit"] = {**inputs.evidence.model_dump(mode="json"), "operator": inputs.operator}
@@ -303,3 +303,14 @@ def _junit(ev: dict[str, Any], path: Path) -> None:
     suite.set("tests", str(len(cases)))
     suite.set("failures", str(failures))
     ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def _sql_file(pb: Any) -> dict[str, Any]:
+    """The user's SQL file a run's load ran: where it was, its SHA-256, and its copy in the run."""
+    sql = pb.load.workload_params().sql
+    if sql is None:
+        return {}
+    import hashlib
+
+    return {"sql_file": {"path": sql.path, "sha256": hashlib.sha256(sql.text.encode()).hexdigest(),
+                         "kept": f"workload/{Path(sql.path).name}"}}

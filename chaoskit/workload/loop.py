@@ -215,7 +215,7 @@ class ConnLoop:
             fut.add_done_callback(self._wake)
             return
         ctx = slot.ctx
-        ctx.phase, ctx.key = "pre", None
+        ctx.phase, ctx.key, ctx.kind = "pre", None, None
         slot.kind = self.default_kind
         slot.error = None
         slot.gen = self.workload.steps(ctx)
@@ -349,7 +349,7 @@ class ConnLoop:
         cls = ErrorClass.timeout if interrupted else self.driver.classify(exc)
         gave_up = interrupted or self.driver.client_gave_up(exc)
         outcome = outcome_for(cls, ctx.phase, gave_up) if self.workload.writes else FAIL
-        self.recorder.record(slot.wid, slot.kind, slot.t_invoke, now, outcome, cls.value, first_line(exc),
+        self.recorder.record(slot.wid, ctx.kind or slot.kind, slot.t_invoke, now, outcome, cls.value, first_line(exc),
                              key=ctx.key, node=slot.node, keyed=self.workload.keyed)
         if slot.gen is not None:
             slot.gen.close()

@@ -155,7 +155,7 @@ class _Worker:
 
     def _one_op(self, t_invoke: float) -> None:
         ctx = self.ctx
-        ctx.phase, ctx.key = "pre", None
+        ctx.phase, ctx.key, ctx.kind = "pre", None, None
         self.interrupted = False
         self.inflight_since = time.time()
         kind = "write" if self.workload.writes else "read"
@@ -172,7 +172,7 @@ class _Worker:
             # server may still commit what it was sent
             gave_up = self.interrupted or self.driver.client_gave_up(exc)
             outcome = outcome_for(cls, ctx.phase, gave_up) if self.workload.writes else FAIL
-            self._record(self.wid, kind, t_invoke, t_done, outcome, cls.value, first_line(exc),
+            self._record(self.wid, ctx.kind or kind, t_invoke, t_done, outcome, cls.value, first_line(exc),
                          key=ctx.key, node=self.node, keyed=self.workload.keyed)
             if cls in DROP_CONNECTION or self.interrupted:
                 self._drop()

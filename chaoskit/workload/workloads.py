@@ -11,6 +11,7 @@ unknown (`info`), before it the transaction definitely did not happen (`fail`).
 
 from __future__ import annotations
 
+import itertools
 import random
 import string
 import time
@@ -22,6 +23,7 @@ from typing import Any, ClassVar, NamedTuple
 from chaoskit.db.base import Driver
 from chaoskit.plugins import Plugins
 from chaoskit.recorder import SEQUENCE, VERSION
+from chaoskit.workload.sql_script import SqlScript
 
 
 class Stmt(NamedTuple):
@@ -47,6 +49,7 @@ class OpContext:
     seq: int = 0  # ledger: the last sequence number this worker allocated
     phase: str = "pre"  # pre | commit
     key: int | None = None  # what this op wrote, as its workload's `keyed` says (None: nothing to track)
+    kind: str | None = None  # write | read, where the workload says it per op (else its `writes` says)
 
     def committing(self) -> None:
         self.phase = "commit"
@@ -61,6 +64,7 @@ class WorkloadParams:
     range_size: int = 100  # oltp ranges
     point_selects: int = 10  # oltp
     extra: dict[str, Any] = field(default_factory=dict)
+    sql: SqlScript | None = None  # the `sql` workload's file, read and checked (chaoskit.workload.sql_script)
 
 
 # Checks judged from the role probe, whatever the workload (no table of its own is read).
@@ -88,6 +92,12 @@ class Workload(ABC):
         self.driver = driver
         self.params = params
         self.run_id = run_id
+
+    @classmethod
+    def checks_for(cls, params: WorkloadParams) -> tuple[str, ...]:
+        """The checks of its own data it can judge with these parameters (a user's SQL file: only
+        with a ledger)."""
+        return cls.checks
 
     @abstractmethod
     def setup(self, conn: Any) -> None:
@@ -372,6 +382,99 @@ class OltpWriteOnly(Oltp):
     reads_enabled = False
 
 
+class UserSql(Workload):
+    """The user's own SQL file (`load.workload: {sql: file.sql}`; its format:
+    `chaoskit.workload.sql_script`). Its tables are the user's: setup runs the file's `@setup`
+    statements as written. Each op is one of its transactions, chosen by weight, with its
+    parameters drawn once per op. With a `@ledger`, the ledger inserts are keyed writes: RPO and
+    replica convergence are judged on that table's rows of this run, as the ledger workload's."""
+
+    name = "sql"
+    checks = ("rpo", "replica_convergence")  # with a @ledger in the file (`checks_for`)
+    keyed = SEQUENCE
+
+    def __init__(self, driver: Driver, params: WorkloadParams, run_id: str) -> None:
+        super().__init__(driver, params, run_id)
+        if params.sql is None:
+            raise ValueError("the sql workload needs its file: load.workload: {sql: my.sql}")
+        self.script = params.sql
+        self.writes = self.script.writes  # type: ignore[misc]  # of this file, not of the class
+
+    @classmethod
+    def checks_for(cls, params: WorkloadParams) -> tuple[str, ...]:
+        return cls.checks if params.sql is not None and params.sql.ledger is not None else ()
+
+    def setup(self, conn: Any) -> None:
+        for st in self.script.setup:
+            self.driver.execute(conn, st.formatted())
+
+    def prepare(self) -> None:
+        """Each transaction as the statements its executor runs: BEGIN and COMMIT as the driver's
+        own (a written START TRANSACTION too), the others in the driver's parameter style."""
+        control = ("BEGIN", "START", "COMMIT", "END", "SET", "USE")
+        self._ops: list[list[tuple[Stmt, tuple[str, ...]]]] = []
+        for tx in self.script.transactions:
+            ops = []
+            for n, st in enumerate(tx.statements):
+                if tx.explicit and n == 0:
+                    ops.append((BEGIN, ()))
+                elif tx.explicit and n == len(tx.statements) - 1:
+                    ops.append((COMMIT, ()))
+                else:
+                    sql = self.driver.q(st.formatted()) if st.params else st.formatted()
+                    ops.append((Stmt(sql, (), not st.writes and st.verb not in control), st.params))
+            self._ops.append(ops)
+        self._weights = list(itertools.accumulate(tx.weight for tx in self.script.transactions))
+        self._drawers: dict[int, Any] = {}
+
+    def steps(self, ctx: OpContext) -> Steps:
+        from chaoskit.workload.sql_script import Drawer
+
+        script = self.script
+        i = ctx.rng.choices(range(len(self._ops)), cum_weights=self._weights)[0] if len(self._ops) > 1 else 0
+        tx, ops = script.transactions[i], self._ops[i]
+        ctx.kind = "write" if tx.writes else "read"
+        drawer = self._drawers.get(ctx.worker)
+        if drawer is None:
+            drawer = self._drawers[ctx.worker] = Drawer(script, ctx.rng)
+        values: dict[str, Any] = {"run_id": self.run_id, "worker": ctx.worker}
+        for _, names in ops:  # each parameter once per op: two uses see one value
+            for name in names:
+                if name not in values:
+                    values[name] = drawer.value(name)
+        if tx.ledger_key is not None:
+            ctx.key = int(values[tx.ledger_key])
+        for n, (stmt, names) in enumerate(ops):
+            if tx.writes and n == len(ops) - 1:  # the COMMIT, or the one statement in autocommit
+                ctx.committing()
+            yield stmt._replace(params=tuple(values[name] for name in names)) if names else stmt
+        return ctx.kind
+
+    def _ledger_sql(self, what: str) -> str:
+        led = self.script.ledger
+        assert led is not None
+        return self.driver.q(f"SELECT {what} FROM {led.table} WHERE {led.run_column} = %s")
+
+    def present(self, conn: Any) -> set[tuple[int, int]]:
+        led = self.script.ledger
+        assert led is not None
+        rows = self.driver.query(conn, self._ledger_sql(f"{led.worker_column}, {led.seq_column}"), (self.run_id,))
+        return {(int(w), int(s)) for w, s in rows}
+
+    def truth_readers(self, checks: Collection[str], before: Any = None) -> dict[str, TruthReader]:
+        if "rpo" not in checks or self.script.ledger is None:
+            return {}
+        return {"ledger_present": lambda conn: {"rows": self.present(conn)}}
+
+    def member_digest(self, conn: Any) -> tuple[int, int]:
+        led = self.script.ledger
+        if led is None:
+            raise NotImplementedError("an sql workload without a @ledger has no per-member digest")
+        count, total = self.driver.query(conn, self._ledger_sql(f"COUNT(*), COALESCE(SUM({led.seq_column}), 0)"),
+                                         (self.run_id,))[0]
+        return int(count), int(total)
+
+
 def _chars(rng: random.Random, n: int) -> str:
     return "".join(rng.choices(string.digits, k=n))
 
@@ -380,24 +483,29 @@ def _chars(rng: random.Random, n: int) -> str:
 WORKLOADS: dict[str, type[Workload]] = Plugins(__name__, Workload, "name", "workload").all()
 
 
-def default_checks(workload: str) -> tuple[str, ...]:
+def default_checks(workload: str, params: WorkloadParams | None = None) -> tuple[str, ...]:
     """The checks a playbook runs when it names none: the workload's own, then the cluster's."""
-    own = WORKLOADS[workload].checks if workload in WORKLOADS else ()
+    own = WORKLOADS[workload].checks_for(params or WorkloadParams()) if workload in WORKLOADS else ()
     first = tuple(c for c in own if c != "replica_convergence")
     return first + CLUSTER_CHECKS + tuple(c for c in own if c == "replica_convergence")
 
 
-def unsupported_check(workload: str, check: str) -> str | None:
+def unsupported_check(workload: str, check: str, params: WorkloadParams | None = None) -> str | None:
     """Why `workload` cannot run `check` (None: it can), in words a playbook author can act on."""
-    if check in CLUSTER_CHECKS or check in WORKLOADS[workload].checks:
+    own = WORKLOADS[workload].checks_for(params or WorkloadParams())
+    if check in CLUSTER_CHECKS or check in own:
         return None
+    if workload == "sql" and check in WORKLOADS[workload].checks:
+        return (f"the {check} check needs a ledger in your SQL file (`-- @ledger TABLE RUN_COLUMN WORKER_COLUMN "
+                "SEQUENCE_COLUMN`): without one, no write can be looked up after the run")
     owners = [name for name, cls in WORKLOADS.items() if check in cls.checks]
     if not owners:
         known = sorted({*CLUSTER_CHECKS, *(c for cls in WORKLOADS.values() for c in cls.checks)})
         return f"unknown check {check[:40]!r}; choose from {', '.join(known)}"
-    own = ", ".join(WORKLOADS[workload].checks + CLUSTER_CHECKS)
-    return (f"the {check} check needs load.workload: {' or '.join(owners)} (the {workload} workload "
-            f"judges {own})")
+    judges = ", ".join(own + CLUSTER_CHECKS)
+    named = [n if n != "sql" else "{sql: FILE} with a @ledger" for n in owners]
+    return (f"the {check} check needs load.workload: {' or '.join(named)} (the {workload} workload "
+            f"judges {judges})")
 
 
 def make_workload(name: str, driver: Driver, params: WorkloadParams, run_id: str) -> Workload:

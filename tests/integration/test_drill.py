@@ -528,6 +528,42 @@ def test_mariadb_crash_and_restart_without_a_manager(lab: Inventory, tmp_path: P
         assert g["rpo"]["lost_acknowledged"] == 0 and g["rpo"]["acknowledged"] > 100, name
 
 
+def test_your_own_sql_through_a_failover_keeps_every_acknowledged_order(lab: Inventory, tmp_path: Path) -> None:
+    """pg-kill-primary-sql shortened: the leader killed under the shop's own SQL. Its orders are
+    the keyed writes: what the user's table holds on every member, recounted with plain SQL, is
+    what RPO says (acknowledged - lost + indeterminate found + phantoms); the lookups are reads."""
+    import psycopg
+    import yaml
+    from drillrun import expected_rows, shortened
+
+    src = Path("playbooks/sql/shop-orders.pg.sql").resolve()
+    pb = shortened("playbooks/pg-kill-primary-sql.yaml", tmp_path, ["8s"], "30s", ["12s"])
+    data = yaml.safe_load(pb.read_text())
+    data["load"]["workload"]["sql"] = str(src)  # the copy lives elsewhere: the file by its full path
+    pb.write_text(yaml.safe_dump(data, sort_keys=False))
+    res, run_dir = drill(str(pb), tmp_path / "runs")
+    assert res.returncode in (0, 1), res.stdout + res.stderr
+    ev = json.loads((run_dir / "run.json").read_text())
+    (f,) = ev["results"]["faults"]
+    assert f["outcome"] == "failover", f
+    rpo = ev["results"]["rpo"]
+    assert rpo["acknowledged"] > 0 and rpo["phantoms"] == 0
+    rows = list(csv.DictReader((run_dir / "timeline.csv").open()))
+    assert sum(int(r["write_ok"]) for r in rows) == rpo["acknowledged"]  # every write is an order, keyed
+    assert sum(int(r["read_ok"]) for r in rows) > 0
+    assert (run_dir / "workload" / src.name).read_text() == src.read_text()
+    import hashlib
+
+    assert ev["load"]["workload"] == "sql" and ev["load"]["sql_file"]["sha256"] == \
+        hashlib.sha256(src.read_bytes()).hexdigest()
+    password = Path("/var/lib/chaoskit-lab/secrets/pg_superuser").read_text().strip()
+    for member in lab.clusters["pg"].members:
+        with psycopg.connect(host=lab.member_address(member), port=member.db_port or 5432, user="postgres",
+                             password=password, dbname="postgres", connect_timeout=5) as conn:
+            (count,) = conn.execute("SELECT count(*) FROM shop_orders WHERE run_id = %s", (ev["run_id"],)).fetchone()
+        assert count == expected_rows(ev), (member.host, count, expected_rows(ev))
+
+
 def test_drill_finds_lost_writes_and_fails_rpo(lab: Inventory, tmp_path: Path) -> None:
     """Async replication, leader cut from etcd and peers while clients still reach it: it keeps
     acknowledging writes until Patroni demotes it, and they are gone after the failover. With a

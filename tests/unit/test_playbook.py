@@ -51,9 +51,11 @@ def test_shipped_playbooks_validate(path: Path) -> None:
      "bank check needs load.workload: bank (the ledger workload judges rpo, replica_convergence, split_brain)"),
     # the workload says which checks it can judge: convergence of the update workload is refused, not dropped
     ("workload: ledger", "workload: update", "checks:", "checks",
-     "the replica_convergence check needs load.workload: ledger (the update workload judges rpo, split_brain)"),
+     "the replica_convergence check needs load.workload: ledger or {sql: FILE} with a @ledger (the update "
+     "workload judges rpo, split_brain)"),
     ("workload: ledger", "workload: read", "checks:", "checks",
-     "the rpo check needs load.workload: ledger or update (the read workload judges split_brain)"),
+     "the rpo check needs load.workload: ledger or update or {sql: FILE} with a @ledger (the read workload "
+     "judges split_brain)"),
     ("checks: [rpo, split_brain, replica_convergence]", "checks: [rpo, lineariz]", "checks:", "checks",
      "unknown check 'lineariz'; choose from bank, replica_convergence, rpo, split_brain"),
     ("slo: {", "slo: {bogus: 1, ", "slo:", "slo.bogus", "unknown field"),

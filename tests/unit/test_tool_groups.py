@@ -136,7 +136,7 @@ def test_a_users_script_is_found_beside_the_playbook_and_not_initialised(tmp_pat
 
 
 @pytest.mark.parametrize(("groups", "extra", "field", "words"), [
-    ("- {tool: pgbench, pgbench: {file: nowhere.sql}}", "", "file", "no script file 'nowhere.sql'"),
+    ("- {tool: pgbench, pgbench: {file: nowhere.sql}}", "", "file", "no file 'nowhere.sql'"),
     ("- {tool: builtin, pgbench: {scale: 2}}", "", "groups", "pgbench: {...} is for a group with tool: pgbench"),
     ("- {tool: pgbench, profile: pool, validation: true}", "", "groups", "pgbench has no check on checkout"),
     ("- {tool: pgbench}", "checks: [rpo]\n", "checks", "every group here is a tool (pgbench)"),
