@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
+from drillrun import SETTLED
 
 from chaoskit.inventory.models import Inventory
 from chaoskit.lab import manager
@@ -43,6 +44,7 @@ def shortened(src: str, tmp: Path, **changes: Any) -> Path:
     data["name"] = data["name"] + "-short"
     data["load"]["warmup"] = "2s"
     data["baseline"] = "6s"
+    data["recovery"]["tps_fraction"] = SETTLED  # as drillrun.shortened: the failover is judged here
     steps = data["steps"]
     steps[0]["at"] = "8s"
     if "fault" in steps[0]:

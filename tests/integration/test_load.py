@@ -107,7 +107,7 @@ def test_your_own_sql_runs_clean_and_its_ledger_holds_every_acknowledged_order(l
                                        (spec.run_id,))[0]
     finally:
         Driver.close_quietly(conn)
-    assert count == writes
+    assert int(count) == writes  # (PostgreSQL's text protocol answers a string)
 
 
 def test_open_loop_holds_its_rate(lab: Inventory) -> None:
