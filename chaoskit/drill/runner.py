@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from chaoskit.analysis.drill import LoadSource, analyse, gather_truth
@@ -201,7 +200,7 @@ class Drill:
         spec = self.pb.load.to_spec()
         self.record.run_id = spec.run_id
         if spec.params.sql is not None and self.out is not None:  # what ran, as it was read
-            self.out.write_text(f"workload/{Path(spec.params.sql.path).name}", spec.params.sql.text)
+            self.out.write_text(spec.params.sql.kept_as, spec.params.sql.text)
         self.record.groups = {g.name: {"profile": g.profile, "tool": g.tool, "workers": list(g.worker_ids),
                                        "rto_resolution_s": MEASURES[g.tool].rto_resolution_s,
                                        "statement_timeout": g.statement_timeout, "validation": g.validate,

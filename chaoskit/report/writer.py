@@ -313,4 +313,4 @@ def _sql_file(pb: Any) -> dict[str, Any]:
     import hashlib
 
     return {"sql_file": {"path": sql.path, "sha256": hashlib.sha256(sql.text.encode()).hexdigest(),
-                         "kept": f"workload/{Path(sql.path).name}"}}
+                         "kept": sql.kept_as}}

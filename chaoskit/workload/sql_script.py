@@ -51,6 +51,7 @@ DRAWS = ("uniform", "zipf", "string", "sequence")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}(\.[A-Za-z_][A-Za-z0-9_$]{0,62})?$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _READS = ("SELECT", "SHOW", "VALUES", "TABLE", "EXPLAIN", "DESCRIBE", "DESC")
+_CONTROL = ("BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SET", "USE")  # neither read nor write
 _DML = re.compile(r"\b(INSERT|UPDATE|DELETE|MERGE)\b", re.IGNORECASE)
 _MAX_STRING = 4000
 _MAX_BYTES = 1_000_000
@@ -87,6 +88,11 @@ class Statement:
         for name, part in zip(self.params, self.parts[1:], strict=True):
             out += [f":{name}", part]
         return "".join(out)
+
+    @property
+    def returns_rows(self) -> bool:
+        """A read whose rows the executor fetches (a control statement returns none)."""
+        return not self.writes and self.verb not in _CONTROL
 
     def formatted(self) -> str:
         """With %s placeholders and a literal % doubled when it has parameters (the drivers' format
@@ -133,6 +139,11 @@ class SqlScript:
     @property
     def writes(self) -> bool:
         return any(t.writes for t in self.transactions)
+
+    @property
+    def kept_as(self) -> str:
+        """Where a run directory keeps the file as it was read."""
+        return f"workload/{Path(self.path).name}"
 
 
 def load_script(path: str | Path) -> SqlScript:
@@ -366,7 +377,7 @@ def _statement(source: str, parts: list[str], names: list[str], line: int) -> St
     head = re.sub(r"^(\s|--[^\n]*\n|/\*.*?\*/|\()*", "", parts[0], flags=re.DOTALL)
     verb = (re.match(r"[A-Za-z]+", head) or re.match("", "")).group(0).upper()
     whole = "".join(parts)
-    if verb in ("BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SET", "USE"):
+    if verb in _CONTROL:
         writes = False
     elif verb == "WITH":
         writes = bool(_DML.search(whole))

@@ -23,7 +23,8 @@ from typing import Any, ClassVar, NamedTuple
 from chaoskit.db.base import Driver
 from chaoskit.plugins import Plugins
 from chaoskit.recorder import SEQUENCE, VERSION
-from chaoskit.workload.sql_script import SqlScript
+from chaoskit.workload.sql_script import Drawer, SqlScript
+from chaoskit.workload.sql_script import Ledger as LedgerTable
 
 
 class Stmt(NamedTuple):
@@ -169,6 +170,7 @@ class Ledger(Workload):
 
     name = "ledger"
     TABLE = "chaoskit_ledger"
+    LEDGER = LedgerTable(TABLE, "run_id", "worker", "seq")
     checks = ("rpo", "replica_convergence")
     keyed = SEQUENCE  # an op's key: the sequence number of the row it inserts for its worker
     rows_only_added = True
@@ -192,18 +194,14 @@ class Ledger(Workload):
         return "write"
 
     def present(self, conn: Any) -> set[tuple[int, int]]:
-        rows = self.driver.query(conn, self.driver.q(f"SELECT worker, seq FROM {self.TABLE} WHERE run_id = %s"),
-                                 (self.run_id,))
-        return {(int(w), int(s)) for w, s in rows}
+        return ledger_keys_present(self.driver, conn, self.LEDGER, self.run_id)
 
     def truth_readers(self, checks: Collection[str], before: Any = None) -> dict[str, TruthReader]:
         return {"ledger_present": lambda conn: {"rows": self.present(conn)}} if "rpo" in checks else {}
 
     def member_digest(self, conn: Any) -> tuple[int, int]:
         """This run's rows on the member: how many, and the sum of their sequence numbers."""
-        sql = self.driver.q(f"SELECT COUNT(*), COALESCE(SUM(seq), 0) FROM {self.TABLE} WHERE run_id = %s")
-        count, total = self.driver.query(conn, sql, (self.run_id,))[0]
-        return int(count), int(total)
+        return ledger_digest(self.driver, conn, self.LEDGER, self.run_id)
 
 
 class Bank(Workload):
@@ -411,7 +409,6 @@ class UserSql(Workload):
     def prepare(self) -> None:
         """Each transaction as the statements its executor runs: BEGIN and COMMIT as the driver's
         own (a written START TRANSACTION too), the others in the driver's parameter style."""
-        control = ("BEGIN", "START", "COMMIT", "END", "SET", "USE")
         self._ops: list[list[tuple[Stmt, tuple[str, ...]]]] = []
         for tx in self.script.transactions:
             ops = []
@@ -422,14 +419,12 @@ class UserSql(Workload):
                     ops.append((COMMIT, ()))
                 else:
                     sql = self.driver.q(st.formatted()) if st.params else st.formatted()
-                    ops.append((Stmt(sql, (), not st.writes and st.verb not in control), st.params))
+                    ops.append((Stmt(sql, (), st.returns_rows), st.params))
             self._ops.append(ops)
         self._weights = list(itertools.accumulate(tx.weight for tx in self.script.transactions))
-        self._drawers: dict[int, Any] = {}
+        self._drawers: dict[int, Drawer] = {}
 
     def steps(self, ctx: OpContext) -> Steps:
-        from chaoskit.workload.sql_script import Drawer
-
         script = self.script
         i = ctx.rng.choices(range(len(self._ops)), cum_weights=self._weights)[0] if len(self._ops) > 1 else 0
         tx, ops = script.transactions[i], self._ops[i]
@@ -450,16 +445,9 @@ class UserSql(Workload):
             yield stmt._replace(params=tuple(values[name] for name in names)) if names else stmt
         return ctx.kind
 
-    def _ledger_sql(self, what: str) -> str:
-        led = self.script.ledger
-        assert led is not None
-        return self.driver.q(f"SELECT {what} FROM {led.table} WHERE {led.run_column} = %s")
-
     def present(self, conn: Any) -> set[tuple[int, int]]:
-        led = self.script.ledger
-        assert led is not None
-        rows = self.driver.query(conn, self._ledger_sql(f"{led.worker_column}, {led.seq_column}"), (self.run_id,))
-        return {(int(w), int(s)) for w, s in rows}
+        assert self.script.ledger is not None
+        return ledger_keys_present(self.driver, conn, self.script.ledger, self.run_id)
 
     def truth_readers(self, checks: Collection[str], before: Any = None) -> dict[str, TruthReader]:
         if "rpo" not in checks or self.script.ledger is None:
@@ -467,12 +455,22 @@ class UserSql(Workload):
         return {"ledger_present": lambda conn: {"rows": self.present(conn)}}
 
     def member_digest(self, conn: Any) -> tuple[int, int]:
-        led = self.script.ledger
-        if led is None:
+        if self.script.ledger is None:
             raise NotImplementedError("an sql workload without a @ledger has no per-member digest")
-        count, total = self.driver.query(conn, self._ledger_sql(f"COUNT(*), COALESCE(SUM({led.seq_column}), 0)"),
-                                         (self.run_id,))[0]
-        return int(count), int(total)
+        return ledger_digest(self.driver, conn, self.script.ledger, self.run_id)
+
+
+def ledger_keys_present(driver: Driver, conn: Any, led: LedgerTable, run_id: str) -> set[tuple[int, int]]:
+    """The (worker, sequence) keys of this run's rows in a ledger table (chaoskit's or the user's)."""
+    sql = driver.q(f"SELECT {led.worker_column}, {led.seq_column} FROM {led.table} WHERE {led.run_column} = %s")
+    return {(int(w), int(s)) for w, s in driver.query(conn, sql, (run_id,))}
+
+
+def ledger_digest(driver: Driver, conn: Any, led: LedgerTable, run_id: str) -> tuple[int, int]:
+    """This run's rows in a ledger table on one member: how many, and the sum of their sequence numbers."""
+    sql = driver.q(f"SELECT COUNT(*), COALESCE(SUM({led.seq_column}), 0) FROM {led.table} WHERE {led.run_column} = %s")
+    count, total = driver.query(conn, sql, (run_id,))[0]
+    return int(count), int(total)
 
 
 def _chars(rng: random.Random, n: int) -> str:
