@@ -488,6 +488,19 @@ class Recorder:
         df.to_csv(path, index=False, float_format="%.3f")
 
 
+def step_values(samples: list[tuple[float, Any]], ends: list[float]) -> list[Any]:
+    """A series sampled at its own instants (time-ordered) read at each interval's end: the last
+    value at or before it (None before the first); how timeline.csv carries roles, lag and host
+    metrics beside the load's intervals."""
+    out, i, current = [], 0, None
+    for end in ends:
+        while i < len(samples) and samples[i][0] <= end:
+            current = samples[i][1]
+            i += 1
+        out.append(current)
+    return out
+
+
 def error_rate(counts: dict[str, Any]) -> float:
     """(fail + info) / all ops, rounded to 6 places, 0 with no ops: the one formula of the drill's
     abort rule, the error-rate SLO and an experiment cell's error rate (a recorder's `window` or

@@ -24,6 +24,7 @@ from chaoskit.ha.base import HAManager
 from chaoskit.ha.registry import manager_for
 from chaoskit.healing import Undo
 from chaoskit.hostlogs import LogWindow, window_for
+from chaoskit.hostmetrics import HostSampler, sampler_for
 from chaoskit.interrupts import stop_signals_interrupt
 from chaoskit.inventory.fanout import RemotePool
 from chaoskit.inventory.models import Cluster, Inventory
@@ -54,6 +55,7 @@ class DrillParts:
     probe: Callable[..., RoleProbe] = RoleProbe
     truth: Callable[[DrillInputs, str, LoadSource, Driver], dict[str, Any]] = gather_truth
     logs: Callable[..., LogWindow] = window_for
+    metrics: Callable[[Inventory, RemotePool, list[str]], HostSampler] = sampler_for
     clock: Clock = SYSTEM_CLOCK  # the drill's waits and marks; a FakeClock in unit tests
     journal_root: str = journal.ROOT
 
@@ -70,7 +72,8 @@ def run_drill(inputs: DrillInputs, *, out: EvidenceSink | None = None, progress:
     2. Preflight: production guard, SSH, clock offsets, capabilities, HA health, topology, settings;
        refuse on any failure (nothing is started; the refusal is raised).
     3. Mark the members' logs; route the load (through relays when a step cuts the client link);
-       set up the workload schema; start the role probe (and the manager's event watch), then the load.
+       set up the workload schema; start the role probe (and the manager's event watch), the host
+       metrics, then the load.
     4. Warm-up (discarded), then the baseline window.
     5. HA settings the playbook asks for, journaled and set; then the schedule: faults staged on their
        hosts ahead and triggered at their instants, actions at theirs, the abort rule watched.
@@ -86,8 +89,8 @@ def run_drill(inputs: DrillInputs, *, out: EvidenceSink | None = None, progress:
         drill.preflight()
         with drill.log_window(), drill.client_link():
             drill.prepare_load()
-            with drill.probe_watching(), drill.load_running(), drill.recovery_awaited(), drill.healing(), \
-                    drill.aborts_recorded():
+            with drill.probe_watching(), drill.hosts_sampled(), drill.load_running(), drill.recovery_awaited(), \
+                    drill.healing(), drill.aborts_recorded():
                 drill.change_settings()
                 drill.execute_schedule()
     return drill.analysed()
@@ -223,6 +226,20 @@ class Drill:
             yield
         finally:
             self.probe.stop()
+
+    @contextlib.contextmanager
+    def hosts_sampled(self) -> Iterator[None]:
+        """CPU, memory, disk and network of the members' hosts, the hosts a fault names and the
+        control node, every second until the load stopped (`chaoskit.hostmetrics`)."""
+        assert self.pool is not None
+        inv = self.inputs.inventory
+        hosts = list(dict.fromkeys([m.host for m in self.cluster.members] + fault_hosts(self.pb.steps, inv)))
+        sampler = self.parts.metrics(inv, self.pool, hosts)
+        sampler.start()
+        try:
+            yield
+        finally:
+            self.record.host_metrics = sampler.stop()
 
     @contextlib.contextmanager
     def load_running(self) -> Iterator[None]:

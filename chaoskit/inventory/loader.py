@@ -113,6 +113,7 @@ _ANSIBLE_HOST_VARS = {
     "chaoskit_known_hosts": "known_hosts",
     "chaoskit_processes": "processes",  # a host's own services (etcd, HAProxy, a monitor)
     "chaoskit_logs": "logs",
+    "chaoskit_metrics": "metrics",  # where the host metrics are read (proc, a cgroup, none)
 }
 
 

@@ -60,6 +60,29 @@ class ProcessRef(Frozen):
     stop: Command | None = None
 
 
+# a cgroup below each v1 controller's root: words of letters, digits, `_.-` joined by `/`, none
+# starting with a dot (so never `..`)
+_CGROUP_WORD = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}"
+CgroupPath = Annotated[str, StringConstraints(pattern=rf"^{_CGROUP_WORD}(/{_CGROUP_WORD}){{0,7}}$")]
+
+
+class HostMetrics(Frozen):
+    """Where the host metrics sampler (`chaoskit.hostmetrics`) reads this host's figures each
+    second during a run: `proc` (the machine's /proc: CPU, load, memory, disks, network), a
+    `cgroup` of its own (hosts that share a kernel, as the lab's do: CPU from cpuacct and block I/O
+    from blkio under that cgroup, network from the host's namespace; load and memory are then not
+    the host's and stay null), or `none` (not read; not `off`, which YAML reads as false)."""
+
+    source: Literal["proc", "cgroup", "none"] = "proc"
+    cgroup: CgroupPath | None = None
+
+    @model_validator(mode="after")
+    def _cgroup_named(self) -> HostMetrics:
+        if (self.source == "cgroup") != (self.cgroup is not None):
+            raise ValueError("cgroup: give it with source: cgroup, and only then")
+        return self
+
+
 class Host(Frozen):
     """A machine reached over SSH, and how to become root on it."""
 
@@ -81,6 +104,7 @@ class Host(Frozen):
     processes: dict[Name, ProcessRef] = Field(default_factory=dict)
     # label -> log file of those services, kept for each run's window like a member's logs
     logs: dict[Name, SafePath] = Field(default_factory=dict)
+    metrics: HostMetrics = Field(default_factory=HostMetrics)
 
     _lower_tags = field_validator("tags", mode="before")(classmethod(lambda cls, v: _tags(v)))
 
@@ -276,7 +300,8 @@ def _processes_evidence(processes: dict[str, ProcessRef]) -> dict[str, Any]:
 
 def _host_evidence(host: Host) -> dict[str, Any]:
     return {**{f: getattr(host, f) for f in _HOST_FIELDS}, "tags": dict(host.tags),
-            "processes": _processes_evidence(host.processes), "logs": dict(host.logs)}
+            "processes": _processes_evidence(host.processes), "logs": dict(host.logs),
+            "metrics": host.metrics.model_dump(mode="json")}
 
 
 def _member_evidence(member: Member) -> dict[str, Any]:

@@ -59,8 +59,13 @@ def write_launcher(host: LabHost, daemon: str, command: str, pid_file: Path, *, 
         # running, and not a zombie its reaper has not collected yet (kill -0 succeeds on those)
         'if [ -n "$pid" ] && [ -r "/proc/$pid/status" ] && ! grep -q "^State:[[:space:]]*Z" "/proc/$pid/status"; '
         "then exit 0; fi\n"
-        f"setsid ip netns exec {host.netns} unshare --uts sh -c {shlex.quote(inner)}"
-        f" >>{shlex.quote(str(log))} 2>&1 </dev/null &\n"
+        # the daemon joins its host's cgroups (made here if missing) before it starts: what it
+        # forks stays there, so the host metrics read this host's CPU and block I/O alone
+        "(me=$(sh -c 'echo $PPID')\n"
+        + "".join(f" mkdir -p {shlex.quote(str(d))} && echo \"$me\" > {shlex.quote(str(d / 'cgroup.procs'))}\n"
+                  for d in host.cgroup_dirs())
+        + f" exec setsid ip netns exec {host.netns} unshare --uts sh -c {shlex.quote(inner)}\n"
+        f") >>{shlex.quote(str(log))} 2>&1 </dev/null &\n"
         f"echo $! > {shlex.quote(str(pid_file))}\n"
     )
     script.chmod(0o755)

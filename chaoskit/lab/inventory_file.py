@@ -36,6 +36,8 @@ def render(spec: LabSpec | None = None) -> str:
         entry: dict = {"address": h.address}
         if h.jump:
             entry["jump"] = jump
+        # lab hosts share one kernel: each host's figures come from its own cgroup
+        entry["metrics"] = {"source": "cgroup", "cgroup": h.cgroup}
         hosts[h.name] = entry
     clusters: dict = {}
     for module in recipes({h.stack for h in spec.hosts}):

@@ -22,6 +22,7 @@ import pwd
 import secrets
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -36,7 +37,18 @@ from chaoskit.guard import routed_elsewhere
 from chaoskit.lab import daemons, disks, network
 from chaoskit.lab.procs import alive, netns_pids, read_pid_file, sh, terminate
 from chaoskit.lab.recipes import Build, default_stacks, lab_spec, postgres_key, recipe, recipes, stack_names, wait_tcp
-from chaoskit.lab.spec import BRIDGE, SSH_USER, STATE_DIR, SUBNET_PREFIX, LabSpec, Paths
+from chaoskit.lab.spec import (
+    BRIDGE,
+    CGROUP_ROOT,
+    LAB_CGROUP_PARENT,
+    LAB_CONTROLLERS,
+    SSH_USER,
+    STATE_DIR,
+    SUBNET_PREFIX,
+    LabHost,
+    LabSpec,
+    Paths,
+)
 
 USER_COMMENT = "chaoskit lab"
 SECRETS = ("pg_superuser", "pg_replication", "mariadb_chaoskit", "mariadb_repl", "mariadb_mha", "mariadb_check")
@@ -391,8 +403,12 @@ def _stop_hosts(hosts: list[Any], state: dict[str, Any], data_dirs: list[Path],
                    and alive(pid) and _in_lab_netns(pid, hosts)]
     terminate(sorted(set(recorded + postmasters)), grace=4.0)
     left = terminate(sorted({pid for ns in netns for pid in netns_pids(ns)}), grace=1.0)
+    # anything still in a host's cgroup was started by the lab for that host (a launcher that found
+    # no namespace): ended too, then the cgroups removed
+    left += terminate(sorted({pid for h in hosts for pid in _cgroup_pids(h)} - set(left)), grace=1.0)
     if left:
         raise LabError(f"processes would not die: {left}")
+    _remove_cgroups(hosts, parent=every_netns)
     _remove_shared_memory(data_dirs)
     stuck = disks.release_disks(hosts)
     if stuck:
@@ -417,6 +433,40 @@ def _down_locked(spec: LabSpec) -> None:
             shutil.rmtree(child, ignore_errors=True)
         else:
             child.unlink(missing_ok=True)
+
+
+def _cgroup_pids(host: LabHost) -> set[int]:
+    pids: set[int] = set()
+    for d in host.cgroup_dirs():
+        with contextlib.suppress(OSError):
+            pids |= {int(p) for p in (d / "cgroup.procs").read_text().split()}
+    return pids
+
+
+def _remove_cgroups(hosts: list[LabHost], parent: bool, wait_s: float = 15.0) -> None:
+    """The hosts' cgroups, and their common parent when the whole lab goes. A cgroup is removed
+    with rmdir, which the kernel refuses while a process that ended there is not yet reaped (the
+    daemons' orphans are reaped by pid 1, in its own time): tried again until `wait_s`, then left
+    with a warning (an empty cgroup costs nothing, and the next `lab up` uses it again)."""
+    dirs = [d for host in hosts for d in host.cgroup_dirs()]
+    if parent:
+        dirs += [CGROUP_ROOT / c / LAB_CGROUP_PARENT for c in LAB_CONTROLLERS]
+    deadline = time.monotonic() + wait_s
+    while dirs:
+        busy = []
+        for d in dirs:
+            try:
+                d.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                busy.append((d, exc.strerror))
+        dirs = [d for d, _ in busy]
+        if busy and time.monotonic() >= deadline:
+            print(f"lab: cgroups left in place ({'; '.join(f'{d}: {why}' for d, why in busy)})", file=sys.stderr)
+            return
+        if busy:
+            time.sleep(0.2)
 
 
 def _in_lab_netns(pid: int, hosts: list[Any]) -> bool:

@@ -20,6 +20,12 @@ ETCD_PORT = 2379
 MARIADB_PORT = 3306
 MARIADB_DATABASE = "chaoskit"
 MARIADB_USER = "chaoskit"
+# Lab hosts share one kernel, so /proc is the same on all of them: each host's daemons (and what
+# its sshd starts) run in a cgroup of their own under these v1 controllers, which the host metrics
+# sampler reads instead (`metrics: {source: cgroup}` in lab.yaml)
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+LAB_CONTROLLERS = ("cpuacct", "blkio")
+LAB_CGROUP_PARENT = "chaoskit-lab"
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,14 @@ class LabHost:
     @property
     def dir(self) -> Path:
         return STATE_DIR / "hosts" / self.name
+
+    @property
+    def cgroup(self) -> str:
+        """The host's cgroup, relative to each controller's root."""
+        return f"{LAB_CGROUP_PARENT}/{self.name}"
+
+    def cgroup_dirs(self) -> list[Path]:
+        return [CGROUP_ROOT / c / self.cgroup for c in LAB_CONTROLLERS]
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from chaoskit.faults.manager import FaultManager
 from chaoskit.faults.spec import LatencySpec
 from chaoskit.ha.registry import manager_for
 from chaoskit.healing import Undo
+from chaoskit.hostmetrics import HOST_CPU_PREFIX, sampler_for, window_means
 from chaoskit.interrupts import stop_signals_interrupt
 from chaoskit.inventory.models import Inventory
 from chaoskit.models import Frozen
@@ -291,6 +292,8 @@ def summarise(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[st
         for name in TOOL_LATENCY:
             if any(name in r for r in rs):
                 cell[name] = med(name)
+        for name in sorted({k for r in rs for k in r if k.startswith(HOST_CPU_PREFIX)}):
+            cell[name] = med(name)  # each host's CPU busy % over the cell's window
         if any("client_cpu_cores" in r for r in rs):
             # a cell is the client's as soon as one of its repeats was: its TPS is then the client's limit
             why = next((r["client_saturated_why"] for r in rs if r.get("client_saturated")), None)
@@ -321,6 +324,10 @@ def _run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progre
     required = check_required(exp, inv)  # before anything is touched
     with FaultManager(inv) as fm:
         undo = Undo(fm, ha, inventory_path)
+        # the hosts' CPU (and the control node's) through the whole experiment, read per cell's window
+        hosts = list(dict.fromkeys(m.host for t in targets for m in inv.clusters[t].members))
+        sampler = sampler_for(inv, fm.pool, hosts)
+        sampler.start()
         try:
             for t in targets:
                 settings[t] = {"server": read_settings(inv.clusters[t], inv),
@@ -365,6 +372,10 @@ def _run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progre
             interrupted = "interrupted (Ctrl-C or SIGTERM); faults reverted, settings restored"
         finally:
             restore_errors = undo.undo().errors
+            series = sampler.stop()
+    for row in rows:
+        for host, busy in window_means(series, *row["window"]).items():
+            row[HOST_CPU_PREFIX + host] = busy
     keys: tuple[str, ...] = ("target", "workload", "workers") if exp.kind == "compare" \
         else ("workload", "workers", "delay_ms")
     if exp.grid.synchronous_mode and exp.kind != "compare":
@@ -372,7 +383,8 @@ def _run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progre
     cells = summarise(rows, keys)
     result: dict[str, Any] = {"experiment": exp.model_dump(mode="json"), "started": started, "ended": time.time(),
                               "settings": settings, "rows": rows, "cells": cells, "aborted": interrupted,
-                              "settings_restore_errors": restore_errors}
+                              "settings_restore_errors": restore_errors,
+                              "host_metrics": {h: s.summary() for h, s in sorted(series.items())}}
     if required:
         result["required"] = {"settings": dict(exp.require), "found": required}
     if exp.kind == "ramp":

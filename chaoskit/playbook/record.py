@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from chaoskit.faults.manager import InjectedFault
+from chaoskit.hostmetrics import HostSeries
 from chaoskit.inventory.models import Cluster, Inventory
 from chaoskit.lifeline import operator_identity
 from chaoskit.playbook.models import Audit, Playbook
@@ -80,6 +81,7 @@ class DrillRecord:
     settings_changed: dict[str, Any] = field(default_factory=dict)
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)  # client group -> profile, workers, route
     client_cpu: dict[str, Any] = field(default_factory=dict)  # the load's own CPU (chaoskit.workload.client_cpu)
+    host_metrics: dict[str, HostSeries] = field(default_factory=dict)  # host -> its figures (chaoskit.hostmetrics)
     # steps `after` an event: what each waited for and saw (or why it was skipped)
     triggered: list[dict[str, Any]] = field(default_factory=list)
     aborted: str | None = None

@@ -14,6 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from chaoskit.hostmetrics import HOST_CPU_PREFIX
 from chaoskit.report.headlines import headlines
 from chaoskit.report.rundir import clean, evidence_ids
 from chaoskit.report.writer import CSP, template_env
@@ -69,7 +70,12 @@ _COLUMNS = (  # (cell key, header, format); a column whose cells are all empty i
 def results_table(cells: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """The cells as a table a person reads (units, rounded, no empty columns); the raw values stay in
     run.json and results.csv."""
-    cols = [c for c in _COLUMNS if any(cell.get(c[0]) is not None for cell in cells)]
+    hosts = sorted({k for cell in cells for k in cell if k.startswith(HOST_CPU_PREFIX)})
+    # each host's CPU busy % over the cell's window, before the client's own CPU
+    at = next(i for i, c in enumerate(_COLUMNS) if c[0] == "client_cpu_cores")
+    columns = [*_COLUMNS[:at], *((k, f"CPU {k.removeprefix(HOST_CPU_PREFIX)}", "{:.0f} %") for k in hosts),
+               *_COLUMNS[at:]]
+    cols = [c for c in columns if any(cell.get(c[0]) is not None for cell in cells)]
 
     def fmt(cell: dict[str, Any], key: str, form: str) -> str:
         v = cell.get(key)

@@ -39,9 +39,11 @@ def _lanes(ax: Any, samples: list[tuple[float, str, str]], origin: float, x_end:
 
 def timeline_plot(df: pd.DataFrame, t0: float, faults: list[dict[str, Any]], path: Path, title: str,
                   roles: list[tuple[float, str, str]] | None = None,
-                  lag: list[tuple[float, dict[str, int | None]]] | None = None) -> None:
+                  lag: list[tuple[float, dict[str, int | None]]] | None = None,
+                  cpu: dict[str, list[tuple[float, float]]] | None = None) -> None:
     """Throughput, errors (failed and unknown apart, on their own axis), latency, each member's
-    role and the replicas' lag, on one x axis in seconds since the (first) fault, as every table
+    role and the replicas' lag (and, right under the throughput, each host's CPU busy %: a
+    busy host explains a dip), on one x axis in seconds since the (first) fault, as every table
     of the report counts. Each fault is a labelled band to its revert, its outage (fault to first
     client back) a darker one; the phase marks are labelled lines, their labels staggered so that
     marks a few milliseconds apart stay readable. Legends sit outside the data."""
@@ -49,8 +51,9 @@ def timeline_plot(df: pd.DataFrame, t0: float, faults: list[dict[str, Any]], pat
     origin = min((f["t_fault"] for f in timed), default=t0)
     outage = next((f for f in timed if f.get("outage") and f.get("t_first_ok")), None)
     lanes = bool(roles)
-    rows = 4 + (1 if lag else 0) if lanes else 3
-    ratios = [3, 1.4, 2] + ([1.6] if lanes else []) + ([1.2] if lanes and lag else [])
+    c = 1 if cpu else 0  # the CPU panel's row, when there is one, shifts the rows under it
+    rows = (4 + (1 if lag else 0) if lanes else 3) + c
+    ratios = [3] + ([1.4] * c) + [1.4, 2] + ([1.6] if lanes else []) + ([1.2] if lanes and lag else [])
     # column 0: the panels on one x axis; column 1: the outage zoomed (beside the throughput, so
     # it covers no data) and every legend (outside the data)
     fig = plt.figure(figsize=(13, 2.0 * rows + 1.4))  # the same height as `height` below
@@ -62,7 +65,14 @@ def timeline_plot(df: pd.DataFrame, t0: float, faults: list[dict[str, Any]], pat
         k.axis("off")
     for ax in axes[:-1]:
         ax.tick_params(labelbottom=False)
-    ax_err, ax_lat = axes[1], axes[2]
+    ax_err, ax_lat = axes[1 + c], axes[2 + c]
+    if cpu:
+        ax_cpu = axes[1]
+        for host, points in cpu.items():
+            ax_cpu.plot([t - origin for t, _ in points], [v for _, v in points], lw=1, label=host)
+        ax_cpu.set_ylim(0, 100)
+        ax_cpu.set_ylabel("CPU busy %")
+        _legend(ax_cpu, keys[0], title="host")
     x = df["t"] - origin
     x_end = float(x.max()) + 0.1 if len(x) else 0.0
     tps = df["write_ok"].rolling(10, min_periods=1).sum()
@@ -75,7 +85,7 @@ def timeline_plot(df: pd.DataFrame, t0: float, faults: list[dict[str, Any]], pat
     top = float(tps.max()) if len(tps) and tps.max() > 0 else 1.0
     ax_tps.set_ylim(0, top * 1.75)  # headroom: the mark labels stand above the data, never on it
     x_lo = float(x.min()) if len(x) else 0.0
-    data_axes = [ax_tps, ax_err, ax_lat]
+    data_axes = [ax_tps, ax_err, ax_lat] + ([axes[1]] if cpu else [])
     for n, f in enumerate(timed, start=1):
         start = f["t_fault"] - origin
         end = f.get("t_reverted") or f.get("t_recovered") or f.get("t_first_ok")
@@ -118,17 +128,17 @@ def timeline_plot(df: pd.DataFrame, t0: float, faults: list[dict[str, Any]], pat
     else:
         zoom.axis("off")
     if lanes:
-        _lanes(axes[3], roles or [], origin, x_end, keys[2])
-        axes[3].set_ylabel("role")
+        _lanes(axes[3 + c], roles or [], origin, x_end, keys[2 + c])
+        axes[3 + c].set_ylabel("role")
     if lanes and lag:
-        ax_lag = axes[4]
+        ax_lag = axes[4 + c]
         members = sorted({m for _, values in lag for m in values})
         for member in members:
             points = [(t - origin, v.get(member)) for t, v in lag]
             ax_lag.plot([p[0] for p in points], [p[1] / 1e6 if p[1] is not None else float("nan") for p in points],
                         lw=1, label=member)
         ax_lag.set_ylabel("lag (MB)")
-        _legend(ax_lag, keys[3], title="replica")
+        _legend(ax_lag, keys[3 + c], title="replica")
     ax_tps.set_ylabel("ops/s")
     ax_err.set_ylabel("errors/s")
     ax_lat.set_ylabel("latency (ms, log)")
@@ -136,8 +146,8 @@ def timeline_plot(df: pd.DataFrame, t0: float, faults: list[dict[str, Any]], pat
     fig.suptitle(title)
     handles, labels = ax_tps.get_legend_handles_labels()
     ax_tps.legend(handles, labels, loc="lower left", bbox_to_anchor=(0.0, 1.01), ncol=3, fontsize=7, frameon=False)
-    _legend(ax_err, keys[0])
-    _legend(ax_lat, keys[1])
+    _legend(ax_err, keys[0 + c])
+    _legend(ax_lat, keys[1 + c])
     height = 2.0 * rows + 1.4
     legend_rows = -(-len(labels) // 3)  # each a line of the legend above the throughput panel
     fig.subplots_adjust(left=0.06, right=0.97, top=1 - (0.5 + 0.2 * legend_rows) / height, bottom=0.6 / height,

@@ -18,10 +18,12 @@ import jinja2
 import markupsafe
 
 import chaoskit
+from chaoskit import hostmetrics
 from chaoskit.errors import escaped
 from chaoskit.guard import environment
+from chaoskit.hostmetrics import HostSeries
 from chaoskit.playbook.record import DrillResult
-from chaoskit.recorder import Recorder
+from chaoskit.recorder import Recorder, step_values
 from chaoskit.report import vocabulary
 from chaoskit.report.findings import findings
 from chaoskit.report.headline import headline
@@ -73,6 +75,7 @@ def write_run(result: DrillResult, rd: RunDirectory, signed: bool | None = None)
         "load": {"totals": rec.totals() if rec else {}, "errors_sample": [list(e) for e in (rec.errors[:50] if rec
                                                                                             else [])],
                  "client_cpu": run.client_cpu, "workload": pb.load.workload_name, **_sql_file(pb)},
+        "host_metrics": {h: s.summary() for h, s in sorted(run.host_metrics.items())},
         "results": result.results,
     }
     evidence["audit"] = {**inputs.evidence.model_dump(mode="json"), "operator": inputs.operator}
@@ -88,55 +91,49 @@ def write_run(result: DrillResult, rd: RunDirectory, signed: bool | None = None)
                               groups={n: g["workers"] for n, g in run.groups.items()},
                               stall_s=client_deadline(pb.load.op_timeout))
     if rec is not None and probe is not None:
-        rec.write_timeline_csv(str(rd.file("timeline.csv")), t0=run.t0, extra=_node_columns(probe, rec))
+        ends = [t + rec.interval for t in rec.to_frame()["t"]]
+        rec.write_timeline_csv(str(rd.file("timeline.csv")), t0=run.t0,
+                               extra={**_node_columns(probe, ends), **hostmetrics.columns(run.host_metrics, ends)})
         with contextlib.suppress(ImportError, ValueError):  # parquet where an engine is installed
             rec.to_frame().to_parquet(rd.file("timeline.parquet"))
-        _plots(rec, run.t0, result.results.get("faults", []), pb.name, rd.path, probe)
+        _plots(rec, run.t0, result.results.get("faults", []), pb.name, rd.path, probe, run.host_metrics)
     render(rd.path, signed=signed)
     for p in rd.path.rglob("*"):
         p.chmod(0o700 if p.is_dir() else 0o600)
     return evidence
 
 
-def _node_columns(probe: ProbeLog, rec: Recorder) -> dict[str, list[Any]]:
+def _node_columns(probe: ProbeLog, ends: list[float]) -> dict[str, list[Any]]:
     """Per node, its role (probe) and replication lag in bytes (HA manager) at each interval's end."""
-    ends = [t + rec.interval for t in rec.to_frame()["t"]]
     members = sorted({m for _, m, _ in probe.samples})
     cols: dict[str, list[Any]] = {}
     for m in members:
         samples = [(t, r) for t, mm, r in probe.samples if mm == m]
-        cols[f"role_{m}"] = _step_values(samples, ends)
+        cols[f"role_{m}"] = step_values(samples, ends)
         lags = [(t, lag.get(m)) for t, lag, _ in probe.lag]
         if lags:
-            cols[f"lag_bytes_{m}"] = _step_values(lags, ends)
+            cols[f"lag_bytes_{m}"] = step_values(lags, ends)
         delays = [(t, s[m][2]) for t, s in probe.replication if m in s]  # None once it is the primary
         if delays:  # replay delay (PostgreSQL) or Seconds_Behind_Master (MySQL)
-            cols[f"replica_delay_s_{m}"] = _step_values(delays, ends)
+            cols[f"replica_delay_s_{m}"] = step_values(delays, ends)
         states = [(t, s[m][0]) for t, s in probe.replication if m in s]
         if states and any(st not in ("streaming", "primary") for _, st in states):
-            cols[f"replica_state_{m}"] = _step_values(states, ends)
+            cols[f"replica_state_{m}"] = step_values(states, ends)
         positions = [(t, p) for t, mm, p in probe.positions if mm == m]
         if positions:
-            cols[f"position_{m}"] = _step_values(positions, ends)
+            cols[f"position_{m}"] = step_values(positions, ends)
     return cols
 
 
-def _step_values(samples: list[tuple[float, Any]], ends: list[float]) -> list[Any]:
-    out, i, current = [], 0, None
-    for end in ends:
-        while i < len(samples) and samples[i][0] <= end:
-            current = samples[i][1]
-            i += 1
-        out.append(current)
-    return out
-
-
 def _plots(rec: Recorder, t0: float, faults: list[dict[str, Any]], name: str, run_dir: Path,
-           probe: ProbeLog | None = None) -> None:
+           probe: ProbeLog | None = None, host_metrics: dict[str, HostSeries] | None = None) -> None:
     roles = list(probe.samples) if probe is not None else None
     lag = [(t, values) for t, values, _ in probe.lag] if probe is not None else None
+    cpu = {h: [(t, v["cpu_busy_pct"]) for t, v in s.samples if v.get("cpu_busy_pct") is not None]
+           for h, s in sorted((host_metrics or {}).items())}
     timeline_plot(rec.to_frame(), t0, faults, run_dir / "plots" / "timeline.png",
-                  f"{name}: throughput, errors, latency and roles", roles=roles, lag=lag)
+                  f"{name}: throughput, errors, latency and roles", roles=roles, lag=lag,
+                  cpu={h: pts for h, pts in cpu.items() if pts})
     hist = rec.latency_hist()
     values = [(it.value_iterated_to / 1000, it.count_at_value_iterated_to) for it in hist.get_recorded_iterator()]
     latency_histogram(values, run_dir / "plots" / "latency_histogram.png")

@@ -141,6 +141,27 @@ def test_rto_against_the_hosts_record_and_the_timeline(kill_primary: tuple[subpr
     assert float(rows[0]["t_rel_s"]) == pytest.approx(float(rows[0]["t"]) - t0, abs=0.001)
 
 
+def test_each_members_host_and_the_control_node_sampled_beside_the_load(
+        kill_primary: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    """Every member's host (its own cgroup on the lab) and the control node (its /proc) read about
+    once a second from before the load started to after it stopped: a sample a second is the
+    loop's pace, so at least one per two seconds of load; CPU busy is a share of all cores."""
+    _, run_dir = kill_primary
+    ev = json.loads((run_dir / "run.json").read_text())
+    hm = ev["host_metrics"]
+    assert {h: hm[h]["source"] for h in ("pg1", "pg2", "pg3")} == {h: f"cgroup:chaoskit-lab/{h}"
+                                                                   for h in ("pg1", "pg2", "pg3")}
+    assert hm["control"]["source"] == "proc" and "mem_used_pct" in hm["control"]["figures"]
+    rows = list(csv.DictReader((run_dir / "timeline.csv").open()))
+    load_s = float(rows[-1]["t"]) - float(rows[0]["t"])
+    for host, m in hm.items():
+        assert m["error"] is None and m["samples"] >= load_s / 2, (host, m)
+        assert 0 <= m["figures"]["cpu_busy_pct"]["mean"] <= m["figures"]["cpu_busy_pct"]["max"] <= 100
+        busy = [float(r[f"cpu_busy_pct_{host}"]) for r in rows if r[f"cpu_busy_pct_{host}"] != ""]
+        assert len(busy) >= len(rows) - 25 and all(0 <= b <= 100 for b in busy)  # none before the first second
+    assert set(hm["pg1"]["null"]) == {"cpu_iowait_pct", "cpu_steal_pct", "load1", "mem_used_pct"}
+
+
 def test_ledger_recounted_with_plain_sql_on_every_member(lab: Inventory,
                                                          kill_primary: tuple[subprocess.CompletedProcess[str],
                                                                              Path]) -> None:

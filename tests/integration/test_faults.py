@@ -17,6 +17,7 @@ import pytest
 from chaoskit.errors import InputError, PreflightError
 from chaoskit.faults.manager import FaultManager
 from chaoskit.faults.spec import FaultBase, parse_fault
+from chaoskit.hostmetrics import sampler_for, window_means
 from chaoskit.inventory.fanout import RemotePool
 from chaoskit.inventory.models import Inventory
 from chaoskit.inventory.remote import SshRemote
@@ -470,3 +471,36 @@ def test_proxy_link_down_then_reset_on_a_replica_link(lab: Inventory, pool: Remo
     assert sum(s["resets"] for s in fm.proxy_stats(reset)) >= 1
     fm.revert(reset)
     assert wait_for(lambda: replica in _streaming_replicas(lab, primary), 30)
+
+
+def test_a_stress_fault_shows_in_its_hosts_cpu_and_not_elsewhere(lab: Inventory, pool: RemotePool,
+                                                                  fm: FaultManager) -> None:
+    """The lab puts each host's processes in a cgroup of its own and the sampler reads it over SSH:
+    one stress-ng CPU worker on pg3 (a busy loop: a whole core when it can get one, at least half a
+    core on this 2-core machine whatever else runs) is at least 25 % of pg3's CPU (a share of both
+    cores), and no other lab host's reading rises with it. The control node reads the machine's
+    /proc, which holds every lab host: it sees the worker too, so it is not one of the others."""
+    lab_hosts = ["dcs1", "pg1", "pg2", "pg3"]
+    assert {lab.hosts[h].metrics.cgroup for h in lab_hosts} == {f"chaoskit-lab/{h}" for h in lab_hosts}
+    sampler = sampler_for(lab, pool, lab_hosts)
+    sampler.start()
+    try:
+        time.sleep(4)
+        t_on = time.time()
+        (fault,) = fm.inject(FaultSpec(kind="stress", target="pg3", cpu_workers=1, ttl=60))
+        time.sleep(6)
+        t_off = time.time()
+        fm.revert(fault)
+        time.sleep(1.5)
+    finally:
+        series = sampler.stop()
+    assert all(series[h].error is None for h in lab_hosts), {h: series[h].error for h in lab_hosts}
+    before = window_means(series, t_on - 4, t_on)
+    # the seconds wholly inside the stress: the first second after the start has the worker's spawn
+    during = window_means(series, t_on + 2, t_off)
+    assert during["pg3"] is not None and during["pg3"] >= 25.0, (before, during)
+    for host in ("dcs1", "pg1", "pg2"):
+        assert during[host] is not None and during[host] < during["pg3"] - 15.0, (host, before, during)
+    assert series["control"].source == "proc" and series["control"].samples
+    # the kernel's own figures are not pg3's: null, with why
+    assert set(series["pg3"].null_figures()) == {"cpu_iowait_pct", "cpu_steal_pct", "load1", "mem_used_pct"}

@@ -20,7 +20,7 @@ from chaoskit.inventory.models import Inventory
 from chaoskit.inventory.remote import SshRemote
 from chaoskit.lab import manager
 from chaoskit.lab.recipes import lab_spec
-from chaoskit.lab.spec import Paths
+from chaoskit.lab.spec import CGROUP_ROOT, LAB_CGROUP_PARENT, LAB_CONTROLLERS, Paths
 from chaoskit.topology.roles import discover_roles
 
 
@@ -242,6 +242,12 @@ def test_one_stack_goes_down_alone_and_comes_back(lab: Inventory) -> None:
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
     assert not {h.netns for h in gone} & set(netns) and {h.netns for h in kept} <= set(netns)
     assert not any(h.dir.exists() or Path(f"/sys/class/net/{h.veth}").exists() for h in gone)
+    # their cgroups gone (pid 1 reaps the last of their processes in its own time: a bounded wait)
+    deadline = time.monotonic() + 16
+    while any(d.exists() for h in gone for d in h.cgroup_dirs()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(d.exists() for h in gone for d in h.cgroup_dirs())
+    assert all(d.exists() for h in kept for d in h.cgroup_dirs())
     running = [c for c in (p.read_bytes() for p in Path("/proc").glob("[0-9]*/cmdline") if p.exists())
                if any(f"/hosts/{h.name}/".encode() in c for h in gone)]
     assert running == []
@@ -272,6 +278,7 @@ def _lab_leftovers() -> list[str]:
               if line.split()[1].startswith("/var/lib/chaoskit-lab")]  # the members' own disks
     loops = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
     found += [f"loop device {ln.split(':')[0]}" for ln in loops.splitlines() if "/var/lib/chaoskit-lab" in ln]
+    found += [f"cgroup {d}" for c in LAB_CONTROLLERS if (d := CGROUP_ROOT / c / LAB_CGROUP_PARENT).exists()]
     listen = subprocess.run(["ss", "-Hltn"], capture_output=True, text=True).stdout
     found += [f"listener {ln.split()[3]}" for ln in listen.splitlines() if "10.77.0." in ln]
     for proc in Path("/proc").glob("[0-9]*"):

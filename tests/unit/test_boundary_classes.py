@@ -424,7 +424,8 @@ def test_the_evidence_copy_of_the_inventory_is_an_allow_list() -> None:
     assert "env:CK_PG_PASSWORD" in text
     ev = inv.evidence()
     assert set(ev["hosts"]["pg1"]) == {"name", "address", "port", "user", "jump", "become", "become_user",
-                                       "strict_host_keys", "tags", "processes", "logs"}
+                                       "strict_host_keys", "tags", "processes", "logs", "metrics"}
+    assert ev["hosts"]["pg1"]["metrics"] == {"source": "cgroup", "cgroup": "chaoskit-lab/pg1"}
     assert ev["hosts"]["dcs1"]["processes"]["etcd"] == {"pid_file": "/run/etcd.pid", "comm": None, "exe": None,
                                                         "start": "given", "stop": None}
     assert ev["clusters"]["pg"]["members"][0]["processes"]["patroni"]["start"] == "given"

@@ -21,6 +21,7 @@ from chaoskit.drill.recovery import wait_recovery
 from chaoskit.drill.runner import DrillParts, run_drill
 from chaoskit.errors import PreflightError
 from chaoskit.faults.registry import REGISTRY
+from chaoskit.hostmetrics import HostSampler
 from chaoskit.inventory import load_inventory
 from chaoskit.inventory.capabilities import Capabilities
 from chaoskit.inventory.clock import ClockOffset
@@ -85,6 +86,7 @@ class Lab:
         self.drivers: list[tuple[str, Any]] = []
         self.hooks: dict[str, Callable[[], None]] = {}  # "trigger pg1" -> what the cluster does then
         self.probe_log: ProbeLog | None = None
+        self.sampled_hosts: list[str] = []
 
     def _logged(self, host: str, what: str, reply: Any) -> Any:
         def answer(cmd: str) -> Reply:
@@ -119,7 +121,32 @@ class Lab:
 
         return DrillParts(pool=pool, ha=lambda cluster, inv, pool: SimpleNamespace(kind="none"),
                           preflight=preflight or ready, load=self.load, probe=self.probe,
-                          truth=self.truth, journal_root="/var/lib/chaoskit", logs=self.logs)
+                          truth=self.truth, journal_root="/var/lib/chaoskit", logs=self.logs, metrics=self.metrics)
+
+    def metrics(self, inv: Inventory, pool: RemotePool, hosts: list[str]) -> HostSampler:
+        """A real sampler over scripted counter lines: each host's CPU counter (cgroup source) grows
+        by half a core per second of host time."""
+        lab = self
+        self.sampled_hosts = hosts
+
+        def lines(stop: Any) -> Any:
+            t0 = time.time()
+            for i in range(10_000):
+                if stop():
+                    return
+                yield t0 + i * 0.05, 1000.0 + i, f"cgroup 2 {i * 1_000_000_000} 0 0 0 0"
+                time.sleep(0.05)
+
+        class Logged(HostSampler):
+            def start(self) -> None:
+                lab.log.append("metrics.start")
+                super().start()
+
+            def stop(self) -> Any:
+                lab.log.append("metrics.stop")
+                return super().stop()
+
+        return Logged({h: ("cgroup:lab/" + h, lines) for h in hosts})
 
     def truth(self, inputs: DrillInputs, run_id: str, load: Any, driver: Any) -> dict[str, Any]:
         self.drivers.append(("truth", driver))
@@ -239,9 +266,15 @@ def test_a_clean_drill_reverts_on_schedule_then_waits_then_stops(tmp_path: Path)
     ctx = lab.drill()
     assert ctx.aborted is None and ctx.refused is None
     # the logs' window opens before the load and closes after everything else stopped
-    assert lab.log == ["logs.mark 262144", "load.setup", "probe.start", "load.start", "stage pg1", "trigger pg1",
-                       "revert pg1", "event cluster_steady", "load.stop", "probe.stop", "logs.collect", "pool.close"]
+    assert lab.log == ["logs.mark 262144", "load.setup", "probe.start", "metrics.start", "load.start", "stage pg1",
+                       "trigger pg1", "revert pg1", "event cluster_steady", "load.stop", "metrics.stop", "probe.stop",
+                       "logs.collect", "pool.close"]
     assert ctx.logs == [{"host": "pg1", "label": "postgres", "file": None}]
+    # the members' hosts sampled from before the load to after it: 1 s of CPU per 1 s of host time
+    # on 2 cores is 50 % busy, in every sample
+    assert lab.sampled_hosts == ["pg1", "pg2"] and sorted(ctx.host_metrics) == ["pg1", "pg2"]
+    for series in ctx.host_metrics.values():
+        assert series.samples and {v["cpu_busy_pct"] for _, v in series.samples} == {50.0}
     [fault] = ctx.faults
     # staged 1.5 s ahead, triggered at t0 + 2 s, reverted by the schedule at its effect + 1 s
     assert fault.t_staged is not None and 1.4 <= fault.t_sent - fault.t_staged <= 1.8
@@ -263,8 +296,8 @@ def test_the_way_out_is_heal_then_recovery_wait_then_load_then_probe_then_logs_t
     lab = Lab(tmp_path)
     ctx = lab.drill(playbook(steps=[{"at": "2s", "fault": {"kind": "pause", "target": "pg1"}}]))
     assert ctx.aborted is None
-    assert lab.log[4:] == ["stage pg1", "trigger pg1", "revert pg1", "event cluster_steady", "load.stop",
-                           "probe.stop", "logs.collect", "pool.close"]
+    assert lab.log[5:] == ["stage pg1", "trigger pg1", "revert pg1", "event cluster_steady", "load.stop",
+                           "metrics.stop", "probe.stop", "logs.collect", "pool.close"]
     [fault] = ctx.faults
     assert fault.revert_verified and ctx.heal == {"reverted": [fault.id], "not_verified": []}
     # reverted by the heal at the end of the schedule (t0 + 4 s), not before
@@ -290,8 +323,9 @@ def test_an_error_mid_drill_is_recorded_healed_and_the_load_stopped(tmp_path: Pa
     ctx = lab.drill()
     assert ctx.aborted is not None and ctx.aborted.startswith("error: RemoteCommandError: pg1: `inject pause (")
     # the trigger script reverts on the host itself; nothing is left for the heal; no recovery wait
-    assert lab.log == ["logs.mark 262144", "load.setup", "probe.start", "load.start", "stage pg1", "trigger pg1",
-                       "event aborted", "load.stop", "probe.stop", "logs.collect", "pool.close"]
+    assert lab.log == ["logs.mark 262144", "load.setup", "probe.start", "metrics.start", "load.start", "stage pg1",
+                       "trigger pg1", "event aborted", "load.stop", "metrics.stop", "probe.stop", "logs.collect",
+                       "pool.close"]
     assert "cluster_steady" not in kinds(ctx) and "aborted" in kinds(ctx)
     assert lab.result.results["verdict"] == "aborted"
 
@@ -315,8 +349,8 @@ def test_an_interrupt_after_the_fault_heals_first(tmp_path: Path, how: str) -> N
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert ctx.aborted == "interrupted (Ctrl-C or SIGTERM)"
-    assert lab.log[4:] == ["stage pg1", "trigger pg1", "event aborted", "revert pg1", "load.stop", "probe.stop",
-                           "logs.collect", "pool.close"]
+    assert lab.log[5:] == ["stage pg1", "trigger pg1", "event aborted", "revert pg1", "load.stop", "metrics.stop",
+                           "probe.stop", "logs.collect", "pool.close"]
     [fault] = ctx.faults
     assert fault.revert_verified and fault.t_reverted - fault.t_effect < 1.0  # before its planned end
     assert lab.result.results["verdict"] == "aborted"
@@ -331,8 +365,8 @@ def test_the_abort_rule_unjournals_a_staged_fault(tmp_path: Path) -> None:
                   abort={"error_rate_above": 0.5, "for": "4s"}, duration="7s")
     ctx = lab.drill(pb)
     assert ctx.aborted == "error rate above 50% for 4s"
-    assert lab.log[4:] == ["stage pg1", "event aborted", "revert pg1", "load.stop", "probe.stop", "logs.collect",
-                           "pool.close"]
+    assert lab.log[5:] == ["stage pg1", "event aborted", "revert pg1", "load.stop", "metrics.stop", "probe.stop",
+                           "logs.collect", "pool.close"]
     assert ctx.faults == [] and ctx.heal == {"reverted": [], "not_verified": []}
     stage, revert = lab.hosts["pg1"].calls
     assert stage.split("ID=")[1][:12] == revert.split("ID=")[1][:12]

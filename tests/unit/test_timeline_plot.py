@@ -37,3 +37,15 @@ def test_the_plot_has_its_lanes(tmp_path: Path) -> None:
     a, b = mpimg.imread(full), mpimg.imread(short)
     assert a.std() > 0 and b.std() > 0
     assert a.shape[0] > b.shape[0] * 1.3  # two more panels: roles and lag
+
+
+def test_the_cpu_panel_sits_under_the_throughput(tmp_path: Path) -> None:
+    """With each host's CPU given, one more panel (the figure grows by it) and the rest still drawn."""
+    faults = [{"kind": "stress", "target_host": "pg3", "t_fault": FAULT, "t_reverted": FAULT + 6.0}]
+    cpu = {"pg3": [(T0 + i, 50.0 if 10 <= i < 16 else 1.0) for i in range(30)],
+           "control": [(T0 + i, 55.0 if 10 <= i < 16 else 5.0) for i in range(30)]}
+    with_cpu, without = tmp_path / "cpu.png", tmp_path / "plain.png"
+    timeline_plot(frame(), T0, faults, with_cpu, "t", cpu=cpu)
+    timeline_plot(frame(), T0, faults, without, "t")
+    a, b = mpimg.imread(with_cpu), mpimg.imread(without)
+    assert a.std() > 0 and a.shape[0] > b.shape[0] * 1.2  # 4 panels against 3
