@@ -88,8 +88,28 @@ case "$DEV" in
 esac
 """
 
-SLOW_PREPARE = SLOW_CHECK + r"""
-CG="$BLKIO/chaoskit-$ID"
+# The fault's cgroup sits under the one its first process came from (the host's own, where a
+# host's processes are accounted together: the host metrics keep counting their I/O, since a
+# parent's io_service_bytes_recursive holds its children's). That origin is journaled at staging;
+# without it (the journal file lost) the cgroup is found by its name.
+FAULT_CGROUP = r"""
+fault_cgroup() {
+  orig=$(cat "$J/$ID.cgroup" 2>/dev/null)
+  case "$orig" in /*) ;; *) orig=/ ;; esac
+  case "$orig" in */../*|*/..) orig=/ ;; esac
+  CG="$BLKIO${orig%/}/chaoskit-$ID"
+  [ -d "$CG" ] || [ -s "$J/$ID.cgroup" ] || {
+    found=$(find "$BLKIO" -maxdepth 8 -type d -name "chaoskit-$ID" 2>/dev/null | head -n 1)
+    [ -n "$found" ] && CG=$found; }
+}
+"""
+
+SLOW_PREPARE = SLOW_CHECK + FAULT_CGROUP + r"""
+record_pids
+record_kids
+first=$(awk 'NR == 1 { print $2 }' "$J/$ID.pids")
+awk -F: '$2 ~ /(^|,)blkio(,|$)/ { print $3; exit }' "/proc/$first/cgroup" > "$J/$ID.cgroup"
+fault_cgroup
 mkdir -p -- "$CG" || exit 3
 for rule in "read_bps_device $RBPS" "write_bps_device $WBPS" "read_iops_device $RIOPS" "write_iops_device $WIOPS"; do
   set -- $rule
@@ -98,14 +118,10 @@ for rule in "read_bps_device $RBPS" "write_bps_device $WBPS" "read_iops_device $
     echo "$DIR: the kernel refused a blkio throttle on device $DEV ($MNT)" >&2
     rmdir -- "$CG" 2>/dev/null; exit 3; }
 done
-record_pids
-record_kids
-first=$(awk 'NR == 1 { print $2 }' "$J/$ID.pids")
-awk -F: '$2 ~ /(^|,)blkio(,|$)/ { print $3; exit }' "/proc/$first/cgroup" > "$J/$ID.cgroup"
 """
 
-SLOW_INJECT = r"""
-CG="$BLKIO/chaoskit-$ID"
+SLOW_INJECT = FAULT_CGROUP + r"""
+fault_cgroup
 load_pids || { record_pids; record_kids; load_pids; }
 for p in $PIDS $KIDS; do echo "$p" > "$CG/cgroup.procs" 2>/dev/null; done
 mark_effect
@@ -114,12 +130,9 @@ for p in $(descendants $PIDS $KIDS); do echo "$p" > "$CG/cgroup.procs" 2>/dev/nu
 
 # Every process in our cgroup (those moved in and what they forked since) back where the first
 # named process was, then the cgroup removed; the rules go with it.
-SLOW_REVERT = r"""
-CG="$BLKIO/chaoskit-$ID"
+SLOW_REVERT = FAULT_CGROUP + r"""
+fault_cgroup
 [ -d "$CG" ] || exit 0
-orig=$(cat "$J/$ID.cgroup" 2>/dev/null)
-case "$orig" in /*) ;; *) orig=/ ;; esac
-case "$orig" in */../*|*/..) orig=/ ;; esac
 back="$BLKIO${orig%/}"
 [ -d "$back" ] || back=$BLKIO
 i=0
@@ -132,8 +145,8 @@ done
 rmdir -- "$CG" 2>/dev/null || { sleep 0.2; rmdir -- "$CG"; } || exit 3
 """
 
-SLOW_ACTIVE = r"""
-CG="$BLKIO/chaoskit-$ID"
+SLOW_ACTIVE = FAULT_CGROUP + r"""
+fault_cgroup
 if [ -d "$CG" ] && [ -n "$(cat "$CG/cgroup.procs" 2>/dev/null)" ]; then exit 0; fi
 exit 1
 """

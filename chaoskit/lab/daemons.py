@@ -286,3 +286,36 @@ def single_postgres_setup(host: LabHost, superuser_pw: str) -> Path:
             fh.write(f"host all all {SUBNET_PREFIX}.0/24 scram-sha-256\n")
     return write_launcher(host, "postgres", f"{PG_BIN / 'postgres'} -D {data}", host.dir / "pgsingle.launch.pid",
                           log=host.dir / "pgsingle.log", user="postgres")
+
+
+# -- PgBouncer in front of the standalone PostgreSQL: a second route to the same database ------
+PGBOUNCER_PORT = 6432
+
+
+def pgbouncer_setup(host: LabHost, superuser_pw: str) -> Path:
+    """PgBouncer on `host` (session pooling: chaoskit's clients use server-side prepared statements,
+    which transaction pooling in PgBouncer 1.18 does not carry) to the standalone PostgreSQL on the
+    same host. Clients authenticate with SCRAM against the userlist, and PgBouncer with the same
+    secret to the server. libpq's `options` startup parameter (chaoskit sets statement_timeout
+    with it) is not one PgBouncer 1.18 passes on: it is ignored, so through this route a statement
+    is bounded by the client's own deadline only. Each login is logged (`login attempt`): which
+    route a load took can be counted from PgBouncer's own record."""
+    run_dir = host.dir / "pgbouncer"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    shutil.chown(run_dir, "postgres", "postgres")
+    users = run_dir / "userlist.txt"
+    users.write_text(f'"postgres" "{superuser_pw}"\n')
+    shutil.chown(users, "postgres", "postgres")
+    users.chmod(0o600)
+    ini = run_dir / "pgbouncer.ini"
+    ini.write_text("\n".join([
+        "[databases]", f"postgres = host=127.0.0.1 port={PG_PORT} dbname=postgres", "",
+        "[pgbouncer]", f"listen_addr = {host.address}", f"listen_port = {PGBOUNCER_PORT}",
+        f"unix_socket_dir = {run_dir}", "auth_type = scram-sha-256", f"auth_file = {users}",
+        "pool_mode = session", "max_client_conn = 1000", "default_pool_size = 200",
+        "ignore_startup_parameters = extra_float_digits,options", f"logfile = {run_dir / 'pgbouncer.log'}",
+        "log_connections = 1", "log_disconnections = 0", "",
+    ]))
+    ini.chmod(0o644)
+    return write_launcher(host, "pgbouncer", f"/usr/sbin/pgbouncer {ini}", host.dir / "pgbouncer.launch.pid",
+                          log=host.dir / "pgbouncer.out", user="postgres")

@@ -156,6 +156,16 @@ class Experiment(Frozen):
         return self
 
     @model_validator(mode="after")
+    def _delays_need_a_link(self) -> Experiment:
+        """An added delay is on a link the experiment names; a compare delays each route's own
+        client link (the relays on this machine), the same for every target."""
+        if any(self.grid.delay_ms) and self.link is None:
+            raise ValueError("grid.delay_ms adds delay to a link: give link (e.g. {source: client})")
+        if self.kind == "compare" and self.link is not None and self.link.source != "client":
+            raise ValueError("compare adds the same delay to each target's client link: link: {source: client}")
+        return self
+
+    @model_validator(mode="after")
     def _one_mode_source(self) -> Experiment:
         if self.grid.synchronous_mode and "synchronous_mode" in self.settings:
             raise ValueError("synchronous_mode is either fixed (settings) or a grid axis, not both")
@@ -335,9 +345,9 @@ def _run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progre
             if exp.settings:
                 undo.change_settings(dict(exp.settings), ttl)
             modes: tuple[bool | None, ...] = exp.grid.synchronous_mode or (None,)
-            if exp.kind == "compare":
-                plan = [(t, wl, w, 0.0, None) for _ in range(exp.repeats) for t in targets
-                        for wl in exp.grid.workload for w in exp.grid.workers]
+            if exp.kind == "compare":  # the targets alternate innermost: each delay's routes side by side
+                plan = [(t, wl, w, d, None) for _ in range(exp.repeats) for d in exp.grid.delay_ms
+                        for wl in exp.grid.workload for w in exp.grid.workers for t in targets]
             else:  # the mode outermost: one reconfiguration per mode and repeat
                 plan = [(exp.cluster, wl, w, d, m) for _ in range(exp.repeats)
                         for m, wl, w, d in itertools.product(modes, exp.grid.workload, exp.grid.workers,
@@ -376,8 +386,10 @@ def _run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progre
     for row in rows:
         for host, busy in window_means(series, *row["window"]).items():
             row[HOST_CPU_PREFIX + host] = busy
-    keys: tuple[str, ...] = ("target", "workload", "workers") if exp.kind == "compare" \
-        else ("workload", "workers", "delay_ms")
+    delays = exp.grid.delay_ms
+    keys: tuple[str, ...] = ("workload", "workers", "delay_ms")
+    if exp.kind == "compare":
+        keys = ("target", "workload", "workers", *(("delay_ms",) if delays != (0.0,) else ()))
     if exp.grid.synchronous_mode and exp.kind != "compare":
         keys = ("synchronous_mode", *keys)
     cells = summarise(rows, keys)
@@ -394,7 +406,11 @@ def _run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progre
         if len(knees) > 1:
             result["knees"] = knees
     if exp.kind == "compare" and len(targets) >= 2:
-        result["comparison"] = _compare(rows, targets)
+        if delays == (0.0,):
+            result["comparison"] = _compare(rows, targets)
+        else:  # each route against the first at each added delay: the comparison seed 000 made
+            result["comparison_by_delay"] = {f"{d:g}": _compare([r for r in rows if r["delay_ms"] == d], targets)
+                                             for d in delays}
     return result
 
 
@@ -415,17 +431,26 @@ def ladder_knees(cells: list[dict[str, Any]], workloads: tuple[str, ...], delay_
 
 
 def _compare(rows: list[dict[str, Any]], targets: tuple[str, ...]) -> dict[str, Any]:
-    """Relative TPS difference of each target against the first, per repeat: median and spread."""
+    """Relative TPS difference of each target against the first, per repeat: median and spread;
+    and the relative change of the median latency (p50), median over repeats."""
     base = targets[0]
     out = {}
+
+    def per_repeat(t: str, key: str) -> dict[int, float]:
+        got: dict[int, list[float]] = {}
+        for r in rows:
+            if r["target"] == t and r.get(key) is not None:
+                got.setdefault(r["repeat"], []).append(r[key])
+        return {rep: statistics.mean(v) for rep, v in got.items()}
+
     for t in targets[1:]:
-        ratios = []
-        for rep in sorted({r["repeat"] for r in rows}):
-            a = [r["tps"] for r in rows if r["target"] == base and r["repeat"] == rep]
-            b = [r["tps"] for r in rows if r["target"] == t and r["repeat"] == rep]
-            if a and b and statistics.mean(a):
-                ratios.append(statistics.mean(b) / statistics.mean(a) - 1)
+        changes = {}
+        for key in ("tps", "p50_ms"):
+            a, b = per_repeat(base, key), per_repeat(t, key)
+            changes[key] = [b[rep] / a[rep] - 1 for rep in sorted(a) if rep in b and a[rep]]
+        ratios, p50 = changes["tps"], changes["p50_ms"]
         out[f"{t}_vs_{base}"] = {"relative_tps_change_median": round(statistics.median(ratios), 4) if ratios else None,
                                  "min": round(min(ratios), 4) if ratios else None,
-                                 "max": round(max(ratios), 4) if ratios else None, "repeats": len(ratios)}
+                                 "max": round(max(ratios), 4) if ratios else None, "repeats": len(ratios),
+                                 "relative_p50_change_median": round(statistics.median(p50), 4) if p50 else None}
     return out

@@ -173,7 +173,8 @@ def _heatmap(cells: list[dict[str, Any]], path: Path, title: str) -> None:
 def _bars(cells: list[dict[str, Any]], path: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(8, 4))
     ax.set_title(title)
-    labels = [f"{c['target']}\n{c['workload']} x{c['workers']}" for c in cells]
+    labels = [f"{c['target']}\n{c['workload']} x{c['workers']}"
+              + (f"\n+{c['delay_ms']:g} ms" if c.get("delay_ms") is not None else "") for c in cells]
     tps = [c["tps"] for c in cells]
     err = [[c["tps"] - c["tps_min"] for c in cells], [c["tps_max"] - c["tps"] for c in cells]]
     ax.bar(range(len(cells)), tps, yerr=err, capsize=4)

@@ -139,6 +139,34 @@ def _compare(result: dict[str, Any]) -> Iterable[str]:
                f"{'s' if v['repeats'] != 1 else ''}; {lo:+d} % to {hi:+d} %)")
 
 
+def _pct(fraction: float) -> str:
+    value = round(fraction * 100)
+    return f"{value:+d} %" if value else "0 %"
+
+
+def _compare_by_delay(result: dict[str, Any]) -> Iterable[str]:
+    """One sentence per route: its TPS (and median latency) against the base at each added delay,
+    "pgbouncer against direct: TPS -3 % with no added delay, -10 % at +1 ms; p50 ..." """
+    by_delay = result.get("comparison_by_delay") or {}
+    for name in dict.fromkeys(n for cmp in by_delay.values() for n in cmp):
+        target, _, base = name.partition("_vs_")
+        tps, p50, repeats = [], [], set()
+        for delay, cmp in by_delay.items():
+            v = cmp.get(name) or {}
+            if v.get("relative_tps_change_median") is None:
+                continue
+            where = "with no added delay" if float(delay) == 0 else f"at +{delay} ms"
+            tps.append(f"{_pct(v['relative_tps_change_median'])} {where}")
+            if v.get("relative_p50_change_median") is not None:
+                p50.append(f"{_pct(v['relative_p50_change_median'])} {where}")
+            repeats.add(v["repeats"])
+        if not tps:
+            continue
+        n = min(repeats)
+        yield (f"{target} against {base}: TPS {', '.join(tps)}" + (f"; p50 latency {', '.join(p50)}" if p50 else "")
+               + f" (median of {n} repeat{'s' if n != 1 else ''} at each delay)")
+
+
 def headlines(result: dict[str, Any]) -> list[str]:
     """The sentences for an experiment's report and terminal output, most telling first."""
     cells = [c for c in result.get("cells") or [] if c.get("tps") is not None]
@@ -146,7 +174,7 @@ def headlines(result: dict[str, Any]) -> list[str]:
     if not cells:
         return []
     if kind == "compare":
-        return list(_compare(result))
+        return [*_compare(result), *_compare_by_delay(result)]
     if kind == "ramp":
         return list(_ramp(result))
     return [*_sync_vs_async(cells), *_delay_effects(cells)]

@@ -81,6 +81,13 @@ def test_compare_single_vs_replicated_reports_difference_with_spread(lab: Invent
     assert cmp["relative_tps_change_median"] != 0
     targets = {c["target"] for c in result["cells"]}
     assert targets == {"pg", "pg-single"}
+    # every target's hosts (and the control node) read through the experiment: each cell has each
+    # host's CPU busy % over its 3 s window (the seconds that ended inside it: at least two)
+    hosts = {"dcs1", "pg1", "pg2", "pg3", "control"}
+    assert set(result["host_metrics"]) == hosts
+    for cell in result["cells"]:
+        busy = {h: cell[f"cpu_busy_pct_{h}"] for h in hosts}
+        assert all(v is not None and 0 <= v <= 100 for v in busy.values()), busy
 
 
 @pytest.mark.parametrize("name", ["latency-sweep.yaml", "ramp.yaml", "compare-single-vs-replicated.yaml",
@@ -211,3 +218,36 @@ def test_sysbench_ladder_counts_what_sysbench_reported_and_keeps_its_output(lab:
     # the generator's own CPU is measured in every cell (sysbench and its driver process)
     assert all(0 < c["client_cpu_cores"] <= os.cpu_count() and isinstance(c["client_saturated"], bool)
                for c in result["cells"])
+
+
+def test_routes_compared_under_the_same_added_delay(lab: Inventory, tmp_path: Path) -> None:
+    """The shipped route comparison, shortened: PostgreSQL direct and through PgBouncer at 0 and 5 ms
+    added on each route's client link, routes alternating. Bounds from the configuration: at 5 ms
+    each way a statement's round trip takes at least 10 ms, so 8 workers make at most 800 ops/s on
+    either route, and the relays measured at least ~5 ms added; at 0 ms no relay is in the way.
+    PgBouncer's own log counts the route: every PgBouncer cell's 8 workers logged in through it."""
+    import yaml
+
+    data = yaml.safe_load(Path("playbooks/route-compare-latency.yaml").read_text())
+    data.update({"grid": {"delay_ms": [0, 5], "workers": [8], "workload": ["update"]}, "repeats": 2,
+                 "warmup": "1s", "measure": "2s"})
+    log = Path("/var/lib/chaoskit-lab/hosts/dcs1/pgbouncer/pgbouncer.log")
+    logins_before = log.read_text().count("login attempt")
+    result = experiment(yaml.safe_dump(data), tmp_path)
+    logins = log.read_text().count("login attempt") - logins_before
+    routed = [r for r in result["rows"] if r["target"] == "pg-single-pgbouncer"]
+    assert len(routed) == 4 and logins >= 8 * len(routed), logins
+    cells = {(c["target"], c["delay_ms"]): c for c in result["cells"]}
+    assert set(cells) == {(t, d) for t in ("pg-single", "pg-single-pgbouncer") for d in (0.0, 5.0)}
+    for target in ("pg-single", "pg-single-pgbouncer"):
+        near, far = cells[(target, 0.0)], cells[(target, 5.0)]
+        assert near["proxy_added_p50_ms"] is None and near["error_rate"] == 0 and far["error_rate"] == 0
+        assert far["tps"] <= 8 / 0.010 and far["proxy_added_p50_ms"] >= 4.5, far
+    by_delay = result["comparison_by_delay"]
+    assert set(by_delay) == {"0", "5"} and "comparison" not in result
+    for cmp in by_delay.values():
+        v = cmp["pg-single-pgbouncer_vs_pg-single"]
+        assert v["repeats"] == 2 and v["min"] <= v["relative_tps_change_median"] <= v["max"]
+    (line,) = result["headlines"]
+    assert line.startswith("pg-single-pgbouncer against pg-single: TPS ") and "with no added delay, " in line
+    assert " at +5 ms" in line and line.endswith("(median of 2 repeats at each delay)")

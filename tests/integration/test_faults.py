@@ -200,7 +200,9 @@ def test_disk_slow_throttles_the_primarys_writes_and_lets_go(lab: Inventory, poo
         (fault,) = fm.inject(FaultSpec(kind="disk_slow", target="role:primary", cluster="pg", processes=("postgres",),
                                        write_rate="1mbps", ttl=90))
         assert fault.host == primary and fm.is_active(fault)
-        assert _blkio_cgroup(pool, primary, postmaster) == f"/chaoskit-{fault.id}"
+        # under the host's own cgroup (chaoskit-lab/<host>): the host's I/O figures still count it
+        assert home == f"/chaoskit-lab/{primary}"
+        assert _blkio_cgroup(pool, primary, postmaster) == f"{home}/chaoskit-{fault.id}"
         lsn0 = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
         t0 = time.monotonic()
         conn.execute("CREATE TABLE ck_disk_slow AS SELECT g, repeat('x', 200) AS pad FROM generate_series(1, 12000) g")
@@ -211,7 +213,7 @@ def test_disk_slow_throttles_the_primarys_writes_and_lets_go(lab: Inventory, poo
         fm.revert(fault)
         assert fault.revert_verified
         assert _blkio_cgroup(pool, primary, postmaster) == home
-        gone = pool.get(primary).shell(f"test -e /sys/fs/cgroup/blkio/chaoskit-{fault.id}", check=False).exited
+        gone = pool.get(primary).shell(f"test -e /sys/fs/cgroup/blkio{home}/chaoskit-{fault.id}", check=False).exited
         assert gone != 0
     finally:
         conn.execute("DROP TABLE IF EXISTS ck_disk_slow")

@@ -168,7 +168,8 @@ def test_disk_slow_throttles_the_tree_and_puts_it_back(loopfs: Path, tmp_path: P
     pid_file = tmp_path / "pid"
     pid_file.write_text(f"{target.pid}\n")
     home = blkio_cgroup(target.pid)
-    cg = Path(BLKIO) / f"chaoskit-{FID}"
+    # the fault's cgroup under the one the process came from: its I/O still counts there
+    cg = Path(BLKIO + home.rstrip("/")) / f"chaoskit-{FID}"
     try:
         spec = parse_fault({"kind": "disk_slow", "target": "pg1", "write_rate": "1mbps", "read_iops": 10})
         res = staged(spec, facts(loopfs / "pgdata", pid_file), root)
@@ -179,7 +180,7 @@ def test_disk_slow_throttles_the_tree_and_puts_it_back(loopfs: Path, tmp_path: P
         assert (cg / "blkio.throttle.read_iops_device").read_text().split()[1] == "10"
         assert blkio_cgroup(target.pid) == home  # inert until the instant
         assert sh(journal.trigger_script(FID, root=str(root))).returncode == 0
-        assert blkio_cgroup(target.pid) == f"/chaoskit-{FID}"
+        assert blkio_cgroup(target.pid) == f"{home.rstrip('/')}/chaoskit-{FID}"
         assert sh(journal.active_script(FID, root=str(root))).returncode == 0
         res = sh(journal.revert_script(FID, root=str(root)))
         assert res.returncode == 0, res.stderr
@@ -189,7 +190,7 @@ def test_disk_slow_throttles_the_tree_and_puts_it_back(loopfs: Path, tmp_path: P
         target.wait()
         if cg.exists():
             for p in (cg / "cgroup.procs").read_text().split():
-                Path(f"{BLKIO}/cgroup.procs").write_text(p)
+                Path(f"{BLKIO}{home.rstrip('/')}/cgroup.procs").write_text(p)
             cg.rmdir()
 
 
@@ -225,3 +226,39 @@ def test_the_preflight_check_refuses_what_staging_would(tmpfs: Path, tmp_path: P
     res = check({"kind": "disk_slow", "write_rate": "1mbps"}, tmpfs / "pgdata")
     assert res.returncode == 3 and ("no block device" in res.stderr or "no cgroup v1 blkio" in res.stderr)
     assert not list((tmp_path / "journal").glob(f"*/{FID}.*"))  # nothing journaled
+
+
+@pytest.mark.skipif(not os.path.exists(f"{BLKIO}/blkio.throttle.write_bps_device"), reason="no cgroup v1 blkio here")
+def test_disk_slow_reverts_when_the_journaled_origin_is_lost(loopfs: Path, tmp_path: Path) -> None:
+    """The origin file gone from the journal: the revert still finds the fault's cgroup by its name,
+    lets every process out (to the controller's root: the origin is not known) and removes it."""
+    root = tmp_path / "journal"
+    target = subprocess.Popen(["sleep", "60"])
+    pid_file = tmp_path / "pid"
+    pid_file.write_text(f"{target.pid}\n")
+    parent = Path(BLKIO) / f"cktest-home-{FID}"  # a home below the root, as a host's own cgroup is
+    parent.mkdir()
+    (parent / "cgroup.procs").write_text(str(target.pid))
+    home = blkio_cgroup(target.pid)
+    cg = parent / f"chaoskit-{FID}"
+    try:
+        assert home == f"/cktest-home-{FID}"
+        spec = parse_fault({"kind": "disk_slow", "target": "pg1", "write_rate": "1mbps"})
+        assert staged(spec, facts(loopfs / "pgdata", pid_file), root).returncode == 0
+        assert sh(journal.trigger_script(FID, root=str(root))).returncode == 0
+        assert blkio_cgroup(target.pid) == f"{home.rstrip('/')}/chaoskit-{FID}"
+        origin = next(root.rglob(f"{FID}.cgroup"))
+        origin.unlink()
+        res = sh(journal.revert_script(FID, root=str(root)))
+        assert res.returncode == 0, res.stderr
+        assert not cg.exists() and "chaoskit-" not in blkio_cgroup(target.pid)
+    finally:
+        target.kill()
+        target.wait()
+        if cg.exists():
+            for p in (cg / "cgroup.procs").read_text().split():
+                Path(f"{BLKIO}/cgroup.procs").write_text(p)
+            cg.rmdir()
+        for p in (parent / "cgroup.procs").read_text().split():
+            Path(f"{BLKIO}/cgroup.procs").write_text(p)
+        parent.rmdir()

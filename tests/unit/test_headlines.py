@@ -91,6 +91,23 @@ def test_compare_states_median_and_spread() -> None:
     assert headlines(result) == ["pg2 against pg: TPS -12 % (median of 3 repeats; -15 % to -9 %)"]
 
 
+def test_routes_compared_at_each_added_delay() -> None:
+    """One sentence per route, its changes in the order of the delays (whole percent: -0.0349 is
+    -3 %, 0.0049 rounds to 0 %)."""
+    by_delay = {
+        "0": {"pgb_vs_pg": {"relative_tps_change_median": -0.0349, "min": -0.05, "max": -0.01, "repeats": 3,
+                            "relative_p50_change_median": 0.0412}},
+        "1": {"pgb_vs_pg": {"relative_tps_change_median": -0.1051, "min": -0.12, "max": -0.09, "repeats": 3,
+                            "relative_p50_change_median": 0.0049}},
+        "5": {"pgb_vs_pg": {"relative_tps_change_median": -0.0749, "min": -0.08, "max": -0.07, "repeats": 2,
+                            "relative_p50_change_median": None}},
+    }
+    result = {"experiment": {"kind": "compare"}, "cells": [cell(8, 1000)], "comparison_by_delay": by_delay}
+    assert headlines(result) == [
+        "pgb against pg: TPS -3 % with no added delay, -11 % at +1 ms, -7 % at +5 ms; "
+        "p50 latency +4 % with no added delay, 0 % at +1 ms (median of 2 repeats at each delay)"]
+
+
 def test_nothing_to_say_without_a_second_delay_or_any_result() -> None:
     assert headlines({"experiment": {"kind": "sweep"}, "cells": [cell(4, 100), cell(8, 180)]}) == []
     assert headlines({"experiment": {"kind": "sweep"}, "cells": [{"workers": 4, "tps": None}]}) == []

@@ -111,7 +111,8 @@ def test_actions_need_known_targets(tmp_path: Path) -> None:
         load_playbook(path, LAB)
 
 
-EXPERIMENTS = ["latency-sweep", "ramp", "compare-single-vs-replicated", "client-latency-sweep", "sync-vs-async"]
+EXPERIMENTS = ["latency-sweep", "ramp", "compare-single-vs-replicated", "client-latency-sweep", "sync-vs-async",
+               "route-compare-latency"]
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
@@ -128,6 +129,7 @@ def test_shipped_experiments_validate(name: str) -> None:
     ("settings: {synchronous_mode: true}\ngrid: {synchronous_mode: [false, true]}\n", "either fixed"),
     ("patroni: {synchronous_mode: true}\n", "is now settings:"),
     ("link: {source: client, stream: sideways}\n", "Input should be"),
+    ("grid: {delay_ms: [0, 5]}\n", "grid.delay_ms adds delay to a link: give link"),
 ])
 def test_experiment_errors(tmp_path: Path, extra: str, message: str) -> None:
     import subprocess
@@ -140,6 +142,14 @@ def test_experiment_errors(tmp_path: Path, extra: str, message: str) -> None:
     assert res.returncode == 2, res.stdout + res.stderr
     (line,) = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert line.startswith(f"error: {path}:") and message in line, line
+
+
+def test_a_compare_delays_the_client_link_only() -> None:
+    from chaoskit.playbook.experiment import Experiment
+
+    with pytest.raises(ValueError, match="compare adds the same delay to each target's client link"):
+        Experiment.model_validate({"name": "x", "kind": "compare", "cluster": "pg", "targets": ["pg", "pg-single"],
+                                   "link": {"source": "pg2", "dest": "role:primary"}, "grid": {"delay_ms": [0, 1]}})
 
 
 def test_sync_axis_needs_patroni(tmp_path: Path) -> None:
@@ -176,3 +186,18 @@ def test_a_step_target_is_refused_outside_a_playbook() -> None:
 
     with pytest.raises(InputError, match="a target in a playbook only"):
         resolve_hosts("fault.0", None, lambda: ({}, set()))
+
+
+def test_a_route_against_the_base_per_repeat() -> None:
+    """Worked by hand: TPS 900/1000, 880/1100 and 1000/1000 are -10 %, -20 % and 0 %: median -10 %,
+    spread -20 % to 0 %; p50 2.5/2.0 and 2.2/2.0 are +25 % and +10 % (the third repeat has no p50 on
+    the route): median +17.5 %."""
+    from chaoskit.playbook.experiment import _compare
+
+    rows = [{"target": t, "repeat": rep, "tps": tps, "p50_ms": p50}
+            for rep, (a, b) in enumerate([((1000, 2.0), (900, 2.5)), ((1100, 2.0), (880, 2.2)),
+                                          ((1000, 1.0), (1000, None))])
+            for t, (tps, p50) in (("direct", a), ("pgbouncer", b))]
+    assert _compare(rows, ("direct", "pgbouncer")) == {"pgbouncer_vs_direct": {
+        "relative_tps_change_median": -0.1, "min": -0.2, "max": 0.0, "repeats": 3,
+        "relative_p50_change_median": 0.175}}
