@@ -135,7 +135,11 @@ class Cluster(Frozen):
     name: Name
     engine: Engine
     ha: SerializeAsAny[HaConfig] = Field(default_factory=lambda: _default_ha())
-    members: tuple[Member, ...]
+    members: tuple[Member, ...] = ()
+    # a managed service (RDS, PolarDB, Cloud SQL): no host to SSH into, no members; clients reach
+    # it by its endpoints / dsn, and only what runs on the control node touches it (load, the
+    # client link's relays, SQL)
+    managed: bool = False
     port: int = Field(5432, ge=1, le=65535)
     database: SqlName = "postgres"
     user: SqlName
@@ -214,8 +218,18 @@ class Cluster(Frozen):
 
     @model_validator(mode="after")
     def _has_members(self) -> Cluster:
-        if not self.members:
-            raise ValueError("a cluster needs at least one member")
+        if self.managed:
+            if self.members:
+                raise ValueError("a managed cluster has no members (no host to SSH into): give its endpoints "
+                                 "(MySQL) or dsn (PostgreSQL) only")
+            if not (self.endpoints or self.dsn):
+                raise ValueError("a managed cluster is reached by its endpoints (MySQL) or dsn (PostgreSQL): "
+                                 "give one")
+            if self.ha.kind != "none":
+                raise ValueError(f"a managed cluster fails over by itself (the service's): ha: none, not "
+                                 f"{self.ha.kind}")
+        elif not self.members:
+            raise ValueError("a cluster needs at least one member (or managed: true for a service with no host)")
         return self
 
 
@@ -289,7 +303,7 @@ class Inventory(Frozen):
 
 _HOST_FIELDS = ("name", "address", "port", "user", "jump", "become", "become_user", "strict_host_keys")
 _MEMBER_FIELDS = ("host", "db_port", "db_address", "data_dir", "wal_dir", "db_socket", "service")
-_CLUSTER_FIELDS = ("name", "engine", "port", "database", "user", "dsn", "endpoints")
+_CLUSTER_FIELDS = ("name", "engine", "managed", "port", "database", "user", "dsn", "endpoints")
 
 
 def _processes_evidence(processes: dict[str, ProcessRef]) -> dict[str, Any]:

@@ -471,7 +471,10 @@ def test_primary_and_sync_standby_killed_together_the_async_replica_never_takes_
 
 
 def test_sync_variant_loses_no_acknowledged_write(lab: Inventory, tmp_path: Path) -> None:
-    res, run_dir = drill("playbooks/pg-kill-primary-sync.yaml", tmp_path)
+    from drillrun import shortened
+
+    pb = shortened("playbooks/pg-kill-primary-sync.yaml", tmp_path, ["8s"], "30s", ["12s"])
+    res, run_dir = drill(str(pb), tmp_path / "runs")
     ev = json.loads((run_dir / "run.json").read_text())
     assert res.returncode == 0, res.stdout + res.stderr
     rpo = ev["results"]["rpo"]
@@ -487,10 +490,13 @@ def test_pgbench_beside_chaoskits_clients_through_one_failover(lab: Inventory, t
     same leader kill: every pgbench client was connected to the killed primary, so each was
     aborted, started again and wrote again; its RTO per client is recounted here from pgbench's
     own logs kept in the run directory, and its RPO is null with the reason."""
+    from drillrun import shortened
+
     from chaoskit.workload.outcomes import client_deadline
     from chaoskit.workload.spec import DRILL, LoadSpec
 
-    res, run_dir = drill("playbooks/pg-kill-primary-pgbench.yaml", tmp_path)
+    pb = shortened("playbooks/pg-kill-primary-pgbench.yaml", tmp_path, ["8s"], "30s", ["12s"])
+    res, run_dir = drill(str(pb), tmp_path / "runs")
     assert res.returncode in (0, 1), res.stdout + res.stderr
     ev = json.loads((run_dir / "run.json").read_text())
     (f,) = ev["results"]["faults"]
@@ -525,7 +531,10 @@ def test_pgbench_beside_chaoskits_clients_through_one_failover(lab: Inventory, t
 
 
 def test_mariadb_crash_and_restart_without_a_manager(lab: Inventory, tmp_path: Path) -> None:
-    res, run_dir = drill("playbooks/mariadb-crash-primary.yaml", tmp_path)
+    from drillrun import shortened
+
+    pb = shortened("playbooks/mariadb-crash-primary.yaml", tmp_path, ["8s"], "25s")  # the crash's 5 s kept
+    res, run_dir = drill(str(pb), tmp_path / "runs")
     assert res.returncode == 0, res.stdout + res.stderr
     ev = json.loads((run_dir / "run.json").read_text())
     (fault,) = ev["results"]["faults"]
@@ -669,8 +678,10 @@ def test_lost_updates_are_found_and_recounted_with_plain_sql(lab: Inventory, tmp
     plain SQL, must lie between (acknowledged - lost) and (acknowledged - lost + indeterminate)
     above the sum before the load."""
     import psycopg
+    from drillrun import shortened
 
-    res, run_dir = drill("playbooks/pg-partition-primary-updates.yaml", tmp_path)
+    pb = shortened("playbooks/pg-partition-primary-updates.yaml", tmp_path, ["8s"], "38s")  # its 20 s kept
+    res, run_dir = drill(str(pb), tmp_path / "runs")
     ev = json.loads((run_dir / "run.json").read_text())
     rpo = ev["results"]["rpo"]
     print("lost updates:", rpo["text"], rpo["acknowledged"], rpo["indeterminate"])

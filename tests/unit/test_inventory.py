@@ -196,12 +196,15 @@ def test_models_are_frozen(tmp_path: Path) -> None:
 def test_committed_lab_inventory_matches_the_lab_spec() -> None:
     assert REPO_LAB_INVENTORY.read_text() == render(), "regenerate inventories/lab.yaml from chaoskit.lab"
     inv = load_inventory(REPO_LAB_INVENTORY)
-    assert set(inv.clusters) == {"pg", "pg-single", "mariadb", "pgaf", "repmgr", "mha", "mha-haproxy", "galera",
-                                 "galera-haproxy", "galera-node3"}
+    assert set(inv.clusters) == {"pg", "pg-single", "pg-single-pgbouncer", "mariadb", "mariadb-managed", "pgaf",
+                                 "repmgr", "mha", "mha-haproxy", "galera", "galera-haproxy", "galera-node3"}
     assert {c: inv.clusters[c].ha.kind for c in inv.clusters} == {
-        "pg": "patroni", "pg-single": "none", "mariadb": "none", "pgaf": "pg_auto_failover", "repmgr": "repmgr",
+        "pg": "patroni", "pg-single": "none", "pg-single-pgbouncer": "none", "mariadb": "none",
+        "mariadb-managed": "none", "pgaf": "pg_auto_failover", "repmgr": "repmgr",
         "mha": "mha", "mha-haproxy": "mha", "galera": "galera", "galera-haproxy": "galera",
         "galera-node3": "galera"}
+    assert [c for c in inv.clusters if inv.clusters[c].managed] == ["mariadb-managed"]
+    assert inv.clusters["mariadb-managed"].members == ()
     assert inv.hosts["my1"].jump == "dcs1" and inv.hosts["pg1"].become
     # every member of an HA stack has a data directory (rejoin and crash recovery need it) and pid files
     for name in ("pg", "pgaf", "repmgr"):

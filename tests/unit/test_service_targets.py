@@ -50,7 +50,7 @@ def test_a_tag_target_names_the_tagged_hosts_in_inventory_order(tmp_path: Path) 
 
 def test_the_lab_declares_its_services_on_their_hosts() -> None:
     assert LAB.hosts_tagged("component", "dcs") == ["dcs1"]
-    assert set(LAB.processes_on("dcs1")) == {"etcd", "postgres"}  # its own etcd, pg-single's postgres
+    assert set(LAB.processes_on("dcs1")) == {"etcd", "pgbouncer", "postgres"}  # etcd, PgBouncer, pg-single
     assert set(LAB.processes_on("mham")) == {"haproxy", "masterha_manager"}
     assert set(LAB.processes_on("gproxy")) == {"haproxy"}
     assert set(LAB.processes_on("afm")) == {"pg_autoctl", "postgres"}
@@ -104,7 +104,7 @@ steps:
 
 @pytest.mark.parametrize(("old", "new", "field", "message"), [
     ("target: dcs1, processes: [etcd]", "target: dcs1, processes: [patroni]", "steps[0].fault.processes",
-     "host dcs1 declares no process 'patroni' (known: etcd, postgres"),
+     "host dcs1 declares no process 'patroni' (known: etcd, pgbouncer, postgres"),
     ("target: dcs1, processes: [etcd]", "target: pgproxy, processes: [etcd]", "steps[0].fault.target",
      "unknown host 'pgproxy'"),
     ("target: dcs1, processes: [etcd]", "target: my1", "steps[0].fault.target", None),  # has mariadb: valid

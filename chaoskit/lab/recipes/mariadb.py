@@ -139,6 +139,10 @@ def clusters(spec: LabSpec) -> dict[str, Any]:
         "engine": "mysql", "members": my_members, "port": MARIADB_PORT, "database": MARIADB_DATABASE,
         "user": MARIADB_USER, "password": {"file": str(Paths.secret("mariadb_chaoskit"))},
         "endpoints": [f"{h.address}:{MARIADB_PORT}" for h in hosts(spec)],
+    }, "mariadb-managed": {  # the same servers declared as a managed service would be: endpoints only
+        "engine": "mysql", "managed": True, "port": MARIADB_PORT, "database": MARIADB_DATABASE,
+        "user": MARIADB_USER, "password": {"file": str(Paths.secret("mariadb_chaoskit"))},
+        "endpoints": [f"{h.address}:{MARIADB_PORT}" for h in hosts(spec)],
     }}
 
 
