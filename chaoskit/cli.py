@@ -719,6 +719,9 @@ def experiment_run(
             refusal = tool_engine_refusal(exp.load.tool, name, inv.clusters[name].engine) if exp.load else None
             if refusal:
                 raise doc.error(("load", "tool"), refusal)
+            if inv.clusters[name].managed and exp.link is not None and exp.link.source != "client":
+                raise doc.error(("link", "source"), f"cluster {name!r} is managed (no host to SSH into): only its "
+                                                    "client link can be delayed (link: {source: client})")
         from chaoskit.ha.registry import managers
 
         changeable = managers()[inv.clusters[exp.cluster].ha.kind].changeable_settings
@@ -734,6 +737,11 @@ def experiment_run(
         refuse_unreachable_lab(inv)
         check_required(exp, inv)  # refused with the setting named, before a run directory exists
         rd = RunDirectory.create(out_root, exp.name, _t.time())
+        from chaoskit.playbook.experiment import MANAGED_NOTE
+
+        for name in dict.fromkeys((exp.cluster, *exp.targets)):
+            if inv.clusters[name].managed:
+                err.print(f"{name}: {MANAGED_NOTE}", markup=False, highlight=False)
     except ChaoskitError as exc:
         _fail(exc)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -754,7 +762,7 @@ def experiment_run(
     for c in cols:
         table.add_column(c)
     for c in result["cells"]:
-        table.add_row(*[("—" if c[k] is None else f"{c[k]:.2f}" if isinstance(c[k], float) else str(c[k]))
+        table.add_row(*[("—" if c.get(k) is None else f"{c[k]:.2f}" if isinstance(c[k], float) else str(c[k]))
                         for k in cols])
     out.print(table)
     for c in result["cells"]:

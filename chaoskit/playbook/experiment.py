@@ -144,14 +144,16 @@ class Experiment(Frozen):
 
     @model_validator(mode="after")
     def _workloads_of_the_load(self) -> Experiment:
-        """The grid's workloads are the load's: chaoskit's workloads, or the tool's tests."""
+        """The grid's workloads are chaoskit's workloads and, with a tool, the tool's tests: a cell
+        whose workload is a tool test runs the tool, one whose workload is chaoskit's runs chaoskit's
+        clients (seed 002 ran sysbench and its own clients over the same steps)."""
         from chaoskit.tools import sysbench
         from chaoskit.workload.workloads import WORKLOADS
 
-        known = sysbench.TESTS if self.load is not None else tuple(WORKLOADS)
+        known = (*WORKLOADS, *(sysbench.TESTS if self.load is not None else ()))
         for name in self.grid.workload:
             if name not in known:
-                who = f"{self.load.tool} tests" if self.load is not None else "workloads"
+                who = f"workloads or {self.load.tool} tests" if self.load is not None else "workloads"
                 raise ValueError(f"grid.workload {name!r} is not one of the {who}: {', '.join(known)}")
         return self
 
@@ -174,11 +176,20 @@ class Experiment(Frozen):
         return self
 
 
+def tool_of_cell(workload: str, load: ToolConfig | None) -> ToolConfig | None:
+    """The tool that makes a cell's load: the experiment's tool when the cell's workload is one of
+    its tests, else None (chaoskit's own clients)."""
+    from chaoskit.tools import sysbench
+
+    return load if load is not None and workload in sysbench.TESTS else None
+
+
 def cell_load(workload: str, workers: int, op_timeout: float, table_rows: int, load: ToolConfig | None,
               prepare: bool) -> LoadSpec:
     """One cell's load: `workers` of chaoskit's own clients, or one tool group of `workers` threads
     running the test `workload` (its tables made first when `prepare`: once per test and target)."""
     params = WorkloadParams(table_rows=table_rows)
+    load = tool_of_cell(workload, load)
     if load is None:
         return LoadSpec(workload=workload, workers=workers, op_timeout=op_timeout, params=params)
     from chaoskit.tools import sysbench
@@ -190,6 +201,8 @@ def cell_load(workload: str, workers: int, op_timeout: float, table_rows: int, l
 
 
 TOOL_LATENCY = ("tool_p99_ms_median_of_seconds", "tool_p99_ms_worst_second")
+MANAGED_NOTE = ("a managed service with no host to SSH into: no host checks, no host metrics, no host faults; "
+                "the load, the client link's relays and SQL run on this machine")
 
 
 def tool_latency(raw: Path, t_from: float, t_to: float) -> dict[str, Any]:
@@ -254,6 +267,7 @@ def measure_cell(inv: Inventory, cluster: str, fm: FaultManager, *, workload: st
     ops = w["ok"] + w["fail"] + w["info"]
     added = [s["added_p50_ms"] for s in proxy if s.get("added_p50_ms") is not None]
     latency: dict[str, Any] = {"p50_ms": w["p50_ms"], "p99_ms": w["p99_ms"], "p999_ms": w["p99.9_ms"]}
+    load = tool_of_cell(workload, load)
     if load is not None and not MEASURES[load.tool].latency:  # no op's latency is known: none is made up
         assert tool_dir is not None
         latency = {"p50_ms": None, "p99_ms": None, "p999_ms": None,
@@ -310,7 +324,9 @@ def summarise(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[st
             cell.update({"client_cpu_cores": med("client_cpu_cores"), "client_saturated": why is not None,
                          "client_saturated_why": why})
         out.append(cell)
-    return out
+    # one set of columns for every cell (a tool's cells and chaoskit's clients' cells side by side)
+    columns = list(dict.fromkeys(k for c in out for k in c))
+    return [{k: c.get(k) for k in columns} for c in out]
 
 
 def run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progress: Any = None,
@@ -369,7 +385,8 @@ def _run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progre
                     mode = "" if m is None else (" sync" if m else " async")
                     progress(i, len(plan), per_cell * (len(plan) - i), f"{target} {wl} x{w} delay {d:g} ms{mode}")
                 sync_on = m is True or (m is None and exp.settings.get("synchronous_mode") is True)
-                cell_dir = (tool_dir / f"cell-{i:03d}") if tool_dir is not None and exp.load is not None else None
+                tool_cell = tool_of_cell(wl, exp.load) is not None
+                cell_dir = (tool_dir / f"cell-{i:03d}") if tool_dir is not None and tool_cell else None
                 cell = measure_cell(inv, target, fm, workload=wl, workers=w, delay_ms=d, link=exp.link,
                                     warmup=exp.warmup, measure=exp.measure, table_rows=exp.table_rows,
                                     op_timeout=exp.op_timeout, sync_standby=ha if sync_on else None,
@@ -399,6 +416,9 @@ def _run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progre
                               "host_metrics": {h: s.summary() for h, s in sorted(series.items())}}
     if required:
         result["required"] = {"settings": dict(exp.require), "found": required}
+    managed = [t for t in targets if inv.clusters[t].managed]
+    if managed:  # said once, with the figures: what could not be measured there and why
+        result["managed"] = {t: MANAGED_NOTE for t in managed}
     if exp.kind == "ramp":
         # one ladder per workload: their knees are at different concurrencies
         knees = ladder_knees(cells, exp.grid.workload, exp.grid.delay_ms[0])

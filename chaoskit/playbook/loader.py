@@ -109,6 +109,10 @@ def check_against_inventory(pb: Playbook, inventory: Inventory, doc: object) -> 
         raise doc.error(("cluster",), f"unknown cluster {pb.cluster!r}; inventory {inventory.source} has: "  # type: ignore[attr-defined]
                                       f"{', '.join(sorted(inventory.clusters)) or 'none'}")
     cl = inventory.clusters[pb.cluster]
+    if cl.managed:  # a drill probes, faults and recounts on the members' hosts: a managed service has none
+        raise doc.error(("cluster",), f"cluster {pb.cluster!r} is managed (no host to SSH into, no members): "  # type: ignore[attr-defined]
+                                      "drills need its members; measure it with an experiment (load and "
+                                      "link: {source: client} run on this machine)")
     manager = managers()[cl.ha.kind]
     unknown = set(pb.settings) - manager.changeable_settings
     if unknown:

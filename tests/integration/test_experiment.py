@@ -251,3 +251,42 @@ def test_routes_compared_under_the_same_added_delay(lab: Inventory, tmp_path: Pa
     (line,) = result["headlines"]
     assert line.startswith("pg-single-pgbouncer against pg-single: TPS ") and "with no added delay, " in line
     assert " at +5 ms" in line and line.endswith("(median of 2 repeats at each delay)")
+
+
+def test_a_managed_database_swept_from_the_control_node_only(lab: Inventory, tmp_path: Path) -> None:
+    """The shipped managed sweep, shortened, against the lab's MariaDB declared as a managed service,
+    with an inventory whose SSH key does not exist: nothing may need a host. Bounds from the
+    configuration: with 5 ms added each way a round trip takes at least 10 ms, so 8 of chaoskit's
+    clients make at most 800 updates/s, and 8 sysbench threads at most 80 oltp_read_write
+    transactions/s (each has at least its 10 point selects, one round trip each)."""
+    import yaml
+
+    inv = yaml.safe_load(Path(INV).read_text())
+    inv["defaults"]["key_file"] = str(tmp_path / "no-such-key")
+    inventory = tmp_path / "lab-no-ssh.yaml"
+    inventory.write_text(yaml.safe_dump(inv, sort_keys=False))
+    data = yaml.safe_load(Path("playbooks/managed-mysql-latency-sweep.yaml").read_text())
+    data.update({"grid": {"delay_ms": [0, 5], "workers": [8], "workload": ["oltp_read_write", "update"]},
+                 "warmup": "1s", "measure": "3s"})
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(data))
+    res = subprocess.run(["chaoskit", "experiment", "run", str(path), "-i", str(inventory), "--out",
+                          str(tmp_path / "runs")], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "mariadb-managed: a managed service with no host to SSH into" in res.stderr
+    (run_dir,) = sorted((tmp_path / "runs").glob("*"))
+    result = json.loads((run_dir / "run.json").read_text())
+    assert set(result["managed"]) == {"mariadb-managed"} and set(result["host_metrics"]) == {"control"}
+    cells = {(c["workload"], c["delay_ms"]): c for c in result["cells"]}
+    assert set(cells) == {(w, d) for w in ("oltp_read_write", "update") for d in (0.0, 5.0)}
+    for (_, delay), c in cells.items():
+        assert c["error_rate"] == 0 and c["tps"] > 0, c
+        if delay:
+            assert c["proxy_added_p50_ms"] >= 4.5, c
+    assert cells[("update", 5.0)]["tps"] <= 8 / 0.010 and cells[("oltp_read_write", 5.0)]["tps"] <= 8 / (10 * 0.010)
+    # each source says what it can: op latency for chaoskit's clients, sysbench's per-second p99 for the tool
+    own = cells[("update", 0.0)]
+    assert own["p50_ms"] is not None and own["tool_p99_ms_median_of_seconds"] is None
+    assert cells[("oltp_read_write", 0.0)]["p50_ms"] is None
+    assert cells[("oltp_read_write", 0.0)]["tool_p99_ms_median_of_seconds"] is not None
+    assert list((run_dir / "tools").glob("cell-*/sysbench/*"))  # what sysbench wrote, kept

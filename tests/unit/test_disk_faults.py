@@ -161,6 +161,14 @@ def blkio_cgroup(pid: int) -> str:
     return ""
 
 
+def release(cg: Path, to: Path) -> None:
+    """A test's cgroup emptied into `to` and removed, whatever the test left."""
+    if cg.exists():
+        for p in (cg / "cgroup.procs").read_text().split():
+            (to / "cgroup.procs").write_text(p)
+        cg.rmdir()
+
+
 @pytest.mark.skipif(not os.path.exists(f"{BLKIO}/blkio.throttle.write_bps_device"), reason="no cgroup v1 blkio here")
 def test_disk_slow_throttles_the_tree_and_puts_it_back(loopfs: Path, tmp_path: Path) -> None:
     root = tmp_path / "journal"
@@ -188,10 +196,7 @@ def test_disk_slow_throttles_the_tree_and_puts_it_back(loopfs: Path, tmp_path: P
     finally:
         target.kill()
         target.wait()
-        if cg.exists():
-            for p in (cg / "cgroup.procs").read_text().split():
-                Path(f"{BLKIO}{home.rstrip('/')}/cgroup.procs").write_text(p)
-            cg.rmdir()
+        release(cg, Path(f"{BLKIO}{home.rstrip('/')}"))
 
 
 def test_disk_slow_refuses_a_filesystem_without_a_block_device(tmpfs: Path, tmp_path: Path) -> None:
@@ -255,10 +260,5 @@ def test_disk_slow_reverts_when_the_journaled_origin_is_lost(loopfs: Path, tmp_p
     finally:
         target.kill()
         target.wait()
-        if cg.exists():
-            for p in (cg / "cgroup.procs").read_text().split():
-                Path(f"{BLKIO}/cgroup.procs").write_text(p)
-            cg.rmdir()
-        for p in (parent / "cgroup.procs").read_text().split():
-            Path(f"{BLKIO}/cgroup.procs").write_text(p)
-        parent.rmdir()
+        release(cg, Path(BLKIO))
+        release(parent, Path(BLKIO))
