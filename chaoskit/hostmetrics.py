@@ -25,14 +25,14 @@ Sources (the inventory's `metrics:` of a host):
 
 from __future__ import annotations
 
-import contextlib
 import os
+import re
 import shlex
-import signal
-import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from chaoskit.inventory.models import Host, Inventory
@@ -222,25 +222,39 @@ def remote_lines(remote: Any, source: str, cgroup: str | None) -> LineSource:
     return lines
 
 
-def local_lines(stop: Callable[[], bool]) -> Iterator[tuple[float, float, str]]:
-    """The control node's own /proc, read by the same loop; its clock is the control clock."""
-    from chaoskit.ha.hoststream import STAMP
+_WHOLE_DISK = re.compile(r"^(sd[a-z]+|vd[a-z]+|xvd[a-z]+|hd[a-z]+|nvme[0-9]+n[0-9]+|mmcblk[0-9]+)$")
 
-    proc = subprocess.Popen(["sh", "-c", f"LC_ALL=C; export LC_ALL; {script_command('proc', None)} | {STAMP}"],
-                            stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            text=True, start_new_session=True)
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if stop():
-                break
-            stamp, _, text = line.rstrip("\n").partition(" ")
-            with contextlib.suppress(ValueError):
-                yield float(stamp), float(stamp), text
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait()
+
+def proc_line(root: Path = Path("/proc")) -> str:
+    """This machine's counters as one reading-loop line of the `proc` source, read in-process (the
+    same fields as `SCRIPT` prints): the control node's sampler starts no process of its own, so
+    nothing of it can outlive a controller that is killed."""
+    cpu = (root / "stat").read_text().splitlines()[0].split()
+    ticks = [*cpu[1:9], *["0"] * max(0, 9 - len(cpu))][:8]
+    load1 = (root / "loadavg").read_text().split()[0]
+    mem = {k: v.split()[0] for k, _, v in (ln.partition(":") for ln in (root / "meminfo").read_text().splitlines())}
+    rs = ws = 0
+    for line in (root / "diskstats").read_text().splitlines():
+        f = line.split()
+        if len(f) > 9 and _WHOLE_DISK.match(f[2]):
+            rs, ws = rs + int(f[5]), ws + int(f[9])
+    rx = tx = 0
+    for line in (root / "net" / "dev").read_text().splitlines()[2:]:
+        name, _, rest = line.partition(":")
+        f = rest.split()
+        if name.strip() != "lo" and len(f) > 8:
+            rx, tx = rx + int(f[0]), tx + int(f[8])
+    cores = os.cpu_count() or 1
+    return (f"proc {cores} {' '.join(ticks)} {load1} {mem.get('MemTotal', 0)} {mem.get('MemAvailable', 0)} "
+            f"{rs} {ws} {rx} {tx}")
+
+
+def local_lines(stop: Callable[[], bool]) -> Iterator[tuple[float, float, str]]:
+    """The control node's own /proc once a second, in this process (its clock is the control clock)."""
+    while not stop():
+        t = time.time()
+        yield t, t, proc_line()
+        time.sleep(max(0.0, 1.0 - (time.time() - t)))
 
 
 class HostSampler:

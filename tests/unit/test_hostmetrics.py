@@ -226,3 +226,19 @@ def test_the_report_has_a_row_per_host(tmp_path: Path) -> None:
     assert "75.0 % / 75.0 %" in html and "0 B/s" in html and "600 / 300 B/s" in html
     assert "cpu_iowait_pct, cpu_steal_pct, load1, mem_used_pct: " + html_escape(SHARED_KERNEL_WHY) in html
     assert "HostUnreachable: pg2: no route" in html
+
+
+def test_the_control_nodes_line_is_read_in_process_as_the_script_reads_a_host() -> None:
+    """The control node's counters come from this process (nothing it starts can outlive a killed
+    controller) in the reading loop's own format: the same fields as the shipped script prints here."""
+    from chaoskit.hostmetrics import local_lines, proc_line
+
+    script = subprocess.run(["timeout", "1.2", "sh", "-c", script_command("proc", None)],
+                            capture_output=True, text=True).stdout.splitlines()[0].split()
+    mine = proc_line().split()
+    assert len(mine) == len(script) == 17
+    assert mine[:2] == script[:2] and mine[11] == script[11]  # source, cores, MemTotal
+    a, b = parse_line(0.0, 0.0, proc_line()), parse_line(1.0, 1.0, proc_line())
+    assert a is not None and b is not None and a.cpu_ticks is not None and a.net_rx_bytes is not None
+    lines = local_lines(iter([False, False, True]).__next__)
+    assert [parse_line(t, th, text) is not None for t, th, text in lines] == [True, True]
