@@ -9,6 +9,7 @@ Children also carry CHAOSKIT_CONTROLLER_PID, so anyone can list what a controlle
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import getpass
@@ -105,3 +106,67 @@ def die_with_parent(parent_pid: int, poll_s: float = 0.1) -> None:
             time.sleep(poll_s)
 
     threading.Thread(target=watch, name="lifeline", daemon=True).start()
+
+
+GROUP_GUARD_GRACE_S = 5.0
+
+
+def guarded_group(argv: list[str]) -> list[str]:
+    """A command that runs `argv` as a process group ending with the process that started it.
+    For a program that forks its real work off a launcher script (JMeter's bin/jmeter runs java
+    as its child without exec): the parent-death signal reaches only the direct child, so a guard
+    (this module run as a program) holds the group: when its parent dies, or it is sent SIGTERM,
+    it sends SIGTERM to the whole group, then SIGKILL after a grace. The guard must be started in
+    a session of its own (`start_new_session=True`), so the group is the command's alone."""
+    import sys
+
+    return [sys.executable, "-m", "chaoskit.lifeline", "--", *argv]
+
+
+def _guard(argv: list[str]) -> int:
+    parent = os.getppid()
+    ending = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: ending.set())
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:
+        return 1
+    child = subprocess.Popen(argv, close_fds=False)  # the pipes the caller passed stay open for it
+    while child.poll() is None and not ending.is_set() and os.getppid() == parent:
+        ending.wait(0.1)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the guard outlives the signal it sends its group
+    if _group_members():
+        os.killpg(os.getpgrp(), signal.SIGTERM)
+        deadline = time.monotonic() + GROUP_GUARD_GRACE_S
+        while _group_members() and time.monotonic() < deadline:
+            child.poll()
+            time.sleep(0.05)
+        for pid in _group_members():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    rc = child.wait()
+    return rc if rc >= 0 else 128 - rc  # as a shell says a command a signal ended
+
+
+def _group_members() -> list[int]:
+    """The live processes of the guard's group but the guard itself (zombies not counted)."""
+    me, group, out = os.getpid(), os.getpgrp(), []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group and fields[0] != "Z":
+            out.append(int(entry.name))
+    return out
+
+
+if __name__ == "__main__":
+    import sys
+
+    args = sys.argv[1:]
+    if args[:1] == ["--"]:
+        args = args[1:]
+    sys.exit(_guard(args) if args else 2)
