@@ -239,7 +239,10 @@ def tool_restarts(group: str, events: Sequence[dict[str, Any]]) -> dict[str, Any
     return {"aborted": sum(1 for e in mine if e["kind"] == "tool_client_aborted"), "back": len(back),
             "failed_starts": sum(e.get("failed_starts", 0) for e in back),
             "longest_down_s": max((e["down_s"] for e in back), default=None),
-            "killed_at_stop": sum(1 for e in mine if e["kind"] == "tool_client_killed")}
+            "killed_at_stop": sum(1 for e in mine if e["kind"] == "tool_client_killed"),
+            # JMeter: the plan ended (or the JVM failed) before the load's stop; threads beyond `workers`
+            "ended_early": sum(1 for e in mine if e["kind"] == "tool_ended"),
+            "samples_dropped": sum(e.get("samples", 0) for e in mine if e["kind"] == "tool_samples_dropped")}
 
 
 def _worst(values: list[float | None]) -> float | None:

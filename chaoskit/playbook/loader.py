@@ -16,7 +16,8 @@ from chaoskit.playbook.models import Playbook
 from chaoskit.yamlsrc import load_yaml, raise_validation
 
 # the database engines each load tool speaks
-TOOL_ENGINES = {"pgbench": ("postgres",), "sysbench": ("postgres", "mysql")}
+TOOL_ENGINES = {"pgbench": ("postgres",), "sysbench": ("postgres", "mysql"),
+                "jmeter": ("postgres", "mysql")}  # the JDBC URLs chaoskit gives a plan (tools.jmeter.jdbc_url)
 
 
 def tool_engine_refusal(tool: str, cluster: str, engine: str) -> str | None:

@@ -15,7 +15,7 @@ from pydantic import Field, PrivateAttr, StringConstraints, ValidationInfo, fiel
 from chaoskit.faults.spec import CLIENT, FaultBase, FaultSpec, Seconds
 from chaoskit.faults.ttl import drill_fault_ttl
 from chaoskit.models import Frozen
-from chaoskit.tools import MEASURES, pgbench, sysbench
+from chaoskit.tools import MEASURES, jmeter, pgbench, sysbench
 from chaoskit.units import parse_duration
 from chaoskit.validation import FreeText, Name, SafePath
 from chaoskit.workload import spec
@@ -112,7 +112,42 @@ class SysbenchConfig(Frozen):
         return sysbench.Settings(self.test, self.tables, self.table_size, self.prepare)
 
 
-TOOLS = ("builtin", "pgbench", "sysbench")  # who makes a group's load: chaoskit's own clients, or a tool
+class JmeterConfig(Frozen):
+    """What a `tool: jmeter` group runs: the user's plan (`plan`, a .jmx, relative to the playbook)
+    with the user's JMeter (`bin`: a command on PATH, default `jmeter`, or a path, relative to the
+    playbook or absolute, e.g. /opt/apache-jmeter-5.6/bin/jmeter). `writes` says whether its
+    samples write (default true): a failed write whose connection broke is then an unknown commit."""
+
+    plan: SafePath
+    bin: SafePath = "jmeter"
+    writes: bool = True
+
+    @field_validator("plan")
+    @classmethod
+    def _plan(cls, value: str, info: ValidationInfo) -> str:
+        return _playbook_file(value, info)
+
+    @field_validator("bin")
+    @classmethod
+    def _bin(cls, value: str, info: ValidationInfo) -> str:
+        import os
+        import shutil
+
+        if "/" not in value:
+            found = shutil.which(value)
+            if found is None:
+                raise ValueError(f"no command {value[:60]!r} on PATH: give JMeter's bin/jmeter as a path")
+            return found
+        path = _playbook_file(value, info)
+        if not os.access(path, os.X_OK):
+            raise ValueError(f"{value[:200]!r} is not executable")
+        return path
+
+    def settings(self) -> jmeter.Settings:
+        return jmeter.Settings(self.plan, self.bin, self.writes)
+
+
+TOOLS = ("builtin", "pgbench", "sysbench", "jmeter")  # who makes a group's load: chaoskit's own clients, or a tool
 
 
 class GroupConfig(Frozen):
@@ -124,6 +159,7 @@ class GroupConfig(Frozen):
     tool: Literal[TOOLS] = "builtin"  # type: ignore[valid-type]
     pgbench: PgbenchConfig | None = None
     sysbench: SysbenchConfig | None = None
+    jmeter: JmeterConfig | None = None
     profile: Literal["deadline", "pool", "per-op"] = "deadline"
     workers: int = Field(spec.DRILL.workers, ge=1, le=2048)
     statement_timeout: Seconds | None = None  # pool / per-op: the server-side timeout, if the application sets one
@@ -139,17 +175,37 @@ class GroupConfig(Frozen):
 
     @model_validator(mode="after")
     def _fits_tool(self) -> GroupConfig:
-        for tool, default in (("pgbench", PgbenchConfig), ("sysbench", SysbenchConfig)):
+        for tool, default in (("pgbench", PgbenchConfig), ("sysbench", SysbenchConfig), ("jmeter", None)):
             if getattr(self, tool) is not None and self.tool != tool:
                 raise ValueError(f"{tool}: {{...}} is for a group with tool: {tool}")
             if self.tool == tool and getattr(self, tool) is None:
+                if default is None:
+                    raise ValueError(f"a {tool} group needs {tool}: {{plan: my-plan.jmx}}")
                 object.__setattr__(self, tool, default())
+        if self.jmeter is not None:
+            self._threads_of_plan(self.jmeter.plan)
         if not MEASURES[self.tool].profiles and (self.profile != "deadline" or self.statement_timeout is not None):
             raise ValueError(f"{self.tool} keeps its connections its own way: profile and statement_timeout do not "
                              "apply")
         if self.tool != "builtin" and self.validation:
             raise ValueError(f"{self.tool} has no check on checkout: validation is for chaoskit's own pool clients")
         return self
+
+    def _threads_of_plan(self, plan: str) -> None:
+        """A JMeter group's clients are its plan's threads: read from the plan, or said by
+        `workers` where the plan's thread counts are expressions JMeter alone can work out."""
+        try:
+            threads = jmeter.plan_threads(plan)
+        except jmeter.PlanError as exc:
+            raise ValueError(str(exc)) from None
+        given = "workers" in self.model_fields_set
+        if threads is None and not given:
+            raise ValueError("the plan's thread count is not a number nor ${__P(name,default)} in every thread "
+                             "group: say it with workers")
+        if threads is not None and given and threads != self.workers:
+            raise ValueError(f"workers ({self.workers}) is not the plan's {threads} threads; leave workers out")
+        if threads is not None:
+            object.__setattr__(self, "workers", threads)
 
     @model_validator(mode="after")
     def _fits_profile(self) -> GroupConfig:
@@ -182,6 +238,8 @@ class LoadConfig(Frozen):
         summing raw input met strings and lists before their types were checked)."""
         if self.groups is None:
             return self
+        if self.rate is not None and any(g.tool == "jmeter" for g in self.groups):
+            raise ValueError("a jmeter group is paced by its plan's timers: rate (open loop) does not apply")
         total = sum(g.workers for g in self.groups)
         if "workers" in self.model_fields_set and self.workers != total:
             raise ValueError(f"workers ({self.workers}) must be the sum of the groups' workers ({total}), "
@@ -239,7 +297,8 @@ class LoadConfig(Frozen):
         for g in self.groups or ():
             groups.append(spec.ClientGroup(g.group_name, g.profile, g.workers, g.statement_timeout, g.validation,
                                            first, g.route, g.tool, g.pgbench.settings() if g.pgbench else None,
-                                           g.sysbench.settings() if g.sysbench else None))
+                                           g.sysbench.settings() if g.sysbench else None,
+                                           g.jmeter.settings() if g.jmeter else None))
             first += g.workers
         return spec.LoadSpec(workload=self.workload_name, workers=self.workers, rate=self.rate,
                              processes=self.processes, op_timeout=self.op_timeout,

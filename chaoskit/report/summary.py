@@ -55,6 +55,10 @@ def group_line(name: str, g: dict[str, Any]) -> str:
         lost += (f"; {g.get('tool')} gave up {restarts['aborted']} client(s), {restarts['back']} back after being "
                  f"started again ({restarts['failed_starts']} starts found no writer, longest down "
                  f"{seconds(restarts['longest_down_s'])})")
+    if restarts.get("ended_early"):
+        lost += f"; {g.get('tool')} ended before the load's stop (not started again: no load from it after that)"
+    if restarts.get("samples_dropped"):
+        lost += f"; {restarts['samples_dropped']} samples of threads beyond the group's clients not counted"
     if g.get("faults") and not any(f.get("outage") for f in g["faults"]):  # its figures are 0.0 by definition
         return head + "no write outage" + lost
     resolution = g.get("rto_resolution_s")

@@ -27,4 +27,5 @@ MEASURES = {
     "builtin": Measures(0.0, True, True, True),  # chaoskit's own clients: every op, its key, its latency
     "pgbench": Measures(0.0, False, True, True),  # its per-transaction log: every transaction's end and latency
     "sysbench": Measures(1.0, False, False, False),  # its per-second report: rates only
+    "jmeter": Measures(0.0, False, True, False),  # its JTL: every sample's start and elapsed time
 }

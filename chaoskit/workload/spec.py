@@ -9,6 +9,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 
 from chaoskit.db.base import ClientProfile
+from chaoskit.tools.jmeter import Settings as JmeterSettings
 from chaoskit.tools.pgbench import Settings as PgbenchSettings
 from chaoskit.tools.sysbench import Settings as SysbenchSettings
 from chaoskit.workload.workloads import WorkloadParams
@@ -61,6 +62,7 @@ class ClientGroup:
     tool: str = "builtin"  # who makes the load: chaoskit's own clients, or an external tool (pgbench)
     pgbench: PgbenchSettings | None = None
     sysbench: SysbenchSettings | None = None
+    jmeter: JmeterSettings | None = None
 
     @property
     def worker_ids(self) -> range:

@@ -29,7 +29,8 @@ POLL_S = 0.02
 DRAIN_EVERY = 0.2
 LATE_S = 2.0  # the stdio block a log line may wait in: intervals older than this are shipped as complete
 STOP_GRACE_S = 10.0  # a client ending its transaction in flight at the load's stop; then SIGKILL
-GROUP_MODULES = {"pgbench": "chaoskit.workload.pgbench_group", "sysbench": "chaoskit.workload.sysbench_group"}
+GROUP_MODULES = {"pgbench": "chaoskit.workload.pgbench_group", "sysbench": "chaoskit.workload.sysbench_group",
+                 "jmeter": "chaoskit.workload.jmeter_group"}
 
 
 @dataclass

@@ -41,9 +41,24 @@ def shortened(src: str, tmp: Path, at: list[str | None], duration: str, fault_du
     for step, lasts in zip([s for s in data["steps"] if "fault" in s], fault_durations or [], strict=False):
         step["fault"]["duration"] = lasts
     data["duration"] = duration
+    _files_by_full_path(data, Path(src).resolve().parent)
     path = tmp / Path(src).name
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+def _files_by_full_path(data: dict[str, Any], base: Path) -> None:
+    """The copy lives elsewhere: the files the playbook names relative to its own directory (a SQL
+    workload, a pgbench script, a JMeter plan and launcher) are given by their full paths."""
+    load = data.get("load") or {}
+    if isinstance(load.get("workload"), dict) and "sql" in load["workload"]:
+        load["workload"]["sql"] = str(base / load["workload"]["sql"])
+    for group in load.get("groups") or ():
+        for tool, keys in (("pgbench", ("file",)), ("jmeter", ("plan", "bin"))):
+            for key in keys:
+                value = (group.get(tool) or {}).get(key)
+                if value is not None and (key != "bin" or "/" in value):
+                    group[tool][key] = str(base / value)
 
 
 def run(playbook: Path, tmp: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], Path]:

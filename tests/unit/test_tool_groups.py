@@ -143,15 +143,26 @@ def test_a_users_script_is_found_beside_the_playbook_and_not_initialised(tmp_pat
     ("- {name: app}\n- {tool: pgbench}", "slo: {group: pgbench, rpo_max_writes: 0}\n", "slo",
      "group 'pgbench' runs pgbench"),
     ("- {tool: pgbench, pgbench: {script: tpcb-like, file: x.sql}}", "", "pgbench", "not both"),
-    ("- {tool: jmeter}", "", "tool", "builtin"),
+    ("- {tool: jmeter}", "", "groups", "a jmeter group needs jmeter: {plan: my-plan.jmx}"),
+    ("- {tool: joe}", "", "tool", "builtin"),
+    ("- {tool: jmeter, jmeter: {plan: x.sql}}", "", "groups", "not a JMeter plan JMeter could load"),
+    ("- {tool: jmeter, jmeter: {plan: steps.jmx, bin: ./x.sql}}", "", "bin", "'./x.sql' is not executable"),
+    ("- {tool: jmeter, jmeter: {plan: steps.jmx, bin: no-such-jmeter}}", "", "bin", "no command 'no-such-jmeter'"),
+    ("- {tool: jmeter, workers: 5, jmeter: {plan: steps.jmx}}", "", "groups",
+     "workers (5) is not the plan's 6 threads"),
+    ("- {tool: jmeter, jmeter: {plan: expr.jmx}}", "", "groups", "say it with workers"),
     ("- {tool: sysbench, profile: pool}", "", "groups", "sysbench keeps its connections its own way"),
     ("- {tool: pgbench, sysbench: {tables: 2}}", "", "groups", "sysbench: {...} is for a group with tool: sysbench"),
     ("- {tool: sysbench, sysbench: {test: oltp_drop}}", "", "test", "oltp_read_write"),
     ("- {tool: sysbench}", "slo: {rpo_max_writes: 0}\n", "slo", "runs sysbench"),
 ])
 def test_what_a_tool_group_cannot_do_is_refused_with_its_field(tmp_path: Path, groups: str, extra: str, field: str,
-                                                               words: str) -> None:
+                                                               words: str, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "x.sql").write_text("SELECT 1;\n")
+    (tmp_path / "steps.jmx").write_text((ROOT / "playbooks" / "jmeter" / "jdbc-steps.jmx").read_text())
+    (tmp_path / "expr.jmx").write_text((ROOT / "playbooks" / "jmeter" / "jdbc-steps.jmx").read_text().replace(
+        ">2</stringProp>", ">${__P(threads)}</stringProp>", 1))
+    stand_in(tmp_path, monkeypatch, "jmeter", "#!/bin/sh\n")
     with pytest.raises(InputError) as err:
         load_playbook(write(tmp_path, groups, extra))
     assert field in str(err.value) and words in str(err.value), str(err.value)
