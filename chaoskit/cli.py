@@ -785,6 +785,71 @@ def experiment_run(
         raise typer.Exit(1)
 
 
+import_app = typer.Typer(no_args_is_help=True, help="Read a run made elsewhere into a run directory.")
+app.add_typer(import_app, name="import")
+
+
+@import_app.command("jtl")
+def import_jtl(
+    jtl: Annotated[Path, typer.Argument(help="JMeter's results file (CSV, with its header line).")],
+    fault_at: Annotated[list[str] | None, typer.Option("--fault-at", help="A fault's instant, UTC, e.g. "
+                                                       "2026-12-03T19:02:36.298Z (repeat for several).")] = None,
+    faults: Annotated[Path | None, typer.Option("--faults", help="A chaoskit run's events.jsonl: its "
+                                                "fault_injected events are the instants.")] = None,
+    out_root: Annotated[Path, typer.Option("--out", help="Where the run directory goes.")] = Path("reports"),
+    name: Annotated[str, typer.Option(help="The run's name.")] = "jmeter-import",
+    timestamp: Annotated[str, typer.Option(help="What the file's timeStamp is: start (JMeter's default) or end.")
+                         ] = "start",
+    reads: Annotated[bool, typer.Option("--reads", help="The samples only read (a failure is never an unknown "
+                                        "commit).")] = False,
+    engine: Annotated[str | None, typer.Option(help="postgres | mysql: whose words class a failure without an "
+                                               "SQLSTATE (default: either).")] = None,
+    warmup: Annotated[str, typer.Option(help="Start of the file left out of the baseline.")] = "5s",
+    stall: Annotated[str, typer.Option(help="An ok sample longer than this was an outage for its thread (as a "
+                                       "drill counts a stall; a drill's default).")] = "2.25s",
+) -> None:
+    """A JMeter run made elsewhere becomes a run directory: timeline, throughput dips, outage
+    figures (RTO first client / all clients, per thread) against the given fault instants, report."""
+    from chaoskit.imports.jtl import GivenFault, ImportSettings, faults_from_events, import_jtl, parse_instant
+    from chaoskit.validation import Name
+
+    try:
+        given: list[GivenFault] = [GivenFault(f"fault{i}", parse_instant(t)) for i, t in enumerate(fault_at or [])]
+        if faults is not None:
+            given += faults_from_events(faults)
+        if not given:
+            raise InputError("give the fault instants: --fault-at UTC (repeatable) or --faults events.jsonl",
+                             source="command line", field="--fault-at")
+        if timestamp not in ("start", "end"):
+            raise InputError(f"{timestamp[:20]!r}: start or end", source="command line", field="--timestamp")
+        if engine not in (None, "postgres", "mysql"):
+            raise InputError(f"{engine[:20]!r}: postgres or mysql", source="command line", field="--engine")
+        from pydantic import TypeAdapter, ValidationError
+
+        try:
+            TypeAdapter(Name).validate_python(name)
+        except ValidationError:
+            raise InputError(f"{name[:40]!r} is not a name (letters, digits, _ . -)", source="command line",
+                             field="--name") from None
+        settings = ImportSettings(name=name, timestamp=timestamp, writes=not reads, engine=engine,
+                                  warmup_s=_duration(warmup, "--warmup"), stall_s=_duration(stall, "--stall"))
+        path = import_jtl(jtl, given, out_root, settings)
+    except ChaoskitError as exc:
+        _fail(exc)
+    ev = json.loads((path / "run.json").read_text())
+    for f in ev["results"]["faults"]:
+        rto = f.get("rto_first_client_s")
+        every = f.get("rto_all_clients_s")
+        out.print(f"{f['id']} at {f['t_fault']:.6f}: " + (
+            "no write outage" if not f.get("outage") else
+            f"RTO first client back {rto:.2f} s, all clients back "
+            + (f"{every:.2f} s" if every is not None else "not all back") + f" ({f['workers_in_outage']} clients)"),
+            highlight=False, markup=False)
+    out.print(f"{ev['source']['samples']:,} samples, {len(ev['source']['threads'])} threads; RPO not measured "
+              f"(JMeter does not say which writes it had acknowledged); report: {path / 'report.html'}",
+              highlight=False, markup=False)
+
+
 @app.command("report")
 def report(
     run_dir: Annotated[Path, typer.Argument(help="A run directory.")],

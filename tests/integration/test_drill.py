@@ -532,6 +532,72 @@ def test_pgbench_beside_chaoskits_clients_through_one_failover(lab: Inventory, t
     assert "client group pgbench (pgbench, deadline connections, 4 clients)" in res.stdout
 
 
+def test_jmeter_beside_chaoskits_clients_and_its_jtl_imported_again(lab: Inventory, tmp_path: Path) -> None:
+    """A JMeter plan (Debian's JMeter 2.13, the shipped stepping plan, 6 threads) as a client group
+    beside chaoskit's own clients through one leader kill. Its per-thread RTO is recounted here from
+    JMeter's own JTL kept in the run directory (threads numbered in the order they first appear);
+    `chaoskit import jtl` of that file against the run's own fault events gives the same outage
+    window again; JMeter (its script and JVM) is gone after the load's stop."""
+    from drillrun import shortened
+
+    from chaoskit.tools.jmeter import JtlReader
+
+    pb = shortened("playbooks/pg-kill-primary-jmeter.yaml", tmp_path, ["10s"], "28s", ["12s"])
+    res, run_dir = drill(str(pb), tmp_path / "runs")
+    assert res.returncode in (0, 1), res.stdout + res.stderr
+    ev = json.loads((run_dir / "run.json").read_text())
+    (f,) = ev["results"]["faults"]
+    assert f["outcome"] == "failover", f
+    jm, own = ev["results"]["groups"]["jmeter"], ev["results"]["groups"]["chaoskit"]
+    assert jm["tool"] == "jmeter" and jm["rpo"] is None and "does not say" in jm["rpo_null_reason"]
+    assert own["rpo"]["acknowledged"] > 0 and jm["workers"] == [5, 6, 7, 8, 9, 10]
+    jtl = run_dir / "tools" / "jmeter" / "results.jtl"
+    samples = JtlReader(jtl).feed(jtl.read_bytes(), final=True)
+    threads: dict[str, int] = {}
+    for s in samples:
+        threads.setdefault(s.thread, 5 + len(threads))
+    assert len(threads) == 6
+    per_client = jm["faults"][0]["per_client_rto_s"]
+    for thread, w in threads.items():
+        mine = [s for s in samples if s.thread == thread]
+        first_fail = next(i for i, s in enumerate(mine) if not s.ok and s.t_end >= f["t_open"])
+        back = next(s for s in mine[first_fail:] if s.ok)
+        assert per_client[str(w)] == pytest.approx(back.t_end - f["t_fault"], abs=1e-6), thread
+    # one failover, two kinds of client, each back within its own retry interval of the writer
+    # being there: chaoskit's (backoff, a connect, an op deadline, as the pgbench test says) and
+    # JMeter's plan (its 20 ms timer, one JDBC connect over the 3 endpoints at connectTimeout=1 s
+    # each, one statement at socketTimeout=2 s)
+    from chaoskit.workload.outcomes import client_deadline
+    from chaoskit.workload.spec import DRILL, LoadSpec
+
+    spec = LoadSpec(workload="ledger", workers=1)
+    own_retry = 1.5 * spec.backoff_max + spec.backoff_max + 0.02 + 2.0 + client_deadline(DRILL.op_timeout_s)
+    jmeter_retry = 0.020 + 3 * 1.0 + 2.0
+    assert abs(jm["rto_first_client_s"] - own["rto_first_client_s"]) <= max(own_retry, jmeter_retry)
+    assert jm["tool_restarts"]["aborted"] == 0 and not [
+        e for e in map(json.loads, (run_dir / "events.jsonl").read_text().splitlines())
+        if e["kind"] in ("tool_ended", "tool_samples_dropped")]
+    assert "client group jmeter (jmeter, 6 clients)" in res.stdout
+    left = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cwd(p) == jtl.parent]
+    assert not left, left
+    imported = subprocess.run(["chaoskit", "import", "jtl", str(jtl), "--faults", str(run_dir / "events.jsonl"),
+                               "--out", str(tmp_path / "imported")], capture_output=True, text=True, timeout=120)
+    assert imported.returncode == 0, imported.stderr
+    (imp_dir,) = (tmp_path / "imported").iterdir()
+    (fi,) = json.loads((imp_dir / "run.json").read_text())["results"]["faults"]
+    assert fi["t_fault"] == f["t_fault"]
+    assert {str(int(w) + 4): v for w, v in fi["per_client_rto_s"].items()} == pytest.approx(per_client, abs=1e-6)
+    assert fi["rto_first_client_s"] == pytest.approx(jm["rto_first_client_s"], abs=1e-6)
+    assert fi["rto_all_clients_s"] == pytest.approx(jm["rto_all_clients_s"], abs=1e-6)
+
+
+def _cwd(proc: Path) -> Path | None:
+    try:
+        return Path(os.readlink(proc / "cwd"))
+    except OSError:
+        return None
+
+
 def test_mariadb_crash_and_restart_without_a_manager(lab: Inventory, tmp_path: Path) -> None:
     from drillrun import shortened
 
@@ -565,14 +631,10 @@ def test_your_own_sql_through_a_failover_keeps_every_acknowledged_order(lab: Inv
     the keyed writes: what the user's table holds on every member, recounted with plain SQL, is
     what RPO says (acknowledged - lost + indeterminate found + phantoms); the lookups are reads."""
     import psycopg
-    import yaml
     from drillrun import expected_rows, shortened
 
     src = Path("playbooks/sql/shop-orders.pg.sql").resolve()
     pb = shortened("playbooks/pg-kill-primary-sql.yaml", tmp_path, ["8s"], "30s", ["12s"])
-    data = yaml.safe_load(pb.read_text())
-    data["load"]["workload"]["sql"] = str(src)  # the copy lives elsewhere: the file by its full path
-    pb.write_text(yaml.safe_dump(data, sort_keys=False))
     res, run_dir = drill(str(pb), tmp_path / "runs")
     assert res.returncode in (0, 1), res.stdout + res.stderr
     ev = json.loads((run_dir / "run.json").read_text())
