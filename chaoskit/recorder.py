@@ -38,7 +38,11 @@ OK, FAIL, INFO = "ok", "fail", "info"
 SEQUENCE, VERSION = "sequence", "version"
 STALL = "stall"  # a gap's class when an op was acknowledged only after the stall bound
 ERROR_CLASSES = [c.value for c in ErrorClass]
-COLUMNS = ["ok", "fail", "info", "write_ok", "read_ok", "missed", *[f"err_{c}" for c in ERROR_CLASSES]]
+# open loop: `dispatched` arrivals started, `dispatched_late` those the client itself started more
+# than DISPATCH_LATE_S after both their scheduled instant and a free connection (its own lag)
+COLUMNS = ["ok", "fail", "info", "write_ok", "read_ok", "missed", "dispatched", "dispatched_late",
+           *[f"err_{c}" for c in ERROR_CLASSES]]
+DISPATCH_LATE_S = 0.010
 _COL = {name: i for i, name in enumerate(COLUMNS)}
 LEDGER_FAIL = 0xFFFFFFFF
 LEDGER_INFO = 0xFFFFFFFE
@@ -281,6 +285,15 @@ class Recorder:
     def missed(self, t: float, count: int = 1) -> None:
         """Open-loop arrivals that never started (the backlog exceeded its bound)."""
         self._slot(t).counts[_COL["missed"]] += count
+
+    def dispatched(self, t: float, t_sched: float, t_free: float) -> None:
+        """An open-loop arrival started at `t`: due at `t_sched`, its connection free since `t_free`.
+        The client's own lag is `t - max(t_sched, t_free)`: what it took to start an op that nothing
+        outside it held back (a late reply makes a backlog, which is the server's, never this)."""
+        counts = self._slot(t).counts
+        counts[_COL["dispatched"]] += 1
+        if t - max(t_sched, t_free) > DISPATCH_LATE_S:
+            counts[_COL["dispatched_late"]] += 1
 
     def _ledger_put(self, worker: int, seq: int, t: float, outcome: str) -> None:
         col = self.ledger.get(worker)

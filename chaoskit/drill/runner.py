@@ -254,7 +254,8 @@ class Drill:
             yield
         finally:
             try:
-                self.record.client_cpu = cpu.end().figures()
+                dispatch = self.recorder.totals() if self.recorder else {}  # open loop: did it keep its schedule?
+                self.record.client_cpu = cpu.end().with_dispatch(dispatch).figures()
             finally:
                 self.runner.stop()
 

@@ -274,7 +274,7 @@ def measure_cell(inv: Inventory, cluster: str, fm: FaultManager, *, workload: st
                    **tool_latency(tool_dir / load.tool, *window)}
     return {"workload": workload, "workers": workers, "delay_ms": delay_ms, "tps": round(w["tps"], 1),
             "window": [round(window[0], 6), round(window[1], 6)],  # the measured instants (control clock)
-            **latency, **client.figures(),
+            **latency, **client.with_dispatch(w).figures(),
             "error_rate": error_rate(w) if ops else None,  # no ops: no rate (not 0)
             "proxy_added_p50_ms": round(statistics.median(added), 3) if added else None,
             "proxy_added_p99_ms": max((s["added_p99_ms"] for s in proxy if s.get("added_p99_ms")), default=None),
@@ -323,6 +323,8 @@ def summarise(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[st
             why = next((r["client_saturated_why"] for r in rs if r.get("client_saturated")), None)
             cell.update({"client_cpu_cores": med("client_cpu_cores"), "client_saturated": why is not None,
                          "client_saturated_why": why})
+            if any(r.get("client_dispatch_late_pct") is not None for r in rs):
+                cell["client_dispatch_late_pct"] = med("client_dispatch_late_pct")
         out.append(cell)
     # one set of columns for every cell (a tool's cells and chaoskit's clients' cells side by side)
     columns = list(dict.fromkeys(k for c in out for k in c))

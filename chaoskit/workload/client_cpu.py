@@ -12,18 +12,28 @@ A window's generator is **saturated** when one of chaoskit's own worker processe
 server was not the limit), or all of the load's processes together used at least `BUSY` of every
 core of the control node (the machine the load runs on was full). A tool's processes count in the
 total only: sysbench's threads spread over cores.
+
+An open-loop load is also the client's when it **could not keep its own schedule**: more than
+`LATE_SHARE` of its arrivals were started more than DISPATCH_LATE_S (10 ms) after both their
+scheduled instant and a free connection (`Recorder.dispatched`: a lag nothing outside the client
+caused, e.g. its process starved of CPU by the database sharing its machine), i.e. the p99 of its
+own dispatch lag was above 10 ms. A closed loop has no schedule: its CPU is the only sign.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 
 import psutil
 
+from chaoskit.recorder import DISPATCH_LATE_S
+
 BUSY = 0.9  # of a core (one process), or of every core (all together)
+LATE_SHARE = 0.01  # of an open loop's arrivals started late by the client itself
+MIN_DISPATCHED = 100  # fewer arrivals say nothing of a share
 
 
 def tree_cpu_seconds(pid: int) -> float:
@@ -54,6 +64,12 @@ class ClientCpu:
     per_process: dict[int, float]
     cores: int
     one_core: frozenset[int] = frozenset()
+    dispatched: int = 0  # open loop: arrivals started in the window (Recorder columns)
+    dispatched_late: int = 0
+
+    @property
+    def late_share(self) -> float | None:
+        return self.dispatched_late / self.dispatched if self.dispatched else None
 
     @property
     def total_cores(self) -> float:
@@ -72,10 +88,22 @@ class ClientCpu:
         if self.total_cores >= BUSY * self.cores:
             return (f"the load's processes used {self.total_cores:.2f} of the control node's {self.cores} cores: "
                     "the machine the client runs on was full")
+        share = self.late_share
+        if share is not None and self.dispatched >= MIN_DISPATCHED and share > LATE_SHARE:
+            return (f"{share:.1%} of the open loop's arrivals were started more than {DISPATCH_LATE_S * 1000:g} ms "
+                    "after both their schedule and a free connection: the client could not keep its schedule "
+                    f"(saturated above {LATE_SHARE:.0%})")
         return None
 
+    def with_dispatch(self, counts: Mapping[str, float]) -> ClientCpu:
+        """The same window with the open loop's dispatch counts (a Recorder window's or totals)."""
+        return replace(self, dispatched=int(counts.get("dispatched", 0)),
+                       dispatched_late=int(counts.get("dispatched_late", 0)))
+
     def figures(self) -> dict[str, object]:
+        share = self.late_share
         return {"client_cpu_cores": round(self.total_cores, 3), "client_cpu_busiest_process": round(self.busiest, 3),
+                "client_dispatch_late_pct": None if share is None else round(100 * share, 3),
                 "client_saturated": self.saturated_why is not None, "client_saturated_why": self.saturated_why}
 
 

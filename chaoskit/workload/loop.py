@@ -52,8 +52,8 @@ class ClientDeadline(TimeoutError):
 class Slot:
     """One worker: its connection, the op in flight, and the wire's own per-connection state."""
 
-    __slots__ = ("backoff", "conn", "ctx", "error", "fd", "future", "gen", "kind", "node", "result", "state", "stmt",
-                 "t_invoke", "t_op", "wid", "wire", "writing")
+    __slots__ = ("backoff", "conn", "ctx", "error", "fd", "future", "gen", "idle_since", "kind", "node", "result",
+                 "state", "stmt", "t_invoke", "t_op", "wid", "wire", "writing")
 
     def __init__(self, wid: int, ctx: OpContext, backoff: float) -> None:
         self.wid = wid
@@ -73,6 +73,7 @@ class Slot:
         self.future: Future | None = None
         self.backoff = backoff
         self.writing = False
+        self.idle_since = 0.0  # open loop: when it was last freed for the next arrival
 
 
 class Wire(ABC):
@@ -146,6 +147,7 @@ class ConnLoop:
         now = time.time()
         for slot in self.slots:
             if self.rate:
+                slot.idle_since = now
                 self.idle.append(slot)
             else:
                 self._begin(slot, now)
@@ -203,7 +205,9 @@ class ConnLoop:
             if now - t_sched > self.spec.max_lateness:
                 self.recorder.missed(now)
                 continue
-            self._begin(self.idle.pop(), t_sched)
+            slot = self.idle.pop()
+            self.recorder.dispatched(now, t_sched, slot.idle_since)
+            self._begin(slot, t_sched)
 
     def _begin(self, slot: Slot, t_invoke: float, now: float | None = None) -> None:
         slot.t_invoke = t_invoke
@@ -367,6 +371,7 @@ class ConnLoop:
         if self.stopping:
             return
         if self.rate:
+            slot.idle_since = now
             self.idle.append(slot)
             self._start_arrivals(now)
             return

@@ -89,6 +89,7 @@ class _Worker:
         if self.arrivals is None:
             return time.time()
         rate_share, counter = self.arrivals
+        t_free = time.time()  # this worker is free for the next arrival from now
         while not self.stop.is_set():
             k = next(counter)
             t_sched = self.t_start + k / rate_share
@@ -96,12 +97,18 @@ class _Worker:
             if t_sched > now:
                 if self.stop.wait(t_sched - now):
                     return None
+                self._dispatched(t_sched, t_free)
                 return t_sched
             if now - t_sched <= self.spec.max_lateness:
+                self._dispatched(t_sched, t_free)
                 return t_sched
             with self.lock:
                 self.recorder.missed(now)
         return None
+
+    def _dispatched(self, t_sched: float, t_free: float) -> None:
+        with self.lock:
+            self.recorder.dispatched(time.time(), t_sched, t_free)
 
     def _connect(self, t_invoke: float) -> bool:
         """Reach the writer for the op invoked at t_invoke; a failure is that op's outcome."""
