@@ -174,7 +174,34 @@ def headlines(result: dict[str, Any]) -> list[str]:
     if not cells:
         return []
     if kind == "compare":
-        return [*_compare(result), *_compare_by_delay(result)]
+        return [*_compare(result), *_compare_by_delay(result), *_control_node_shared(cells)]
     if kind == "ramp":
-        return list(_ramp(result))
-    return [*_sync_vs_async(cells), *_delay_effects(cells)]
+        return [*_ramp(result), *_control_node_shared(cells)]
+    return [*_sync_vs_async(cells), *_delay_effects(cells), *_control_node_shared(cells)]
+
+
+CONTROL_BUSY_PCT = 90.0
+
+
+def _control_node_shared(cells: list[dict[str, Any]]) -> Iterable[str]:
+    """The control node (where the load runs) nearly full while the load itself was not the limit:
+    it shared the machine (on a lab, with the databases themselves). Said, not marked: the cell's
+    client_saturated rules stand, but a closed loop starved of CPU would not show it."""
+    busy = [c for c in cells if (c.get("cpu_busy_pct_control") or 0) >= CONTROL_BUSY_PCT
+            and not c.get("client_saturated")]
+    if not busy:
+        return
+    worst = max(busy, key=lambda c: c["cpu_busy_pct_control"])
+    where = ", ".join(f"{_cell_name(c)} ({c['cpu_busy_pct_control']:.0f} %)" for c in busy[:6])
+    more = f" and {len(busy) - 6} more" if len(busy) > 6 else ""
+    cores = worst.get("client_cpu_cores")
+    used = f", though the load's own processes used {cores:.2f} cores" if cores is not None else ""
+    yield (f"The control node, where the load runs, was at least {CONTROL_BUSY_PCT:.0f} % busy in {where}{more}"
+           f"{used}: it shared its CPU with other work (on a lab, the databases themselves). A closed loop cannot "
+           "say whether its pace suffered; an open loop (rate) says it as client_dispatch_late_pct.")
+
+
+def _cell_name(c: dict[str, Any]) -> str:
+    target = f"{c['target']} " if c.get("target") else ""
+    delay = f" +{c['delay_ms']:g} ms" if c.get("delay_ms") else ""
+    return f"{target}{c.get('workload')} x{c.get('workers')}{delay}"

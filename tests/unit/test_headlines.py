@@ -123,3 +123,17 @@ def test_the_results_table_reads_like_a_person_wrote_it() -> None:
     assert headers == ["commit", "workload", "delay", "workers", "TPS (median)", "TPS min-max", "p50", "p99",
                        "errors", "repeats"]
     assert rows == [["sync", "update", "10 ms", "8", "328", "301-1,351", "24.46 ms", "30.00 ms", "0.12%", "3"]]
+
+
+def test_a_control_node_shared_with_other_work_is_said_with_its_cells() -> None:
+    """The managed sweep's shape: at 32 connections the control node was 97 % busy while the load
+    used 0.41 cores and was not client-bound; at 8 it was 60 % busy (below 90 %: not said); a cell
+    already client-bound is marked by its own rule, not here."""
+    a, b, c = cell(8, 960, 0), cell(32, 1180, 1), cell(64, 1200, 0)
+    a.update(cpu_busy_pct_control=60.0, client_cpu_cores=0.2, client_saturated=False)
+    b.update(cpu_busy_pct_control=97.2, client_cpu_cores=0.41, client_saturated=False)
+    c.update(cpu_busy_pct_control=99.0, client_cpu_cores=1.9, client_saturated=True)
+    (line,) = [h for h in headlines({"experiment": {"kind": "ramp"}, "cells": [a, b, c]}) if "control node" in h]
+    assert line.startswith("The control node, where the load runs, was at least 90 % busy in write x32 +1 ms (97 %), "
+                           "though the load's own processes used 0.41 cores")
+    assert "x8" not in line and "x64" not in line
