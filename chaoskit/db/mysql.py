@@ -1,4 +1,9 @@
-"""MySQL, MariaDB and MySQL-protocol endpoints (PolarDB, ShardingSphere-Proxy) through PyMySQL.
+"""MySQL, MariaDB and MySQL-protocol endpoints (PolarDB, ShardingSphere-Proxy) through PyMySQL,
+or through mysqlclient (MySQLdb, the C client library) where a load asks for it
+(`MySQLDriver.tuned(library="mysqlclient")`): the same connect parameters, error numbers and
+rules, so an op's outcome does not depend on which library carried it. PyMySQL stays the
+default: the load's event loop drives PyMySQL's socket (`chaoskit.workload.my_loop`);
+mysqlclient's blocking calls release the interpreter lock and run on the threaded executor.
 
 Reconnect-to-new-primary: the cluster's `endpoints` are tried in order and the first that
 accepts writes (@@read_only = 0) wins, like a client with a list of hosts. Timeouts: connect,
@@ -18,6 +23,24 @@ import pymysql.err
 
 from chaoskit.db.base import Driver, ErrorClass
 from chaoskit.inventory.models import Cluster, Member
+
+try:  # mysqlclient (optional: the C client library, libmariadb / libmysqlclient)
+    import MySQLdb
+except ImportError:  # pragma: no cover - present wherever chaoskit is installed with its lab
+    MySQLdb = None
+
+LIBRARIES = ("pymysql", "mysqlclient")
+
+
+def _both(name: str) -> tuple[type[BaseException], ...]:
+    """An exception class of each library (they carry (error number, message) alike)."""
+    return (getattr(pymysql.err, name),) + ((getattr(MySQLdb, name),) if MySQLdb is not None else ())
+
+
+_MYSQL_ERRORS = _both("MySQLError")
+_OPERATIONAL = _both("OperationalError")
+_INTERFACE = _both("InterfaceError")
+_INTEGRITY = _both("IntegrityError")
 
 # Server and client error numbers, grouped.
 _REFUSED = {2003, 2002, 2005, 1040, 1045, 1129, 1130, 1053, 2026, 1927}  # 1927: connection killed at start
@@ -43,7 +66,7 @@ def class_of_error(code: int | None, text: str) -> ErrorClass | None:
     when neither says anything this rule knows."""
     if code in _READ_ONLY or "read-only" in text or "read_only" in text:
         return ErrorClass.read_only
-    if code in (2003, 2013) and "timed out" in text:
+    if code in (2002, 2003, 2013) and _timed_out(text):
         return ErrorClass.timeout
     if code in _REFUSED:
         return ErrorClass.connect_refused
@@ -58,6 +81,12 @@ def class_of_error(code: int | None, text: str) -> ErrorClass | None:
     if code in _CONSTRAINT:
         return ErrorClass.constraint
     return None
+
+
+def _timed_out(text: str) -> bool:
+    """A client timeout in either library's words: PyMySQL's "(timed out)", the C client's
+    "system error: 110" or "(110)" (ETIMEDOUT)."""
+    return "timed out" in text or "system error: 110" in text or "(110)" in text
 
 
 def slave_state(status: dict[str, Any]) -> tuple[str, int | None, float | None]:
@@ -92,11 +121,13 @@ class MySQLDriver(Driver):
     family = "mysql"
     table_suffix = " ENGINE=InnoDB"
     _no_wsrep = False  # set once a server said it has no @@wsrep_on (MySQL)
+    library = "pymysql"  # or "mysqlclient": who carries the connection (tuned per purpose)
+    _TUNABLE = Driver._TUNABLE | {"library"}
 
     def create_index(self, conn: Any, name: str, table: str, columns: str) -> None:
         try:
             self.execute(conn, f"CREATE INDEX {name} ON {table} ({columns})")
-        except pymysql.err.OperationalError as exc:
+        except _OPERATIONAL as exc:
             if exc.args[0] != 1061:  # duplicate key name: it exists
                 raise
 
@@ -131,16 +162,24 @@ class MySQLDriver(Driver):
         params.update({k: v for k, v in self.cluster.options.items() if not k.startswith("ssl_")})
         return params
 
-    def _connect(self, host: str, port: int) -> pymysql.connections.Connection:
-        return pymysql.connect(**self.connect_params(host, port))
+    def _connect(self, host: str, port: int) -> Any:
+        if self.library == "pymysql":
+            return pymysql.connect(**self.connect_params(host, port))
+        if MySQLdb is None:
+            raise RuntimeError("mysqlclient is not installed (pip install mysqlclient; it builds against "
+                               "libmariadb-dev)")
+        conn = MySQLdb.connect(**self.connect_params(host, port))
+        conn.chaoskit_peer = (host, port)  # the C client does not say which endpoint it reached
+        return conn
 
     def _peer(self, conn: Any) -> tuple[str, int]:
-        return str(conn.host), int(conn.port)
+        peer = getattr(conn, "chaoskit_peer", None)
+        return peer if peer is not None else (str(conn.host), int(conn.port))
 
-    def connect_member(self, member: Member) -> pymysql.connections.Connection:
+    def connect_member(self, member: Member) -> Any:
         return self._connect(*self.member_endpoint(member))
 
-    def connect_writer(self) -> pymysql.connections.Connection:
+    def connect_writer(self) -> Any:
         """First endpoint that accepts writes; raise the most telling error if none does."""
         last: BaseException | None = None
         for host, port in self.endpoints():
@@ -150,7 +189,7 @@ class MySQLDriver(Driver):
                 if self.is_writable(conn):
                     return conn
                 last = pymysql.err.OperationalError(1290, f"{host}:{port} is read-only (@@read_only=1)")
-            except pymysql.MySQLError as exc:
+            except _MYSQL_ERRORS as exc:
                 last = exc
             self.close_quietly(conn)
         assert last is not None
@@ -191,7 +230,7 @@ class MySQLDriver(Driver):
                     cur.execute("SELECT @@global.read_only, @@global.wsrep_on")
                     read_only, wsrep_on = cur.fetchone()
                 return int(read_only) != 0, int(wsrep_on) == 1
-            except pymysql.err.OperationalError as exc:
+            except _OPERATIONAL as exc:
                 if exc.args[0] != 1193:  # unknown system variable: not a wsrep build
                     raise
                 self._no_wsrep = True
@@ -216,7 +255,7 @@ class MySQLDriver(Driver):
                     cur.execute(query)
                     row = cur.fetchone()
                 return None if row is None or row[0] is None else str(row[0]).replace("\n", "")
-            except pymysql.err.OperationalError as exc:
+            except _OPERATIONAL as exc:
                 if exc.args and exc.args[0] == 1193:  # unknown system variable: the other flavour
                     continue
                 raise
@@ -228,6 +267,8 @@ class MySQLDriver(Driver):
             return str(cur.fetchone()[0])
 
     def _fileno(self, conn: Any) -> int | None:
+        if self.library != "pymysql":  # the C client's socket (shut down from the watchdog's thread)
+            return super()._fileno(conn)
         sock = getattr(conn, "_sock", None)
         try:
             return sock.fileno() if sock is not None else None
@@ -240,15 +281,16 @@ class MySQLDriver(Driver):
                 cur.execute("SET SESSION wsrep_sync_wait = 1")  # reads wait until the node applied all before them
 
     def loop_capable(self) -> bool:
-        """Not over TLS: the loop reads the raw socket, PyMySQL's TLS socket stays with threads."""
-        return not any(k.startswith("ssl") for k in self.cluster.options)
+        """PyMySQL, not over TLS: the loop reads PyMySQL's raw socket; its TLS socket, and the C
+        client's blocking calls, stay with threads."""
+        return self.library == "pymysql" and not any(k.startswith("ssl") for k in self.cluster.options)
 
     def client_gave_up(self, exc: BaseException) -> bool:
         """PyMySQL's read_timeout: "Lost connection ... during query (timed out)" (2013). The
         server never saw a cancel; a Galera commit waiting for a view change, for one, completes
         after it (seen on the lab: rows present for writes the client had timed out on)."""
         code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
-        return code == 2013 and "timed out" in str(exc).lower()
+        return code == 2013 and _timed_out(str(exc).lower())
 
     def classify_words(self, text: str) -> ErrorClass | None:
         return class_of_words(text)
@@ -258,8 +300,8 @@ class MySQLDriver(Driver):
         cls = class_of_error(code, str(exc).lower())
         if cls is not None:
             return cls
-        if isinstance(exc, pymysql.err.InterfaceError | ConnectionError | BrokenPipeError | OSError):
+        if isinstance(exc, (*_INTERFACE, ConnectionError, BrokenPipeError, OSError)):
             return ErrorClass.connection_lost
-        if isinstance(exc, pymysql.err.IntegrityError):
+        if isinstance(exc, _INTEGRITY):
             return ErrorClass.constraint
         return ErrorClass.other

@@ -205,6 +205,8 @@ def _child_main(cluster_json: str, inventory_json: str, spec: LoadSpec, group: C
     inventory = Inventory.model_validate_json(inventory_json)
     driver = driver_for(cluster, inventory, connect_timeout=spec.connect_timeout, op_timeout=spec.op_timeout,
                         profile=group.client_profile())
+    if driver.family == "mysql":
+        driver = driver.tuned(library=spec.mysql_library)
     workload = make_workload(spec.workload, driver, spec.params, spec.run_id)
     workload.prepare()
     recorder = Recorder(base, spec.interval, keep_ops=True, stall_s=client_deadline(spec.op_timeout))

@@ -92,6 +92,9 @@ class LoadSpec:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     interval: float = 0.1
     engine: str = "auto"  # auto | loop | threads
+    # MySQL family: the client library of chaoskit's own clients (pymysql, the default and the loop's;
+    # mysqlclient, the C library, on threads), see chaoskit.db.mysql
+    mysql_library: str = "pymysql"
     groups: tuple[ClientGroup, ...] = ()  # empty: one `deadline` group of every worker, named "main"
 
     def client_groups(self) -> tuple[ClientGroup, ...]:

@@ -221,3 +221,30 @@ def test_mysql_client_timeout_leaves_the_commit_unknown(exc: BaseException, gave
     driver = MySQLDriver(*_inv("mysql"))
     assert driver.client_gave_up(exc) is gave_up
     assert outcome_for(driver.classify(exc), "commit", driver.client_gave_up(exc)) == outcome
+
+
+@pytest.mark.parametrize("library", ["pymysql", "mysqlclient"])
+def test_both_mysql_client_libraries_give_one_failure_one_name(library: str) -> None:
+    """The same refused port and silent listener on loopback, reached through each library: the
+    same class (the C client says a timeout as "system error: 110", PyMySQL as "(timed out)")."""
+    import threading
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(4)
+    held: list[object] = []
+    threading.Thread(target=lambda: [held.append(silent.accept()) for _ in range(2)], daemon=True).start()
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    closed_port = closed.getsockname()[1]
+    closed.close()
+    try:
+        for port, cls in ((closed_port, ErrorClass.connect_refused), (silent.getsockname()[1], ErrorClass.timeout)):
+            cluster, inv = _inv("mysql", endpoints=[f"127.0.0.1:{port}"])
+            driver = MySQLDriver(cluster, inv, connect_timeout=1.0, op_timeout=1.0).tuned(library=library)
+            with pytest.raises(Exception) as err:
+                driver.connect_writer()
+            assert driver.classify(err.value) == cls, (port, err.value)
+            assert driver.loop_capable() is (library == "pymysql")
+    finally:
+        silent.close()
