@@ -775,6 +775,8 @@ def experiment_run(
                   f"{knee['recommended_workers']}", highlight=False)
     for line in result.get("headlines") or []:
         out.print(f"- {line}", highlight=False)
+    for line in result.get("conditions") or []:
+        out.print(f"note: {line}", highlight=False)
     out.print(f"report: {run_dir / 'report.html'}")
     if result.get("aborted"):
         err.print(f"aborted: {result['aborted']}", highlight=False)

@@ -106,12 +106,21 @@ class Grid(Frozen):
 
 class ToolConfig(Frozen):
     """An experiment whose load a tool makes (seed 002 ran its ladder with sysbench): which tool,
-    and its tables; the grid's `workload` names the tool's tests (sysbench: oltp_*)."""
+    and its tables; the grid's `workload` names the tool's tests (sysbench: oltp_*; pgbench: its
+    builtin scripts, tpcb-like, simple-update, select-only, on tables of `scale`)."""
 
-    tool: Literal["sysbench"] = "sysbench"
-    tables: int = Field(4, ge=1, le=1000)
-    table_size: int = Field(10_000, ge=1, le=100_000_000)
+    tool: Literal["sysbench", "pgbench"] = "sysbench"
+    tables: int = Field(4, ge=1, le=1000)  # sysbench
+    table_size: int = Field(10_000, ge=1, le=100_000_000)  # sysbench
+    scale: int = Field(1, ge=1, le=10_000)  # pgbench
     prepare: bool = True
+
+    @property
+    def tests(self) -> tuple[str, ...]:
+        """The names a cell's workload may take to run this tool."""
+        from chaoskit.tools import pgbench, sysbench
+
+        return sysbench.TESTS if self.tool == "sysbench" else pgbench.BUILTIN_SCRIPTS
 
 
 class Experiment(Frozen):
@@ -147,10 +156,9 @@ class Experiment(Frozen):
         """The grid's workloads are chaoskit's workloads and, with a tool, the tool's tests: a cell
         whose workload is a tool test runs the tool, one whose workload is chaoskit's runs chaoskit's
         clients (seed 002 ran sysbench and its own clients over the same steps)."""
-        from chaoskit.tools import sysbench
         from chaoskit.workload.workloads import WORKLOADS
 
-        known = (*WORKLOADS, *(sysbench.TESTS if self.load is not None else ()))
+        known = (*WORKLOADS, *(self.load.tests if self.load is not None else ()))
         for name in self.grid.workload:
             if name not in known:
                 who = f"workloads or {self.load.tool} tests" if self.load is not None else "workloads"
@@ -176,12 +184,18 @@ class Experiment(Frozen):
         return self
 
 
+def tables_of(workload: str) -> str:
+    """Which tables a cell's workload runs on: pgbench's builtin scripts share pgbench's; every
+    other workload or test has its own."""
+    from chaoskit.tools import pgbench
+
+    return "pgbench" if workload in pgbench.BUILTIN_SCRIPTS else workload
+
+
 def tool_of_cell(workload: str, load: ToolConfig | None) -> ToolConfig | None:
     """The tool that makes a cell's load: the experiment's tool when the cell's workload is one of
     its tests, else None (chaoskit's own clients)."""
-    from chaoskit.tools import sysbench
-
-    return load if load is not None and workload in sysbench.TESTS else None
+    return load if load is not None and workload in load.tests else None
 
 
 def cell_load(workload: str, workers: int, op_timeout: float, table_rows: int, load: ToolConfig | None,
@@ -192,11 +206,15 @@ def cell_load(workload: str, workers: int, op_timeout: float, table_rows: int, l
     load = tool_of_cell(workload, load)
     if load is None:
         return LoadSpec(workload=workload, workers=workers, op_timeout=op_timeout, params=params)
-    from chaoskit.tools import sysbench
+    from chaoskit.tools import pgbench, sysbench
     from chaoskit.workload.spec import ClientGroup
 
-    group = ClientGroup(load.tool, workers=workers, tool=load.tool,
-                        sysbench=sysbench.Settings(workload, load.tables, load.table_size, load.prepare and prepare))
+    if load.tool == "pgbench":  # one pgbench per client, as a drill's group (started again if it aborts)
+        group = ClientGroup(load.tool, workers=workers, tool=load.tool, pgbench=pgbench.Settings(
+            workload, None, load.scale, load.prepare and prepare, workload not in pgbench.READ_ONLY))
+    else:
+        tables = sysbench.Settings(workload, load.tables, load.table_size, load.prepare and prepare)
+        group = ClientGroup(load.tool, workers=workers, tool=load.tool, sysbench=tables)
     return LoadSpec(workload="read", workers=workers, op_timeout=op_timeout, params=params, groups=(group,))
 
 
@@ -372,7 +390,8 @@ def _run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progre
                                                              exp.grid.delay_ms)]
             per_cell = exp.warmup + exp.measure + 2
             current: bool | None = None
-            prepared: set[tuple[str, str]] = set()  # a tool's tables are made once per target and test
+            # a tool's tables are made once per target and test (pgbench's builtin scripts share theirs)
+            prepared: set[tuple[str, str]] = set()
             for i, (target, wl, w, d, m) in enumerate(plan):
                 if m is not None and m != current:
                     # the first switch is journaled with the original value; later ones only flip it
@@ -392,8 +411,8 @@ def _run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progre
                 cell = measure_cell(inv, target, fm, workload=wl, workers=w, delay_ms=d, link=exp.link,
                                     warmup=exp.warmup, measure=exp.measure, table_rows=exp.table_rows,
                                     op_timeout=exp.op_timeout, sync_standby=ha if sync_on else None,
-                                    load=exp.load, tool_dir=cell_dir, prepare=(target, wl) not in prepared)
-                prepared.add((target, wl))
+                                    load=exp.load, tool_dir=cell_dir, prepare=(target, tables_of(wl)) not in prepared)
+                prepared.add((target, tables_of(wl)))
                 if m is not None:
                     cell["synchronous_mode"] = m
                 rows.append({"target": target, "repeat": i // max(1, len(plan) // exp.repeats), **cell})

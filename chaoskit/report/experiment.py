@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from chaoskit.hostmetrics import HOST_CPU_PREFIX
-from chaoskit.report.headlines import headlines
+from chaoskit.report.headlines import conditions, headlines
 from chaoskit.report.rundir import clean, evidence_ids
 from chaoskit.report.writer import CSP, template_env
 
@@ -23,6 +23,7 @@ from chaoskit.report.writer import CSP, template_env
 def write_experiment(result: dict[str, Any], run_dir: Path) -> None:
     (run_dir / "plots").mkdir(parents=True, exist_ok=True)
     result["headlines"] = headlines(result)
+    result["conditions"] = conditions(result)
     (run_dir / "run.json").write_text(json.dumps(clean({"schema_version": 1, **result}), indent=2, default=str))
     cells = result["cells"]
     if cells:

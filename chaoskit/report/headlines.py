@@ -174,10 +174,16 @@ def headlines(result: dict[str, Any]) -> list[str]:
     if not cells:
         return []
     if kind == "compare":
-        return [*_compare(result), *_compare_by_delay(result), *_control_node_shared(cells)]
+        return [*_compare(result), *_compare_by_delay(result)]
     if kind == "ramp":
-        return [*_ramp(result), *_control_node_shared(cells)]
-    return [*_sync_vs_async(cells), *_delay_effects(cells), *_control_node_shared(cells)]
+        return list(_ramp(result))
+    return [*_sync_vs_async(cells), *_delay_effects(cells)]
+
+
+def conditions(result: dict[str, Any]) -> list[str]:
+    """Sentences on how the figures were measured rather than what they say (the report's and
+    terminal's notes under the headlines)."""
+    return list(_control_node_shared([c for c in result.get("cells") or [] if c.get("tps") is not None]))
 
 
 CONTROL_BUSY_PCT = 90.0

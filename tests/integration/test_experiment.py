@@ -91,7 +91,8 @@ def test_compare_single_vs_replicated_reports_difference_with_spread(lab: Invent
 
 
 @pytest.mark.parametrize("name", ["latency-sweep.yaml", "ramp.yaml", "compare-single-vs-replicated.yaml",
-                                  "mysql-thread-ladder.yaml", "mariadb-sysbench-ladder.yaml"])
+                                  "mysql-thread-ladder.yaml", "mariadb-sysbench-ladder.yaml",
+                                  "pg-pgbench-ladder.yaml"])
 def test_shipped_experiments_validate(name: str) -> None:
     import yaml
 
@@ -218,6 +219,36 @@ def test_sysbench_ladder_counts_what_sysbench_reported_and_keeps_its_output(lab:
     # the generator's own CPU is measured in every cell (sysbench and its driver process)
     assert all(0 < c["client_cpu_cores"] <= os.cpu_count() and isinstance(c["client_saturated"], bool)
                for c in result["cells"])
+
+
+def test_pgbench_ladder_counts_every_transaction_pgbench_logged(lab: Inventory, tmp_path: Path) -> None:
+    """pg-pgbench-ladder shortened to two steps of tpcb-like: each cell's TPS is recounted here from
+    the per-transaction logs pgbench wrote (tools/cell-NNN/pgbench/client-<worker>.<pid>: each
+    line's end instant), those that ended in the measured window's 100 ms intervals; its p50 and p99
+    come from the same transactions' latencies (pgbench gives each one's); pgbench's tables are
+    made once for the ladder."""
+    text = Path("playbooks/pg-pgbench-ladder.yaml").read_text()
+    for old, new in (("workers: [4, 8, 16, 32, 64], workload: [tpcb-like, select-only]",
+                      "workers: [2, 8], workload: [tpcb-like]"), ("warmup: 10s", "warmup: 2s"),
+                     ("measure: 30s", "measure: 4s"), ("repeats: 3", "repeats: 1"), ("scale: 10", "scale: 1")):
+        assert old in text, old
+        text = text.replace(old, new)
+    result = experiment(text, tmp_path)
+    (run_dir,) = sorted((tmp_path / "runs").glob("*"))
+    assert [c["workers"] for c in result["cells"]] == [2, 8]
+    for i, (row, cell) in enumerate(zip(result["rows"], result["cells"], strict=True)):
+        raw = run_dir / "tools" / f"cell-{i:03d}" / "pgbench"
+        assert (raw / "init.out").exists() is (i == 0)  # pgbench -i once for the ladder
+        ends = [(int(f[4]) + int(f[5]) / 1e6, int(f[2])) for p in raw.glob("client-*.[0-9]*")
+                for f in (line.split() for line in p.read_text().splitlines()) if f[2].isdigit()]
+        lo, hi = (math.floor(t / 0.1) for t in row["window"])
+        done = [lat for t, lat in ends if lo <= math.floor(t / 0.1) < hi]
+        assert row["tps"] == pytest.approx(len(done) / ((hi - lo) * 0.1), abs=0.051), row
+        assert cell["error_rate"] == 0 and cell["p99_ms"] is not None
+        lats = sorted(done)
+        assert lats[0] / 1000 <= cell["p50_ms"] <= cell["p99_ms"] <= lats[-1] / 1000 * 1.01
+        assert 0 < cell["client_cpu_cores"] <= os.cpu_count()
+    assert result["knee"]["peak"] is not None
 
 
 def test_routes_compared_under_the_same_added_delay(lab: Inventory, tmp_path: Path) -> None:

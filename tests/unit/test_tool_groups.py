@@ -543,6 +543,26 @@ def test_a_sysbench_ladder_names_sysbench_tests_and_each_cell_is_one_sysbench_gr
                                    "grid": {"workers": [8], "workload": ["oltp_read_only"]}})
 
 
+def test_a_pgbench_ladder_names_pgbench_scripts_and_its_tables_are_made_once() -> None:
+    """pg-pgbench-ladder: each cell is one pgbench group of `workers` clients running the cell's
+    builtin script; select-only does not write; the two scripts share pgbench's tables, so they
+    are made once per target; a sysbench test is not one of pgbench's."""
+    import yaml
+
+    from chaoskit.playbook.experiment import Experiment, cell_load, tables_of
+
+    exp = Experiment.model_validate(yaml.safe_load((ROOT / "playbooks" / "pg-pgbench-ladder.yaml").read_text()))
+    assert exp.load is not None and exp.load.tool == "pgbench" and exp.grid.workload == ("tpcb-like", "select-only")
+    (group,) = cell_load("select-only", 16, 5.0, 1000, exp.load, prepare=False).client_groups()
+    assert group.tool == "pgbench" and group.workers == 16
+    assert group.pgbench == pgbench.Settings("select-only", None, 10, False, False)
+    assert cell_load("tpcb-like", 4, 5.0, 1000, exp.load, prepare=True).groups[0].pgbench == pgbench.Settings(
+        "tpcb-like", None, 10, True, True)
+    assert tables_of("tpcb-like") == tables_of("select-only") != tables_of("oltp_read_only")
+    with pytest.raises(ValueError, match="not one of the workloads or pgbench tests"):
+        Experiment.model_validate({**exp.model_dump(), "grid": {"workers": [8], "workload": ["oltp_read_only"]}})
+
+
 def test_the_tools_latency_is_its_per_second_p99_over_the_measured_window(tmp_path: Path) -> None:
     """reports.tsv lines read at 100.5 .. 104.5; the window [101, 104] holds the three read at
     101.5, 102.5, 103.5 (p99 3.0, 9.0, 4.0 ms): median 4.0, worst 9.0; a second with no
