@@ -515,6 +515,10 @@ def test_validate_shows_what_each_tool_group_will_run_here() -> None:
     assert "sysbench oltp_read_write --db-driver=mysql --mysql-host=<writer>" in said
     assert said.count("cleanup") == 1 and "--threads=4 --time=86400 --report-interval=1 --percentile=99 run" in said
     assert "password in MYSQL_PWD" in said and "--mysql-password" not in said
+    said = validate("pg-kill-primary-jmeter")
+    assert "load group jmeter runs jmeter on this machine:" in said
+    assert "playbooks/jmeter/jmeter-2.13-debian -n -t " in said and "-q /dev/fd/<pipe>" in said
+    assert "the plan's 6 threads, run once for the whole load" in said
 
 
 # -- experiments whose load sysbench makes (seed 002's ladder) ---------------------------------
