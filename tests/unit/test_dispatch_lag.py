@@ -39,21 +39,17 @@ def _loop(driver: FakePgDriver, rate: float) -> tuple[PgLoop, Recorder]:
     return PgLoop(driver, wl, spec, rec, [1], 1000.0, rate), rec
 
 
-def test_the_event_loop_books_each_arrival_it_starts_with_the_slots_free_instant() -> None:
-    """rate 10/s from t = 1000 s: arrival 0 due at 1000.0. A slot free since 999 started at
-    1000.05 is 50 ms late by the client; one freed at 1000.045 is not."""
+@pytest.mark.parametrize(("idle_since", "late"), [(999.0, 1), (1000.045, 0)])
+def test_the_event_loop_books_each_arrival_it_starts_with_the_slots_free_instant(idle_since: float,
+                                                                                 late: int) -> None:
+    """rate 10/s from t = 1000 s: arrival 0 due at 1000.0, started at 1000.05. A slot free since 999
+    makes it 50 ms late by the client; one freed at 1000.045 does not (5 ms)."""
     loop, rec = _loop(FakePgDriver(lambda sql, params, conn: OK), 10.0)
     slot = loop.slots[0]
-    slot.idle_since = 999.0
+    slot.idle_since = idle_since
     loop.idle.append(slot)
     loop._start_arrivals(1000.05)
-    assert (rec.totals()["dispatched"], rec.totals()["dispatched_late"]) == (1, 1)
-    loop2, rec2 = _loop(FakePgDriver(lambda sql, params, conn: OK), 10.0)
-    slot2 = loop2.slots[0]
-    slot2.idle_since = 1000.045
-    loop2.idle.append(slot2)
-    loop2._start_arrivals(1000.05)
-    assert (rec2.totals()["dispatched"], rec2.totals()["dispatched_late"]) == (1, 0)
+    assert (rec.totals()["dispatched"], rec.totals()["dispatched_late"]) == (1, late)
 
 
 def test_every_op_an_open_loop_ran_was_dispatched_once() -> None:
