@@ -92,7 +92,7 @@ def test_compare_single_vs_replicated_reports_difference_with_spread(lab: Invent
 
 @pytest.mark.parametrize("name", ["latency-sweep.yaml", "ramp.yaml", "compare-single-vs-replicated.yaml",
                                   "mysql-thread-ladder.yaml", "mariadb-sysbench-ladder.yaml",
-                                  "pg-pgbench-ladder.yaml"])
+                                  "pgbench-thread-ladder.yaml"])
 def test_shipped_experiments_validate(name: str) -> None:
     import yaml
 
@@ -222,12 +222,12 @@ def test_sysbench_ladder_counts_what_sysbench_reported_and_keeps_its_output(lab:
 
 
 def test_pgbench_ladder_counts_every_transaction_pgbench_logged(lab: Inventory, tmp_path: Path) -> None:
-    """pg-pgbench-ladder shortened to two steps of tpcb-like: each cell's TPS is recounted here from
+    """pgbench-thread-ladder shortened to two steps of tpcb-like: each cell's TPS is recounted here from
     the per-transaction logs pgbench wrote (tools/cell-NNN/pgbench/client-<worker>.<pid>: each
     line's end instant), those that ended in the measured window's 100 ms intervals; its p50 and p99
     come from the same transactions' latencies (pgbench gives each one's); pgbench's tables are
     made once for the ladder."""
-    text = Path("playbooks/pg-pgbench-ladder.yaml").read_text()
+    text = Path("playbooks/pgbench-thread-ladder.yaml").read_text()
     for old, new in (("workers: [4, 8, 16, 32, 64], workload: [tpcb-like, select-only]",
                       "workers: [2, 8], workload: [tpcb-like]"), ("warmup: 10s", "warmup: 2s"),
                      ("measure: 30s", "measure: 4s"), ("repeats: 3", "repeats: 1"), ("scale: 10", "scale: 1")):

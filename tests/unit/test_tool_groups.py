@@ -548,14 +548,14 @@ def test_a_sysbench_ladder_names_sysbench_tests_and_each_cell_is_one_sysbench_gr
 
 
 def test_a_pgbench_ladder_names_pgbench_scripts_and_its_tables_are_made_once() -> None:
-    """pg-pgbench-ladder: each cell is one pgbench group of `workers` clients running the cell's
+    """pgbench-thread-ladder: each cell is one pgbench group of `workers` clients running the cell's
     builtin script; select-only does not write; the two scripts share pgbench's tables, so they
     are made once per target; a sysbench test is not one of pgbench's."""
     import yaml
 
     from chaoskit.playbook.experiment import Experiment, cell_load, tables_of
 
-    exp = Experiment.model_validate(yaml.safe_load((ROOT / "playbooks" / "pg-pgbench-ladder.yaml").read_text()))
+    exp = Experiment.model_validate(yaml.safe_load((ROOT / "playbooks" / "pgbench-thread-ladder.yaml").read_text()))
     assert exp.load is not None and exp.load.tool == "pgbench" and exp.grid.workload == ("tpcb-like", "select-only")
     (group,) = cell_load("select-only", 16, 5.0, 1000, exp.load, prepare=False).client_groups()
     assert group.tool == "pgbench" and group.workers == 16
