@@ -126,21 +126,19 @@ def _words(engine: str | None) -> Any:
     return either
 
 
-def read_run(jtl: Path, settings: ImportSettings) -> tuple[Recorder, dict[str, int], list[jmeter.Sample]]:
-    """The JTL's samples booked in a Recorder, threads numbered from 1 in the order they first
-    appear in the file."""
+def read_run(jtl: Path, data: bytes, settings: ImportSettings
+             ) -> tuple[Recorder, dict[str, int], list[jmeter.Sample]]:
+    """The JTL's samples (`data`, the file's bytes) booked in a Recorder, threads numbered from 1
+    in the order they first appear in the file (the order a drill's group met them)."""
     try:
-        samples = jmeter.read_jtl(jtl, settings.timestamp)
+        samples = jmeter.parse_jtl(data, jtl, settings.timestamp)
     except jmeter.JtlError as exc:
         raise InputError(str(exc)) from None
-    except OSError as exc:
-        raise InputError(f"cannot read it: {exc.strerror}", source=str(jtl)) from None
     if not samples:
         raise InputError("no sample in it", source=str(jtl))
     threads: dict[str, int] = {}
-    with open(jtl, "rb") as fh:  # file order: the order a drill's group met them
-        for s in jmeter.JtlReader(jtl, settings.timestamp).feed(fh.read(), final=True):
-            threads.setdefault(s.thread, len(threads) + 1)
+    for s in samples:
+        threads.setdefault(s.thread, len(threads) + 1)
     rec = Recorder(min(s.t_start for s in samples), settings.interval, keep_ops=True, stall_s=settings.stall_s)
     words = _words(settings.engine)
     kind = "write" if settings.writes else "read"
@@ -177,13 +175,16 @@ def import_jtl(jtl: Path, faults: list[GivenFault], out: Path, settings: ImportS
     from chaoskit.report.imported import write_imported
     from chaoskit.report.rundir import run_dir_name
 
-    rec, threads, samples = read_run(jtl, settings)
+    try:
+        raw = jtl.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read it: {exc.strerror}", source=str(jtl)) from None
+    rec, threads, samples = read_run(jtl, raw, settings)
     t_end = max(s.t_end for s in samples)
     if not any(rec.base <= f.t_effect <= t_end for f in faults):
         raise InputError(f"no fault instant falls within the file's samples ({_utc(rec.base)} to {_utc(t_end)})",
                          source="command line", field="--fault-at")
     results = analyse(rec, faults, settings, t_end)
-    raw = jtl.read_bytes()
     run = {"schema": SCHEMA, "kind": "imported", "name": settings.name,
            "source": {"tool": "jmeter", "file": str(jtl), "sha256": hashlib.sha256(raw).hexdigest(),
                       "samples": len(samples), "failed": sum(not s.ok for s in samples), "threads": threads,

@@ -52,12 +52,19 @@ class JtlError(ValueError):
 def read_jtl(path: Path, timestamp: str = "start") -> list[Sample]:
     """Every sample, in order of their start. `timestamp`: what the file's timeStamp is ("start",
     JMeter's default as shipped, or "end" where `sampleresult.timestamp.start=false`)."""
-    reader = JtlReader(path, timestamp)
     with open(path, "rb") as fh:
-        out = reader.feed(fh.read(), final=True)
+        out = parse_jtl(fh.read(), path, timestamp)
+    out.sort(key=lambda s: (s.t_start, s.thread))
+    return out
+
+
+def parse_jtl(data: bytes, path: Path | str, timestamp: str = "start") -> list[Sample]:
+    """Every sample of a whole JTL's bytes, in the file's order (the order JMeter wrote them and a
+    drill's group read them); `path` names the file in errors."""
+    reader = JtlReader(path, timestamp)
+    out = reader.feed(data, final=True)
     if reader.header is None:
         raise JtlError(f"{path}:1: the file is empty")
-    out.sort(key=lambda s: (s.t_start, s.thread))
     return out
 
 
