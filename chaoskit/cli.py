@@ -628,6 +628,7 @@ def campaign(
     distribution: min / median / p95 / max, pass rate, a plot. Exit 0 all passed, 1 not, 3 aborted."""
     import time as _t
 
+    from chaoskit.db.roles import observed
     from chaoskit.inventory.reach import refuse_unreachable_lab
     from chaoskit.playbook.loader import load_playbook
     from chaoskit.report.campaign import run_figures, summarise, wait_healthy, write_campaign
@@ -650,7 +651,7 @@ def campaign(
         root.mkdir(parents=True, mode=0o700)
     except (ChaoskitError, OSError) as exc:
         _fail(exc if isinstance(exc, ChaoskitError) else InputError(str(exc), source=str(out_root), field="--out"))
-    cluster = inv.clusters[loaded.playbook.cluster]
+    cluster = observed(inv.clusters[loaded.playbook.cluster], inv)  # a managed service: its endpoints
     runs: list[dict[str, Any]] = []
     aborted = False
     for i in range(repeat):

@@ -12,7 +12,15 @@ from chaoskit.analysis.catchup import standby_catchup
 from chaoskit.analysis.checks import convergence_verdict, gather_convergence, split_brain
 from chaoskit.analysis.durability import lost_update_check, rpo_check
 from chaoskit.analysis.errors import error_table
-from chaoskit.analysis.failover import analyse_fault, baseline_tps, client_figures, fault_gaps, role_at
+from chaoskit.analysis.failover import (
+    MANAGED_SERVICE,
+    NO_MANAGER,
+    analyse_fault,
+    baseline_tps,
+    client_figures,
+    fault_gaps,
+    role_at,
+)
 from chaoskit.analysis.verdict import checked, merge
 from chaoskit.db.base import Driver
 from chaoskit.db.registry import driver_for
@@ -101,6 +109,7 @@ def analyse(pb: Playbook, run: DrillRecord, rec: Recorder, probe: ProbeLog, trut
     only for a multi-writer cluster (None: a single writer)."""
     base = baseline_tps(rec, run.t0 + pb.load.warmup, run.t0 + pb.baseline)
     observable = bool(run.preflight.get("ha", {}).get("manager") not in (None, "none"))
+    no_detection = None if observable else MANAGED_SERVICE if cluster is not None and cluster.managed else NO_MANAGER
     multi_writer = cluster is not None and is_multi_writer(cluster)
     # the roles as the clients meet them: in a multi-writer cluster the one writer they use
     roles = writer_view(probe, [m.host for m in cluster.members]) if multi_writer and cluster else probe
@@ -115,7 +124,7 @@ def analyse(pb: Playbook, run: DrillRecord, rec: Recorder, probe: ProbeLog, trut
         window_end = first_at[i + 1]["t_effect"] if i + 1 < len(first_at) else run.ended
         faults.append(checked(analyse_fault, f, rec, roles, baseline=base, window_end=window_end,
                               tps_fraction=pb.recovery.tps_fraction, hold=pb.recovery.hold,
-                              manager_observable=observable, promotes=not multi_writer))
+                              no_detection=no_detection, promotes=not multi_writer))
     for f, fa in zip(first_at, faults, strict=True):
         if fa.get("valid") != "unknown" and not multi_writer and \
                 role_at(probe, f["t_effect"]).get(f["host"]) == "replica":

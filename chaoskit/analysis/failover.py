@@ -104,11 +104,18 @@ def client_figures(gaps: list[Any], t_fault: float) -> dict[str, Any]:
 
 
 GROUP_ONLY = ("write_gap_s", "outages_overlap")  # figures of one client group, never of all clients together
+# why a fault has no detection signal (analyse_fault's `no_detection`), said in its notes
+NO_MANAGER = "no HA manager in this cluster (ha: none): no detection signal exists, t_detect is null"
+MANAGED_SERVICE = ("a managed service fails over by itself, out of sight (no host, no manager to ask): no detection "
+                   "signal exists, t_detect is null; its endpoints' roles are asked over SQL")
 
 
 def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, baseline: float | None,
-                  window_end: float, tps_fraction: float, hold: float, manager_observable: bool,
+                  window_end: float, tps_fraction: float, hold: float, no_detection: str | None = None,
                   promotes: bool = True) -> dict[str, Any]:
+    """One disturbance's figures from the clients' history and the probe's log. `no_detection` is
+    why no detection signal exists (no manager, a managed service, an imported run; it becomes a
+    note); None when the HA manager's events are in the log."""
     t_fault = fault["t_effect"]
     gaps = fault_gaps(rec, fault, window_end)
     out: dict[str, Any] = {"id": fault["id"], "kind": fault["kind"], "target_host": fault["host"],
@@ -158,9 +165,9 @@ def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, base
                                 f"+{span['from_s']:.3f}s to +{span['to_s']:.3f}s (as polled)")
 
     t_detect, detect_how, detect_unc = _detect(probe, t_fault, window_end, fault.get("offset_uncertainty_s") or 0.0) \
-        if manager_observable else (None, None, None)
-    if not manager_observable:
-        out["notes"].append("no HA manager in this cluster (ha: none): no detection signal exists, t_detect is null")
+        if no_detection is None else (None, None, None)
+    if no_detection is not None:
+        out["notes"].append(no_detection)
     elif t_detect is None:
         out["notes"].append("the HA manager showed no reaction (leader change or leader state change)")
     if outcome["outcome"] == "no_reaction" and t_detect is not None and promotes:

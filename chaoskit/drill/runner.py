@@ -20,6 +20,7 @@ from chaoskit.faults.manager import FaultManager, _discovered_roles
 from chaoskit.faults.spec import CLIENT
 from chaoskit.faults.targets import RoleView, fault_hosts, split_target
 from chaoskit.faults.ttl import DRILL_HEAL_MARGIN_S
+from chaoskit.guard import cluster_hosts
 from chaoskit.ha.base import HAManager
 from chaoskit.ha.registry import manager_for
 from chaoskit.healing import Undo
@@ -104,6 +105,9 @@ class Drill:
                  progress: Progress | None) -> None:
         self.inputs, self.parts, self.out, self.progress = inputs, parts, out, progress
         self.pb, self.cluster, self.clock = inputs.playbook, inputs.cluster, parts.clock
+        # the cluster as the inventory declares it: what the load and the client link are routed
+        # by (a managed service's endpoints, never the members that stand in for them in the probe)
+        self.declared = inputs.inventory.clusters[self.pb.cluster]
         self.record = DrillRecord(started=self.clock.now(), sink=out.event if out is not None else None)
         self.pool: RemotePool | None = None
         self.driver: Driver | None = None  # made once; each purpose tunes its timeouts from it
@@ -136,7 +140,7 @@ class Drill:
         HA manager and fault manager."""
         with self.parts.pool(self.inputs.inventory) as pool:
             self.pool = pool
-            self.driver = self.parts.driver(self.cluster, self.inputs.inventory)
+            self.driver = self.parts.driver(self.declared, self.inputs.inventory)
             self.ha = self.parts.ha(self.cluster, self.inputs.inventory, pool)
             self.fm = FaultManager(self.inputs.inventory, pool, roles=self._live_roles,
                                    journal_root=self.parts.journal_root, clock=self.clock.now)
@@ -184,11 +188,11 @@ class Drill:
         clean relays on the control node for the whole drill (the step changes their toxics)."""
         assert self.driver is not None and self.fm is not None
         if not any(split_target(f.target)[0] == CLIENT for st in self.pb.steps for f in st.specs):
-            self.load_route = (self.cluster, self.driver)
+            self.load_route = (self.declared, self.driver)
             yield
             return
         ttl = self.pb.duration + self.pb.recovery.within + 600
-        with ClientLink(self.cluster, self.inputs.inventory, ttl=ttl, driver=self.driver) as link:
+        with ClientLink(self.declared, self.inputs.inventory, ttl=ttl, driver=self.driver) as link:
             self.fm.client_link = link
             self.load_route = (link.cluster, self.parts.driver(link.cluster, self.inputs.inventory))
             self.record.event("client_link", self.clock.now(), relays=link.driver.endpoints(),
@@ -233,7 +237,8 @@ class Drill:
         control node, every second until the load stopped (`chaoskit.hostmetrics`)."""
         assert self.pool is not None
         inv = self.inputs.inventory
-        hosts = list(dict.fromkeys([m.host for m in self.cluster.members] + fault_hosts(self.pb.steps, inv)))
+        # the inventory's members: a managed service's endpoints stand in for members but have no host
+        hosts = list(dict.fromkeys(cluster_hosts(inv, self.pb.cluster) + fault_hosts(self.pb.steps, inv)))
         sampler = self.parts.metrics(inv, self.pool, hosts)
         sampler.start()
         try:

@@ -159,8 +159,7 @@ def analyse(rec: Recorder, faults: list[GivenFault], settings: ImportSettings, t
     for i, f in enumerate(ordered):
         window_end = ordered[i + 1].t_effect if i + 1 < len(ordered) else t_end
         fa = analyse_fault(f.as_fault(), rec, ProbeLog(), baseline=base, window_end=window_end,
-                           tps_fraction=settings.tps_fraction, hold=settings.hold_s, manager_observable=False)
-        fa["notes"] = [n for n in fa.get("notes", []) if "no HA manager" not in n] + [NO_PROBE]
+                           tps_fraction=settings.tps_fraction, hold=settings.hold_s, no_detection=NO_PROBE)
         fa.update({"outcome": "not_observed", "outcome_text": "not observed: an imported run has no role probe",
                    "primary_at_fault": None})
         out.append(fa)

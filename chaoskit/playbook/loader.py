@@ -103,6 +103,29 @@ def _earlier_fault(pb: Playbook, i: int, target: str, doc: object, path: tuple) 
         raise doc.error(path, f"{target}: steps[{n}] is not a fault scheduled before this step")  # type: ignore[attr-defined]
 
 
+MANAGED_STEPS = ("is managed (no host to SSH into): a drill on it runs the load, faults on its client link "
+                 "(target: client, relays on this machine) and SQL probes of its endpoints only")
+
+
+def _managed_drill(pb: Playbook, doc: object) -> None:
+    """A drill on a managed service: what needs a host (a fault on a member or any host, an action
+    on a member) or reads the members one by one (replica_convergence) is refused; its client link,
+    the load and the endpoints' SQL roles are all it has."""
+    for i, step in enumerate(pb.steps):
+        if step.action is not None:
+            raise doc.error(("steps", i, "action"), f"cluster {pb.cluster!r} {MANAGED_STEPS}; "  # type: ignore[attr-defined]
+                                                    f"{step.action.kind} needs a member's host or its HA manager")
+        for j, fault in enumerate(step.specs):
+            if split_target(fault.target)[0] != CLIENT or fault.cluster not in (None, pb.cluster):
+                where = ("steps", i, "fault", "target") if step.fault else ("steps", i, "faults", j, "target")
+                raise doc.error(where, f"cluster {pb.cluster!r} {MANAGED_STEPS}; not "  # type: ignore[attr-defined]
+                                       f"{fault.target!r}")
+    if "replica_convergence" in pb.checks:
+        raise doc.error(("checks",), f"cluster {pb.cluster!r} is managed: replica_convergence reads each member "  # type: ignore[attr-defined]
+                                     "on its own, and a service's replicas are not reachable one by one (rpo and "
+                                     "split_brain are judged through its endpoints)")
+
+
 def check_against_inventory(pb: Playbook, inventory: Inventory, doc: object) -> None:
     from chaoskit.ha.registry import managers
 
@@ -110,10 +133,8 @@ def check_against_inventory(pb: Playbook, inventory: Inventory, doc: object) -> 
         raise doc.error(("cluster",), f"unknown cluster {pb.cluster!r}; inventory {inventory.source} has: "  # type: ignore[attr-defined]
                                       f"{', '.join(sorted(inventory.clusters)) or 'none'}")
     cl = inventory.clusters[pb.cluster]
-    if cl.managed:  # a drill probes, faults and recounts on the members' hosts: a managed service has none
-        raise doc.error(("cluster",), f"cluster {pb.cluster!r} is managed (no host to SSH into, no members): "  # type: ignore[attr-defined]
-                                      "drills need its members; measure it with an experiment (load and "
-                                      "link: {source: client} run on this machine)")
+    if cl.managed:
+        _managed_drill(pb, doc)
     manager = managers()[cl.ha.kind]
     unknown = set(pb.settings) - manager.changeable_settings
     if unknown:

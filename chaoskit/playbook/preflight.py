@@ -14,6 +14,7 @@ from typing import Any
 
 from chaoskit.db.base import Driver
 from chaoskit.db.registry import driver_for
+from chaoskit.db.roles import observed
 from chaoskit.errors import PreflightError
 from chaoskit.faults.manager import FaultManager
 from chaoskit.faults.registry import kind_of
@@ -38,6 +39,11 @@ MY_SETTINGS = ("version", "sync_binlog", "innodb_flush_log_at_trx_commit", "max_
                "rpl_semi_sync_replica_enabled", "rpl_semi_sync_master_wait_point", "rpl_semi_sync_master_timeout")
 
 
+MANAGED_PREFLIGHT = ("managed service: no host checks (no SSH, clock offsets, capabilities, host logs or host "
+                     "metrics but this machine's); checked over SQL only: each of its {n} endpoint(s) answering, "
+                     "exactly one writable, its settings and connection headroom")
+
+
 def touched_hosts(pb: Playbook, inv: Inventory) -> list[str]:
     """Every host a step may change: the cluster's members and any host a step names (by name or
     by tag: the production guard must see the etcd host a `tag:` target stops)."""
@@ -53,9 +59,9 @@ def touched_hosts(pb: Playbook, inv: Inventory) -> list[str]:
 
 def run_preflight(pb: Playbook, inv: Inventory, pool: RemotePool, ha: HAManager, fm: FaultManager,
                   allow_production: bool, driver: Driver | None = None) -> dict[str, Any]:
-    cluster = inv.clusters[pb.cluster]
+    cluster = observed(inv.clusters[pb.cluster], inv)  # a managed service: its endpoints stand in for members
     driver = driver or driver_for(cluster, inv)
-    hosts = touched_hosts(pb, inv)
+    hosts = touched_hosts(pb, inv)  # a managed service has none: its steps are its client link only
     production = refuse_production(inv, hosts, [pb.cluster], allow=allow_production)
     offsets = fan_out_pool(pool, measure_offset, hosts)
     caps = fan_out_pool(pool, probe_capabilities, hosts)
@@ -98,7 +104,7 @@ def run_preflight(pb: Playbook, inv: Inventory, pool: RemotePool, ha: HAManager,
     if lagging:
         raise PreflightError(f"replication lag too high before the drill: {', '.join(lagging)}")
     bound = ha.detection_bound_s()
-    warnings = []
+    warnings = [MANAGED_PREFLIGHT.format(n=len(cluster.members))] if cluster.managed else []
     for i, step in enumerate(pb.steps):
         if step.expect == "failover" and step.duration is not None and bound and step.duration <= bound:
             why = (f"steps[{i}] expects a failover but lasts {step.duration:g}s, and {ha.kind} notices a "

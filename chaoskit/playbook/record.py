@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from chaoskit.db.roles import observed
 from chaoskit.faults.manager import InjectedFault
 from chaoskit.hostmetrics import HostSeries
 from chaoskit.inventory.models import Cluster, Inventory
@@ -50,7 +51,9 @@ class DrillInputs:
 
     @property
     def cluster(self) -> Cluster:
-        return self.inventory.clusters[self.playbook.cluster]
+        """The cluster as the drill watches it: the inventory's, or for a managed service its
+        endpoints standing in for members (`db.roles.observed`)."""
+        return observed(self.inventory.clusters[self.playbook.cluster], self.inventory)
 
     @property
     def evidence(self) -> Audit:

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from chaoskit.db.base import Driver
-from chaoskit.db.roles import sql_roles
+from chaoskit.db.roles import observed, sql_roles
 from chaoskit.inventory.models import Cluster, Inventory
 
 
@@ -38,8 +38,11 @@ def writer_roles(cluster: Cluster, inventory: Inventory) -> dict[str, str]:
 
 def discover_roles(cluster: Cluster, inventory: Inventory, manager: Any = None,
                    driver: Driver | None = None) -> list[MemberRole]:
+    """Each member's role as its server says and as the manager says (a managed service: each
+    endpoint's, as its server says)."""
     from chaoskit.ha.registry import manager_for
 
+    cluster = observed(cluster, inventory)
     sql = sql_roles(cluster, inventory, driver)
     ha = manager or manager_for(cluster, inventory)
     views = {} if ha.kind == "none" else {v.member: v for v in ha.members()}

@@ -376,10 +376,16 @@ class LoadRunner:
         deadline = time.time() + 60
         while ready < nproc:
             try:
-                kind, *_ = self._queue.get(timeout=max(0.1, deadline - time.time()))
+                kind, *_ = self._queue.get(timeout=min(1.0, max(0.1, deadline - time.time())))
             except queue.Empty:
-                self._abort()
-                raise RuntimeError("load worker processes did not start") from None
+                # a worker that died getting ready (its traceback went to stderr) is said at once,
+                # not after the minute the others may take to connect
+                dead = [p.exitcode for p in self._procs if p.exitcode is not None]
+                if dead or time.time() >= deadline:
+                    self._abort()
+                    why = f"{len(dead)} exited (codes {dead}) before they were ready" if dead else "not ready in 60 s"
+                    raise RuntimeError(f"load worker processes did not start: {why}") from None
+                continue
             ready += kind == "ready"
         self.t_start = time.time() + start_delay
         start_at.value = self.t_start

@@ -284,6 +284,17 @@ def test_routes_compared_under_the_same_added_delay(lab: Inventory, tmp_path: Pa
     assert " at +5 ms" in line and line.endswith("(median of 2 repeats at each delay)")
 
 
+def without_ssh(tmp_path: Path) -> Path:
+    """The lab inventory with an SSH key that does not exist: a run that needed any host fails."""
+    import yaml
+
+    inv = yaml.safe_load(Path(INV).read_text())
+    inv["defaults"]["key_file"] = str(tmp_path / "no-such-key")
+    inventory = tmp_path / "lab-no-ssh.yaml"
+    inventory.write_text(yaml.safe_dump(inv, sort_keys=False))
+    return inventory
+
+
 def test_a_managed_database_swept_from_the_control_node_only(lab: Inventory, tmp_path: Path) -> None:
     """The shipped managed sweep, shortened, against the lab's MariaDB declared as a managed service,
     with an inventory whose SSH key does not exist: nothing may need a host. Bounds from the
@@ -292,10 +303,7 @@ def test_a_managed_database_swept_from_the_control_node_only(lab: Inventory, tmp
     transactions/s (each has at least its 10 point selects, one round trip each)."""
     import yaml
 
-    inv = yaml.safe_load(Path(INV).read_text())
-    inv["defaults"]["key_file"] = str(tmp_path / "no-such-key")
-    inventory = tmp_path / "lab-no-ssh.yaml"
-    inventory.write_text(yaml.safe_dump(inv, sort_keys=False))
+    inventory = without_ssh(tmp_path)
     data = yaml.safe_load(Path("playbooks/managed-mysql-latency-sweep.yaml").read_text())
     data.update({"grid": {"delay_ms": [0, 5], "workers": [8], "workload": ["oltp_read_write", "update"]},
                  "warmup": "1s", "measure": "3s"})
@@ -321,3 +329,42 @@ def test_a_managed_database_swept_from_the_control_node_only(lab: Inventory, tmp
     assert cells[("oltp_read_write", 0.0)]["p50_ms"] is None
     assert cells[("oltp_read_write", 0.0)]["tool_p99_ms_median_of_seconds"] is not None
     assert list((run_dir / "tools").glob("cell-*/sysbench/*"))  # what sysbench wrote, kept
+
+
+def test_a_managed_database_drilled_through_its_client_link_only(lab: Inventory, tmp_path: Path) -> None:
+    """The shipped managed drill, shortened (link down 3 s, then 5 ms each way for 5 s), on the lab's
+    MariaDB declared as a managed service, with no SSH key: the endpoints' roles come over SQL, the
+    client link's relays run here, nothing reaches a host. What holds in every run: no write is
+    acknowledged while the link is down (the first comes after the relays open again); nothing
+    acknowledged is lost (recounted through the endpoints); the service, untouched, keeps its
+    primary; with 10 ms added to each round trip, 8 clients acknowledge at most 100 writes a second
+    each (plus one each already on its way when the delay began)."""
+    from drillrun import shortened
+
+    inventory = without_ssh(tmp_path)
+    path = shortened("playbooks/managed-mysql-client-link.yaml", tmp_path, ["7s", "14s"], "22s", ["3s", "5s"])
+    res = subprocess.run(["chaoskit", "run", str(path), "-i", str(inventory), "--out", str(tmp_path / "runs")],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode in (0, 1), res.stdout + res.stderr
+    (run_dir,) = sorted((tmp_path / "runs").glob("*"))
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["aborted"] is None and run["refused"] is None, res.stdout + res.stderr
+    endpoints = {e for e in lab.clusters["mariadb-managed"].endpoints}
+    before = {r["member"]: r["sql_role"] for r in run["roles_before"]}
+    assert set(before) == endpoints and sorted(before.values()).count("primary") == 1
+    primary = next(m for m, r in before.items() if r == "primary")
+    assert run["clock_offsets"] == {} and run["logs"] == [] and set(run["host_metrics"]) == {"control"}
+    assert run["preflight_warnings"][0].startswith("managed service: no host checks")
+    down, slow = run["results"]["faults"]
+    assert down["outage"] and down["t_first_ok"] >= down["t_reverted"], down
+    assert down["rto_first_client_s"] >= down["t_reverted"] - down["t_fault"] and down["t_detect"] is None
+    assert any(n.startswith("a managed service fails over by itself") for n in down["notes"])
+    for fault in (down, slow):
+        assert fault["primary_at_fault"] == primary and fault["outcome"] == "no_reaction", fault
+    effect = slow["effect"]
+    window = min(slow["t_reverted"], slow["window_end"]) - slow["t_fault"]
+    assert effect["window_s"] == pytest.approx(window, abs=0.01)
+    assert effect["writes_ok"] <= 8 * (window / 0.010 + 1), effect
+    rpo = run["results"]["checks"]["rpo"]
+    assert rpo["valid"] is True and rpo["lost_acknowledged"] == 0 and rpo["phantoms"] == 0, rpo
+    assert run["results"]["checks"]["split_brain"]["valid"] is True

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from chaoskit.analysis.checks import split_brain
-from chaoskit.analysis.failover import analyse_fault, baseline_tps
+from chaoskit.analysis.failover import NO_MANAGER, analyse_fault, baseline_tps
 from chaoskit.analysis.verdict import checked, merge
 from chaoskit.ha.base import ManagerEvent
 from chaoskit.recorder import FAIL, INFO, OK, SEQUENCE, Recorder
@@ -51,8 +51,7 @@ def test_phases_are_exact_and_ordered() -> None:
     base = baseline_tps(rec, T0 + 3, T0 + 15)
     assert base == pytest.approx(200, rel=0.02)
     fault = {"id": "f1", "kind": "kill", "host": "pg1", "t_effect": FAULT, "t_reverted": None}
-    r = analyse_fault(fault, rec, probe, baseline=base, window_end=T0 + 45, tps_fraction=0.9, hold=3,
-                      manager_observable=True)
+    r = analyse_fault(fault, rec, probe, baseline=base, window_end=T0 + 45, tps_fraction=0.9, hold=3)
     assert r["outage"] and r["old_primary"] == "pg1" and r["new_primary"] == "pg2"
     assert r["t_last_ok"] == pytest.approx(FAULT + 0.003, abs=1e-4)  # worker 1 at +3 ms (t drifts by float sums)
     assert r["t_first_err"] > FAULT
@@ -71,7 +70,7 @@ def test_no_manager_signal_gives_null_detect_with_reason() -> None:
     rec, probe = history()
     fault = {"id": "f1", "kind": "kill", "host": "pg1", "t_effect": FAULT}
     r = analyse_fault(fault, rec, probe, baseline=200, window_end=T0 + 45, tps_fraction=0.9, hold=3,
-                      manager_observable=False)
+                      no_detection=NO_MANAGER)
     assert r["t_detect"] is None and r["phases"]["detection_s"] is None and r["phases"]["promotion_s"] is None
     assert any("no HA manager in this cluster" in n for n in r["notes"])
     assert r["rto_first_client_s"] is not None
@@ -80,8 +79,7 @@ def test_no_manager_signal_gives_null_detect_with_reason() -> None:
 def test_fault_without_outage_has_no_phases() -> None:
     rec, probe = history()
     fault = {"id": "f2", "kind": "kill", "host": "pg3", "t_effect": T0 + 5, "t_reverted": T0 + 8}
-    r = analyse_fault(fault, rec, probe, baseline=200, window_end=T0 + 10, tps_fraction=0.9, hold=3,
-                      manager_observable=True)
+    r = analyse_fault(fault, rec, probe, baseline=200, window_end=T0 + 10, tps_fraction=0.9, hold=3)
     assert r["outage"] is False and r["rto_first_client_s"] is None and all(v is None for v in r["phases"].values())
     assert r["effect"]["baseline_tps"] == 200 and "dip_depth" in r["effect"]
 
@@ -124,7 +122,7 @@ def test_errors_just_before_t_fault_belong_to_the_fault() -> None:
     fault = {"id": "f", "kind": "kill", "host": "pg1", "t_effect": FAULT, "t_apply_start": FAULT - 0.003,
              "offset_uncertainty_s": 0.001}
     r = analyse_fault(fault, rec, probe, baseline=None, window_end=FAULT + 10, tps_fraction=0.9, hold=1,
-                      manager_observable=False)
+                      no_detection=NO_MANAGER)
     assert set(r["per_client_rto_s"]) == {"1", "2"}
     assert r["t_first_ok"] == pytest.approx(FAULT + 3.001) and r["rto_first_client_s"] == pytest.approx(3.001, abs=1e-6)
     assert r["rto_all_clients_s"] == pytest.approx(3.501, abs=1e-6)  # worker 2, the last one back

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from chaoskit.analysis.catchup import standby_catchup
-from chaoskit.analysis.failover import analyse_fault, fault_outcome, nearest_rank
+from chaoskit.analysis.failover import NO_MANAGER, analyse_fault, fault_outcome, nearest_rank
 from chaoskit.ha.base import ManagerEvent
 from chaoskit.recorder import FAIL, OK, SEQUENCE, Recorder
 from chaoskit.topology.probe import ProbeLog
@@ -51,7 +51,7 @@ def fault(t_effect: float = 110.0, **extra: object) -> dict:
 def analyse(rec: Recorder, log: ProbeLog, f: dict | None = None, *, window_end: float = 130.0,
             baseline: float | None = 2.0, observable: bool = True) -> dict:
     return analyse_fault(f or fault(), rec, log, baseline=baseline, window_end=window_end, tps_fraction=0.9,
-                         hold=3.0, manager_observable=observable)
+                         hold=3.0, no_detection=None if observable else NO_MANAGER)
 
 
 # Restart in place: ops ok up to k = 21 (110.75), fail 22..29, ok from 30 (115.25); pg1 primary
@@ -408,7 +408,7 @@ def test_a_value_exactly_at_the_recovery_threshold_counts() -> None:
     """Threshold 0.5 x 2 = 1.0/s: the rolling value 1.0 at 115.5 (k 29 failed, k 30 ok) starts the
     hold, which lasts (values 1.0 then 2.0): recovered at 115.5."""
     r = analyse_fault(fault(), history(RESTART_FAILING), restart_roles(), baseline=2.0, window_end=130.0,
-                      tps_fraction=0.5, hold=3.0, manager_observable=True)
+                      tps_fraction=0.5, hold=3.0, )
     assert r["t_recovered"] == 115.5
 
 

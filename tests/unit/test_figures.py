@@ -74,7 +74,7 @@ def result() -> dict:
     assert base == 16.0
     fault = {"id": "f", "kind": "kill", "host": "pg1", "t_effect": F, "t_reverted": None}
     return analyse_fault(fault, rec, probe(), baseline=base, window_end=1030.0, tps_fraction=0.9, hold=3.0,
-                         manager_observable=True)
+                         )
 
 
 def test_outage_edges(result: dict) -> None:

@@ -168,7 +168,7 @@ def test_no_promotion_in_a_multi_writer_cluster() -> None:
                                              "view 7 -> 8, size 3 -> 2, Primary", uncertainty_s=0.1))
     fault = {"id": "f0", "kind": "kill", "host": "galera1", "t_effect": 100.0}
     out = analyse_fault(fault, rec, probe, baseline=None, window_end=140.0, tps_fraction=0.9, hold=3.0,
-                        manager_observable=True, promotes=False)
+                        promotes=False)
     assert out["t_promoted"] is None and out["outcome"] == "failover" and out["new_primary"] == "galera2"
     assert out["rto_first_client_s"] == pytest.approx(6.21, abs=1e-6)  # first ok write done at 106.2 + 0.01
     assert out["phases"]["detection_s"] == pytest.approx(6.0) and out["phases"]["promotion_s"] is None

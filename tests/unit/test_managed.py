@@ -1,5 +1,6 @@
 """A managed cluster (a cloud service with no host to SSH into): declared by its endpoints only,
-refused where a host is needed (drills, host links), measured by experiments whose load and client
+refused where a host is needed (host faults, actions, host links), drilled through its client
+link with its endpoints standing in for members, measured by experiments whose load and client
 link run on the control node; an experiment's grid may mix chaoskit's workloads and the tool's."""
 
 from __future__ import annotations
@@ -11,8 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from chaoskit.errors import InputError
+from chaoskit.db.mysql import MySQLDriver
+from chaoskit.db.roles import observed
+from chaoskit.errors import InputError, PreflightError
+from chaoskit.faults.manager import FaultManager
 from chaoskit.inventory import load_inventory
+from chaoskit.inventory.fanout import RemotePool
 from chaoskit.playbook.experiment import ToolConfig, cell_load, summarise
 from chaoskit.playbook.loader import load_playbook
 
@@ -48,16 +53,117 @@ def test_a_managed_postgres_by_its_dsn(tmp_path: Path) -> None:
     assert inv.evidence()["clusters"]["c"]["managed"] is True
 
 
-def test_a_drill_on_a_managed_cluster_is_refused_at_validate(tmp_path: Path) -> None:
+def test_the_shipped_managed_drill_validates_and_cuts_only_the_client_link() -> None:
+    pb = load_playbook(ROOT / "playbooks" / "managed-mysql-client-link.yaml", load_inventory(LAB)).playbook
+    assert pb.cluster == "mariadb-managed" and [f.target for st in pb.steps for f in st.specs] == ["client", "client"]
+    assert "replica_convergence" not in pb.checks
+
+
+@pytest.mark.parametrize("old, new, field, words", [
+    # a fault on a member's host (its server process): there is no host
+    ("cluster: mariadb\n", "cluster: mariadb-managed\n", "steps[0].fault.target", "not 'role:primary'"),
+    # an action needs a member's host or the manager
+    ("    fault: {kind: kill, target: \"role:primary\", processes: [mariadb], duration: 5s}\n",
+     "    action: {kind: restart, target: my1}\n", "steps[0].action", "restart needs a member's host"),
+    # the members one by one are out of reach
+    ("    fault: {kind: kill, target: \"role:primary\", processes: [mariadb], duration: 5s}\n",
+     "    fault: {kind: proxy, target: client, down: true, duration: 5s}\n", "checks",
+     "replica_convergence reads each member on its own"),
+])
+def test_a_drill_on_a_managed_cluster_refuses_what_needs_a_host(tmp_path: Path, old: str, new: str, field: str,
+                                                                 words: str) -> None:
     text = (ROOT / "playbooks" / "mariadb-crash-primary.yaml").read_text()
+    assert old in text and "cluster: mariadb\n" in text and "replica_convergence" in text
     path = tmp_path / "pb.yaml"
-    path.write_text(text.replace("cluster: mariadb\n", "cluster: mariadb-managed\n", 1))
+    path.write_text(text.replace("cluster: mariadb\n", "cluster: mariadb-managed\n", 1).replace(old, new, 1))
     with pytest.raises(InputError) as info:
         load_playbook(path, load_inventory(LAB))
-    assert info.value.field == "cluster" and "is managed (no host to SSH into, no members)" in info.value.detail
+    assert info.value.field == field and words in info.value.detail, info.value.one_line()
     res = subprocess.run([sys.executable, "-m", "chaoskit.cli", "validate", str(path), "-i", str(LAB)],
                          capture_output=True, text=True, timeout=60)
-    assert res.returncode == 2 and "cluster: cluster 'mariadb-managed' is managed" in res.stderr, res.stderr
+    (line,) = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2 and f": {field}: " in line and "mariadb-managed" in line, res.stderr
+
+
+def test_a_managed_services_endpoints_stand_in_for_its_members(tmp_path: Path) -> None:
+    """MySQL: each `endpoints` entry; PostgreSQL: each host
+    of the DSN with its port (one port for all, or one each); an IPv6 address in brackets. A cluster
+    with hosts is itself."""
+    my = load_inventory(_inventory(tmp_path, "engine: mysql\nmanaged: true\nuser: u\n"
+                                              "endpoints: ['10.1.0.7:3306', 'db.example:3307']\n"))
+    seen = observed(my.clusters["c"], my)
+    assert [(m.host, m.db_address, m.db_port) for m in seen.members] == [
+        ("10.1.0.7:3306", "10.1.0.7", 3306), ("db.example:3307", "db.example", 3307)]
+    assert seen.managed and my.clusters["c"].members == ()  # the inventory's cluster is untouched
+    assert [my.member_address(m) for m in seen.members] == ["10.1.0.7", "db.example"]
+    pg = load_inventory(_inventory(tmp_path, "engine: postgres\nmanaged: true\nuser: u\ndsn: host=a.example,::1 "
+                                              "port=5433,5434 target_session_attrs=read-write\n"))
+    assert [(m.host, m.db_port) for m in observed(pg.clusters["c"], pg).members] == [
+        ("a.example:5433", 5433), ("[::1]:5434", 5434)]
+    one = load_inventory(_inventory(tmp_path, "engine: postgres\nmanaged: true\nuser: u\ndsn: host=b.example\n"))
+    assert [m.host for m in observed(one.clusters["c"], one).members] == ["b.example:5432"]
+    lab = load_inventory(LAB)
+    assert observed(lab.clusters["mariadb"], lab) is lab.clusters["mariadb"]
+
+
+class _Endpoints(MySQLDriver):
+    """A MySQL driver whose servers are a dict: endpoint address -> writable (None: refuses)."""
+
+    def __init__(self, *args: object, servers: dict[str, bool | None], **kw: object) -> None:
+        super().__init__(*args, **kw)  # type: ignore[arg-type]
+        self.servers = servers
+
+    def password(self) -> str | None:
+        return "unused"  # (the lab's secret file exists only while the lab is up)
+
+    def _connect(self, host: str, port: int) -> object:
+        if self.servers.get(host) is None:
+            raise ConnectionRefusedError(f"{host}:{port} refused")
+        return host
+
+    def is_writable(self, conn: object) -> bool:
+        return bool(self.servers[str(conn)])
+
+    def query(self, conn: object, sql: str, params: tuple | list = ()) -> list[tuple]:
+        return [(151,)] if "max_connections" in sql else [("10.11.6",)]
+
+    @staticmethod
+    def close_quietly(conn: object) -> None:
+        pass
+
+
+def _no_host(name: str) -> object:
+    raise AssertionError(f"the preflight of a managed service reached host {name}")
+
+
+def test_a_managed_preflight_asks_the_endpoints_over_sql_and_no_host(tmp_path: Path) -> None:
+    from chaoskit.db.roles import sql_roles
+    from chaoskit.ha.none import NoManager, sql_member_view
+    from chaoskit.playbook.preflight import run_preflight
+
+    inv = load_inventory(LAB)
+    pb = load_playbook(ROOT / "playbooks" / "managed-mysql-client-link.yaml", inv).playbook
+    cluster = observed(inv.clusters["mariadb-managed"], inv)
+    first, second = (m.db_address for m in cluster.members)
+
+    def preflight(servers: dict[str, bool | None]) -> dict:
+        driver = _Endpoints(inv.clusters["mariadb-managed"], inv, servers=servers)
+        ha = NoManager(cluster, inv, None)
+        # ha: none's view is the servers' own answers, asked here through the scripted driver
+        ha.members = lambda: [sql_member_view(m, r, e)  # type: ignore[method-assign]
+                              for m, (r, e) in sql_roles(cluster, inv, driver).items()]
+        pool = RemotePool(inv, factory=_no_host)  # type: ignore[arg-type]
+        return run_preflight(pb, inv, pool, ha, FaultManager(inv, pool), False, driver=driver)
+
+    pf = preflight({first: False, second: True})
+    assert pf["primary_before"] == f"{second}:3306" and pf["clock_offsets"] == {} and pf["capabilities"] == {}
+    assert [(r["member"], r["sql_role"]) for r in pf["roles_before"]] == [(f"{first}:3306", "replica"),
+                                                                         (f"{second}:3306", "primary")]
+    assert pf["warnings"][0].startswith("managed service: no host checks") and "its 2 endpoint(s)" in pf["warnings"][0]
+    with pytest.raises(PreflightError, match=rf"down=\['{first}:3306 \("):
+        preflight({first: None, second: True})
+    with pytest.raises(PreflightError, match="leaders=none"):
+        preflight({first: False, second: False})
 
 
 def test_an_experiment_may_delay_only_a_managed_clusters_client_link(tmp_path: Path) -> None:
