@@ -709,7 +709,7 @@ def experiment_run(
         inv = _inventory(inventory, reach=False)
         doc = load_yaml(experiment)
         try:
-            exp = Experiment.model_validate(doc.data)
+            exp = Experiment.model_validate(doc.data, context={"base_dir": str(Path(experiment).parent)})
         except ValidationError as exc:
             raise raise_validation(exc, doc) from None
         from chaoskit.playbook.loader import tool_engine_refusal

@@ -26,7 +26,7 @@ from chaoskit.hostmetrics import HOST_CPU_PREFIX, sampler_for, window_means
 from chaoskit.interrupts import stop_signals_interrupt
 from chaoskit.inventory.models import Inventory
 from chaoskit.models import Frozen
-from chaoskit.playbook.models import Seconds
+from chaoskit.playbook.models import JmeterConfig, Seconds
 from chaoskit.playbook.preflight import describe_ha, read_settings
 from chaoskit.recorder import Recorder, error_rate
 from chaoskit.tools import MEASURES
@@ -104,23 +104,36 @@ class Grid(Frozen):
     synchronous_mode: tuple[bool, ...] = ()
 
 
-class ToolConfig(Frozen):
-    """An experiment whose load a tool makes (seed 002 ran its ladder with sysbench): which tool,
-    and its tables; the grid's `workload` names the tool's tests (sysbench: oltp_*; pgbench: its
-    builtin scripts, tpcb-like, simple-update, select-only, on tables of `scale`)."""
+JMETER_TEST = "jmeter"  # the grid's workload that runs the experiment's JMeter plan
 
-    tool: Literal["sysbench", "pgbench"] = "sysbench"
+
+class ToolConfig(Frozen):
+    """An experiment whose load a tool makes (seed 002 ran its ladder with sysbench, seed 003 its
+    gradient with JMeter): which tool, and its tables or plan; the grid's `workload` names the
+    tool's tests (sysbench: oltp_*; pgbench: its builtin scripts, tpcb-like, simple-update,
+    select-only, on tables of `scale`; JMeter: `jmeter`, the plan, whose threads each cell sets
+    through the property chaoskit.threads)."""
+
+    tool: Literal["sysbench", "pgbench", "jmeter"] = "sysbench"
     tables: int = Field(4, ge=1, le=1000)  # sysbench
     table_size: int = Field(10_000, ge=1, le=100_000_000)  # sysbench
     scale: int = Field(1, ge=1, le=10_000)  # pgbench
+    jmeter: JmeterConfig | None = None  # the plan and the JMeter to run it (paths relative to the experiment)
     prepare: bool = True
+
+    @model_validator(mode="after")
+    def _jmeter_plan(self) -> ToolConfig:
+        if (self.tool == "jmeter") != (self.jmeter is not None):
+            raise ValueError("a JMeter load needs jmeter: {plan: my-plan.jmx}" if self.tool == "jmeter" else
+                             f"jmeter: {{...}} is for tool: jmeter, not {self.tool}")
+        return self
 
     @property
     def tests(self) -> tuple[str, ...]:
         """The names a cell's workload may take to run this tool."""
         from chaoskit.tools import pgbench, sysbench
 
-        return sysbench.TESTS if self.tool == "sysbench" else pgbench.BUILTIN_SCRIPTS
+        return {"sysbench": sysbench.TESTS, "pgbench": pgbench.BUILTIN_SCRIPTS, "jmeter": (JMETER_TEST,)}[self.tool]
 
 
 class Experiment(Frozen):
@@ -163,6 +176,26 @@ class Experiment(Frozen):
             if name not in known:
                 who = f"workloads or {self.load.tool} tests" if self.load is not None else "workloads"
                 raise ValueError(f"grid.workload {name!r} is not one of the {who}: {', '.join(known)}")
+        return self
+
+    @model_validator(mode="after")
+    def _plan_threads_follow_the_grid(self) -> Experiment:
+        """A JMeter cell's clients are its plan's threads: the plan must run `workers` threads when
+        chaoskit.threads is set to it (a thread group of `${__P(chaoskit.threads,N)}`), else the
+        cells would all measure the plan's own count under other names."""
+        from chaoskit.tools import jmeter
+
+        if self.load is None or self.load.jmeter is None or JMETER_TEST not in self.grid.workload:
+            return self
+        for workers in self.grid.workers:
+            try:
+                threads = jmeter.plan_threads(self.load.jmeter.plan, {jmeter.THREADS_PROPERTY: workers})
+            except jmeter.PlanError as exc:
+                raise ValueError(str(exc)) from None
+            if threads != workers:
+                raise ValueError(f"grid.workers {workers}: the plan runs {threads or 'an unknown number of'} threads "
+                                 f"with {jmeter.THREADS_PROPERTY}={workers}; a JMeter ladder's thread group takes its "
+                                 f"threads from ${{__P({jmeter.THREADS_PROPERTY},N)}}")
         return self
 
     @model_validator(mode="after")
@@ -212,6 +245,8 @@ def cell_load(workload: str, workers: int, op_timeout: float, table_rows: int, l
     if load.tool == "pgbench":  # one pgbench per client, as a drill's group (started again if it aborts)
         group = ClientGroup(load.tool, workers=workers, tool=load.tool, pgbench=pgbench.Settings(
             workload, None, load.scale, load.prepare and prepare, workload not in pgbench.READ_ONLY))
+    elif load.jmeter is not None:  # the plan, its threads set through chaoskit.threads (validated)
+        group = ClientGroup(load.tool, workers=workers, tool=load.tool, jmeter=load.jmeter.settings())
     else:
         tables = sysbench.Settings(workload, load.tables, load.table_size, load.prepare and prepare)
         group = ClientGroup(load.tool, workers=workers, tool=load.tool, sysbench=tables)

@@ -194,11 +194,11 @@ class GroupConfig(Frozen):
     def _threads_of_plan(self, plan: str) -> None:
         """A JMeter group's clients are its plan's threads: read from the plan, or said by
         `workers` where the plan's thread counts are expressions JMeter alone can work out."""
-        try:
-            threads = jmeter.plan_threads(plan)
+        given = "workers" in self.model_fields_set
+        try:  # with workers given, chaoskit.threads is set to it (a plan may take its threads from it)
+            threads = jmeter.plan_threads(plan, {jmeter.THREADS_PROPERTY: self.workers} if given else None)
         except jmeter.PlanError as exc:
             raise ValueError(str(exc)) from None
-        given = "workers" in self.model_fields_set
         if threads is None and not given:
             raise ValueError("the plan's thread count is not a number nor ${__P(name,default)} in every thread "
                              "group: say it with workers")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import csv
 import io
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -195,18 +195,21 @@ class Settings:
 
 # a plan's thread groups whose thread count is read from the plan: JMeter's own three kinds
 THREAD_GROUPS = ("ThreadGroup", "SetupThreadGroup", "PostThreadGroup")
-_PROPERTY_DEFAULT = re.compile(r"^\$\{__P\(\s*[A-Za-z0-9_.-]+\s*,\s*(\d+)\s*\)\}$")
+_PROPERTY_DEFAULT = re.compile(r"^\$\{__P\(\s*([A-Za-z0-9_.-]+)\s*,\s*(\d+)\s*\)\}$")
+# the property chaoskit sets to the group's clients: a plan whose thread group reads
+# ${__P(chaoskit.threads,N)} runs as many threads as a drill's group or an experiment's cell asks
+THREADS_PROPERTY = "chaoskit.threads"
 
 
 class PlanError(ValueError):
     """A plan this group cannot run: what, in one line."""
 
 
-def plan_threads(path: Path | str) -> int | None:
-    """The plan's threads, all enabled thread groups together: each group's `num_threads` as a
-    number or as `${__P(name,default)}` (its default: chaoskit sets no such property); None when
-    one cannot be read that way (an expression, or a plugin's thread group): then the group's
-    `workers` must say it."""
+def plan_threads(path: Path | str, properties: Mapping[str, int] | None = None) -> int | None:
+    """The plan's threads, all enabled thread groups together, with `properties` set as chaoskit
+    sets them: each group's `num_threads` as a number or as `${__P(name,default)}` (the property's
+    value where given, else its default); None when one cannot be read that way (an expression,
+    or a plugin's thread group): then the group's `workers` must say it."""
     try:
         root = ElementTree.parse(str(path)).getroot()
     except (ElementTree.ParseError, DefusedXmlException, OSError) as exc:
@@ -226,10 +229,10 @@ def plan_threads(path: Path | str) -> int | None:
         if text.isdigit():
             total += int(text)
             continue
-        default = _PROPERTY_DEFAULT.match(text)
-        if not default:
+        prop_ref = _PROPERTY_DEFAULT.match(text)
+        if not prop_ref:
             return None
-        total += int(default.group(1))
+        total += int((properties or {}).get(prop_ref.group(1), prop_ref.group(2)))
     if total == 0:
         raise PlanError(f"{path}: no enabled thread group with a thread in it")
     return total

@@ -56,6 +56,7 @@ def connection_properties(driver: Driver, spec: LoadSpec, group: ClientGroup) ->
         "chaoskit.db.hosts": ",".join(f"{h}:{p}" for h, p in endpoints),
         "chaoskit.db.name": cluster.database or "",
         "chaoskit.group": group.name,
+        jmeter.THREADS_PROPERTY: str(group.workers),
         "chaoskit.run_id": spec.run_id,
     }
     password = driver.password()

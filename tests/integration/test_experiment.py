@@ -3,6 +3,7 @@ that finds a knee, and single node vs replicated with its spread."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -249,6 +250,51 @@ def test_pgbench_ladder_counts_every_transaction_pgbench_logged(lab: Inventory, 
         assert lats[0] / 1000 <= cell["p50_ms"] <= cell["p99_ms"] <= lats[-1] / 1000 * 1.01
         assert 0 < cell["client_cpu_cores"] <= os.cpu_count()
     assert result["knee"]["peak"] is not None
+
+
+def test_jmeter_ladder_runs_each_cells_threads_and_every_sample_is_a_row(lab: Inventory, tmp_path: Path) -> None:
+    """jmeter-thread-ladder shortened to two steps of the plan (4 and 12 threads; the plan's own
+    default is 8): JMeter's own count of its active threads, stamped on every sample of a cell's
+    JTL, peaks at the cell's workers (chaoskit.threads reached the plan); each cell's TPS is
+    recounted from its JTL (successful samples ended in the measured window's 100 ms intervals); the rows
+    the plan inserted, recounted in the database, are at least the samples JMeter marked
+    successful and at most those plus the failed ones and one in flight per thread when JMeter
+    was stopped."""
+    from chaoskit.db.registry import driver_for
+
+    def rows() -> int:
+        driver = driver_for(lab.clusters["pg"], lab)
+        conn = driver.connect_writer()
+        try:
+            return int(driver.query(conn, "SELECT count(*) FROM chaoskit_jmeter")[0][0]) if driver.query(
+                conn, "SELECT to_regclass('chaoskit_jmeter') IS NOT NULL")[0][0] else 0
+        finally:
+            driver.close_quietly(conn)
+
+    text = Path("playbooks/jmeter-thread-ladder.yaml").read_text()
+    for old, new in (("workers: [8, 16, 32, 64], workload: [jmeter, ledger]", "workers: [4, 12], workload: [jmeter]"),
+                     ("measure: 15s", "measure: 3s"), ("repeats: 2", "repeats: 1"),
+                     ("jmeter/", f"{Path('playbooks/jmeter').resolve()}/")):
+        assert old in text, old
+        text = text.replace(old, new)
+    before = rows()
+    result = experiment(text, tmp_path)
+    added = rows() - before
+    (run_dir,) = sorted((tmp_path / "runs").glob("*"))
+    ok = failed = threads = 0
+    for i, (row, cell) in enumerate(zip(result["rows"], result["cells"], strict=True)):
+        with (run_dir / "tools" / f"cell-{i:03d}" / "jmeter" / "results.jtl").open() as f:
+            samples = list(csv.DictReader(f))
+        assert max(int(s["allThreads"]) for s in samples) == cell["workers"] == [4, 12][i], cell
+        ends = [(int(s["timeStamp"]) + int(s["elapsed"])) / 1000 for s in samples]
+        lo, hi = (math.floor(t / 0.1) for t in row["window"])
+        done = [t for t, s in zip(ends, samples, strict=True)
+                if s["success"] == "true" and lo <= math.floor(t / 0.1) < hi]
+        assert row["tps"] == pytest.approx(len(done) / ((hi - lo) * 0.1), abs=0.051), row
+        ok += sum(s["success"] == "true" for s in samples)
+        failed += sum(s["success"] != "true" for s in samples)
+        threads += cell["workers"]
+    assert ok <= added <= ok + failed + threads, (ok, failed, added)
 
 
 def test_routes_compared_under_the_same_added_delay(lab: Inventory, tmp_path: Path) -> None:

@@ -234,6 +234,7 @@ def test_the_connection_reaches_jmeter_on_a_pipe_and_never_on_its_command_line(t
     assert props["chaoskit.jdbc.url"] == ("jdbc\\:postgresql\\://10.0.0.1\\:5432,10.0.0.2\\:5432/shop?targetServerType"
                                           "\\=primary&connectTimeout\\=1&socketTimeout\\=2&loginTimeout\\=1")
     assert props["chaoskit.jdbc.password"] == "s3cr\\=t pass" and props["chaoskit.jdbc.user"] == "app"
+    assert props["chaoskit.threads"] == "3"  # the group's clients: a plan may take its thread count from it
     argv = (raw / "argv.seen").read_text()
     assert "s3cr" not in argv and "10.0.0.1" not in argv and "-q\n/dev/fd/" in argv
 
@@ -277,6 +278,60 @@ def test_a_jmeter_group_is_paced_by_its_plan(tmp_path: Path) -> None:
     with pytest.raises(InputError) as err:
         load_playbook(pb)
     assert "paced by its plan's timers" in str(err.value) and str(err.value).startswith(str(pb))
+
+
+LADDER = ROOT / "playbooks" / "jmeter" / "jdbc-ladder.jmx"
+
+
+def test_a_plan_may_take_its_threads_from_chaoskit_threads(tmp_path: Path) -> None:
+    """The ladder plan's one thread group is ${__P(chaoskit.threads,8)}: 8 by itself, the property's
+    value where chaoskit sets it; other properties and numbers are not touched by it."""
+    assert jmeter.plan_threads(LADDER) == 8
+    assert jmeter.plan_threads(LADDER, {jmeter.THREADS_PROPERTY: 64}) == 64
+    assert jmeter.plan_threads(LADDER, {"other.threads": 64}) == 8
+    assert jmeter.plan_threads(PLAN, {jmeter.THREADS_PROPERTY: 64}) == 6
+    # a drill's group: workers given set chaoskit.threads, so such a plan runs as many as asked
+    pb = tmp_path / "pb.yaml"
+    text = (ROOT / "playbooks" / "pg-kill-primary-jmeter.yaml").read_text()
+    pb.write_text(text.replace("{plan: jmeter/jdbc-steps.jmx, bin: jmeter/jmeter-2.13-debian}",
+                               f"{{plan: {LADDER}, bin: {ROOT / 'playbooks/jmeter/jmeter-2.13-debian'}}}, workers: 16"))
+    group = next(g for g in load_playbook(pb).playbook.load.to_spec().client_groups() if g.tool == "jmeter")
+    assert group.workers == 16
+    pb.write_text(text.replace("jmeter/jdbc-steps.jmx, bin: jmeter/jmeter-2.13-debian}",
+                               f"{ROOT / 'playbooks/jmeter/jdbc-steps.jmx'}, bin: "
+                               f"{ROOT / 'playbooks/jmeter/jmeter-2.13-debian'}}}, workers: 16"))
+    with pytest.raises(InputError, match=r"workers \(16\) is not the plan's 6 threads"):
+        load_playbook(pb)
+
+
+def _ladder(tmp_path: Path, plan: Path, workers: str = "[8, 16]", tool: str = "jmeter") -> object:
+    from chaoskit.playbook.experiment import Experiment
+    from chaoskit.yamlsrc import load_yaml
+
+    path = tmp_path / "exp.yaml"
+    text = (ROOT / "playbooks" / "jmeter-thread-ladder.yaml").read_text()
+    path.write_text(text.replace("jmeter/jdbc-ladder.jmx", str(plan)).replace("[8, 16, 32, 64]", workers)
+                    .replace("tool: jmeter", f"tool: {tool}").replace("bin: jmeter/", f"bin: {ROOT}/playbooks/jmeter/"))
+    return Experiment.model_validate(load_yaml(path).data, context={"base_dir": str(tmp_path)})
+
+
+def test_a_jmeter_ladder_sets_each_cells_threads_through_the_plans_property(tmp_path: Path) -> None:
+    from pydantic import ValidationError
+
+    from chaoskit.playbook.experiment import Experiment, cell_load
+    from chaoskit.yamlsrc import load_yaml
+
+    shipped = Experiment.model_validate(load_yaml(ROOT / "playbooks" / "jmeter-thread-ladder.yaml").data,
+                                        context={"base_dir": str(ROOT / "playbooks")})
+    assert shipped.load is not None and shipped.load.jmeter is not None and shipped.load.jmeter.plan == str(LADDER)
+    spec = cell_load("jmeter", 32, 2.0, 1000, shipped.load, prepare=True)
+    (group,) = spec.client_groups()
+    assert (group.tool, group.workers, group.jmeter.plan) == ("jmeter", 32, str(LADDER))  # type: ignore[union-attr]
+    assert cell_load("ledger", 32, 2.0, 1000, shipped.load, prepare=True).groups == ()  # chaoskit's own clients
+    with pytest.raises(ValidationError, match=r"grid.workers 8: the plan runs 6 threads with chaoskit.threads=8"):
+        _ladder(tmp_path, PLAN)  # the steps plan's counts are numbers: every cell would run 6
+    with pytest.raises(ValidationError, match=r"jmeter: \{...\} is for tool: jmeter, not sysbench"):
+        _ladder(tmp_path, LADDER, tool="sysbench")
 
 
 def test_the_shipped_playbook_runs_the_plans_six_threads_after_the_builtin_clients() -> None:
