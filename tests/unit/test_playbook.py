@@ -111,8 +111,7 @@ def test_actions_need_known_targets(tmp_path: Path) -> None:
         load_playbook(path, LAB)
 
 
-EXPERIMENTS = ["latency-sweep", "ramp", "compare-single-vs-replicated", "client-latency-sweep", "sync-vs-async",
-               "route-compare-latency"]
+EXPERIMENTS = sorted(p.stem for p in (ROOT / "playbooks").glob("*.yaml") if "\nkind: " in p.read_text())
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
@@ -120,8 +119,9 @@ def test_shipped_experiments_validate(name: str) -> None:
     from chaoskit.playbook.experiment import Experiment
     from chaoskit.yamlsrc import load_yaml
 
-    exp = Experiment.model_validate(load_yaml(ROOT / "playbooks" / f"{name}.yaml").data)
-    assert exp.name == name and exp.cluster in LAB.clusters
+    exp = Experiment.model_validate(load_yaml(ROOT / "playbooks" / f"{name}.yaml").data,
+                                    context={"base_dir": str(ROOT / "playbooks")})
+    assert exp.name == name and exp.cluster in LAB.clusters and len(EXPERIMENTS) >= 11
 
 
 @pytest.mark.parametrize(("extra", "message"), [
