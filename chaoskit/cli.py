@@ -367,14 +367,14 @@ def fault_inject(
             hosts = fm.resolve(spec)
             refuse_production(inv, hosts, [spec.cluster] if spec.cluster else [], allow=allow_production)
             if dry_run:
+                from chaoskit.playbook.dryrun import planned_files
+
                 fault_id, planned = fm.plan(spec, hosts=hosts)
                 for p in planned:
                     sys.stdout.write(f"# host {p.host}, fault {fault_id}: the journal it would get (staged ahead, "
                                      f"sent base64-encoded and checked by SHA-256), then `{fault_id}.inject` at the "
                                      "instant\n")
-                    for name, content in p.files.items():
-                        if name not in ("lib", "deadman", "proxy.py"):  # the shared prelude and our own code
-                            sys.stdout.write(f"## {fault_id}.{name}\n{content.rstrip()}\n")
+                    sys.stdout.write("".join(f"{line}\n" for line in planned_files(fault_id, p.files)))
                 return
             faults = [fm.trigger(st) for st in fm.stage(spec, hosts=hosts)]
         finally:
@@ -536,18 +536,10 @@ def run(
         pb = loaded.playbook
         audit = _audit(pb, operator, participant, change_ref)
         _check_sign_key(sign_key)  # a key named by --sign-key or CHAOSKIT_SIGN_KEY must exist, dry run or not
-        if dry_run:
-            from chaoskit.drill.triggers import describe_trigger
+        if dry_run:  # plain lines on stdout: scripts are shown as they are, never re-wrapped
+            from chaoskit.playbook.dryrun import dry_run_lines
 
-            out.print(f"{pb.name} on {pb.cluster}: load {pb.load.workload_name} x {pb.load.workers}, "
-                      f"duration {pb.duration:g}s", highlight=False)
-            for step in pb.steps:
-                when = f"at {step.at:>6g}s" if step.at is not None else describe_trigger(step.after)  # type: ignore[arg-type]
-                for spec in step.specs:
-                    out.print(f"  {when}  fault {spec.model_dump(exclude_defaults=True)}", highlight=False)
-                if step.action is not None:
-                    out.print(f"  {when}  action {step.action.model_dump()}", highlight=False)
-            out.print(f"  checks {', '.join(pb.checks)}; SLOs {pb.slo.model_dump(exclude_none=True)}", highlight=False)
+            sys.stdout.write("\n".join(dry_run_lines(pb, inv)) + "\n")
             return
         refuse_unreachable_lab(inv)
     except ChaoskitError as exc:

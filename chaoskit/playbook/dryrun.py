@@ -1,0 +1,103 @@
+"""`chaoskit run --dry-run`: a drill's plan as it would run, printed without touching anything.
+
+For each step: when it runs, each fault and action, and for a fault whose target names a host
+(a host, or the hosts carrying a tag) the commands that host would get: the journal files its
+stage writes (the fault's apply, its revert, its check), exactly as a real run builds them, from
+the playbook and the inventory alone. A live role (`role:primary`), an earlier step's host
+(`fault.N`) or a peer chosen by role is known only at the fault's instant: it is said to be
+resolved at run time, never guessed. The client link runs on this machine (no host command).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from chaoskit.errors import InputError
+from chaoskit.faults.manager import FaultManager
+from chaoskit.faults.spec import CLIENT, FaultBase
+from chaoskit.faults.targets import live_target, named_hosts, split_target
+from chaoskit.inventory.models import Inventory
+from chaoskit.playbook.models import Playbook
+
+SHARED = ("lib", "deadman", "proxy.py")  # the prelude every journal carries and chaoskit's own relay code
+DRY_ID = "0" * 12  # a real run draws a random id per fault
+
+
+def planned_files(fault_id: str, files: dict[str, str]) -> Iterator[str]:
+    """A planned fault's journal files as printed: each under its name, the shared prelude left
+    out (the same for every fault)."""
+    for name, content in files.items():
+        if name not in SHARED:
+            yield f"## {fault_id}.{name}"
+            yield content.rstrip()
+
+
+def dry_run_lines(pb: Playbook, inventory: Inventory, *, commands: bool = True) -> list[str]:
+    """The plan of `pb` on `inventory`, line by line (see the module's docstring)."""
+    from chaoskit.drill.triggers import describe_trigger
+
+    fm = FaultManager(inventory)
+    fm.roles = _no_live_roles  # a peer by role is a fact of the instant: planning it must not guess
+    lines = [f"{pb.name} on {pb.cluster}: load {pb.load.workload_name} x {pb.load.workers}, duration {pb.duration:g}s"]
+    for i, step in enumerate(pb.steps):
+        when = f"at {step.at:>6g}s" if step.at is not None else describe_trigger(step.after)  # type: ignore[arg-type]
+        for spec in step.specs:
+            lines.append(f"  {when}  fault {spec.model_dump(exclude_defaults=True)}")
+            if commands:
+                lines += [f"    {line}" for line in _fault_commands(fm, spec if spec.cluster else
+                                                                     spec.replace(cluster=pb.cluster), i)]
+        if step.action is not None:
+            lines.append(f"  {when}  action {step.action.model_dump()}")
+            if commands:
+                lines.append(f"    {_action_commands(step.action.kind, step.action.target, inventory, pb.cluster)}")
+    lines.append(f"  checks {', '.join(pb.checks)}; SLOs {pb.slo.model_dump(exclude_none=True)}")
+    return lines
+
+
+def _action_commands(kind: str, target: str | None, inventory: Inventory, cluster: str) -> str:
+    """Where an action acts: the HA manager's own switchover or rejoin (its API or command, as its
+    module in chaoskit.ha issues it), and a restart's start commands on the member's host."""
+    ha = inventory.clusters[cluster].ha.kind
+    on = "the host of an earlier step's fault, resolved at run time" if target and target.startswith("fault.") \
+        else target
+    if kind == "switchover":
+        return f"through {ha} at the instant (its own switchover; no journal on any host)"
+    if kind == "rejoin":
+        return f"through {ha} at the instant: rejoin {on}; then, on it, every declared process not running is started"
+    return f"on {on}: every declared process of the member that is not running is started (its start command)"
+
+
+def _fault_commands(fm: FaultManager, spec: FaultBase, step: int) -> list[str]:
+    base = split_target(spec.target)[0]
+    if base == CLIENT:
+        return ["on this machine: the load's relays change their toxics (no host command)"]
+    if live_target(base):
+        return [f"host: resolved at run time ({spec.target} is known only at the fault's instant); "
+                "commands as for a named host"]
+    hosts = named_hosts(spec.target, fm.inventory)
+    out = []
+    if "@" in spec.target and not spec.target.endswith("@all"):
+        out.append(f"hosts: {spec.target.rsplit('@', 1)[1]} of {', '.join(hosts)}, chosen at run time; "
+                   "the commands each would get:")
+    for host in hosts:
+        try:
+            fault_id, (planned,) = fm.plan(spec, fault_id=DRY_ID, hosts=[host])
+        except _LiveRoleNeeded:
+            out.append(f"# host {host}: its commands name peers chosen by role: resolved at run time")
+            continue
+        except InputError as exc:  # what the run would refuse (validate refuses most of it first)
+            out.append(f"# host {host}: would be refused: {exc.detail}")
+            continue
+        out.append(f"# host {host}, steps[{step}]: the journal it would get (staged ahead, sent base64-encoded "
+                   f"and checked by SHA-256), then `{fault_id}.inject` at the instant; the fault's id is drawn "
+                   "at run time")
+        out += [line for chunk in planned_files(fault_id, planned.files) for line in chunk.splitlines()]
+    return out
+
+
+class _LiveRoleNeeded(Exception):
+    """Planning asked for the cluster's live roles (a peer chosen by role)."""
+
+
+def _no_live_roles(cluster: object) -> object:
+    raise _LiveRoleNeeded
