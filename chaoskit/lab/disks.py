@@ -1,10 +1,12 @@
-"""Each Patroni member of the lab keeps its data directory on a small filesystem of its own, so
-a `disk_full` drill fills that filesystem and nothing else of this machine: an ext4 image
-loop-mounted at `<host dir>/disk` (a block device, so `disk_slow` can throttle it), or a sized
-tmpfs where loop devices do not work (then `disk_slow` is refused there with its reason).
+"""Each PostgreSQL member of the lab keeps its data directory on a small filesystem of its own, so
+a `disk_full` drill fills that filesystem and nothing else of this machine. Patroni's members get
+an ext4 image loop-mounted at `<host dir>/disk` (a block device, so `disk_slow` can throttle it),
+or a sized tmpfs where loop devices do not work; pg_auto_failover's and repmgr's members get a
+sized tmpfs (`disk_slow` is refused there with its reason: no block device).
 
 The image is sparse and made without reserved blocks (`-m 0`): the free space PostgreSQL sees is
-the free space a `disk_full` fault leaves. `lab down` unmounts before it removes the files.
+the free space a `disk_full` fault leaves. `lab down` unmounts before it removes the files. A
+tmpfs does not outlive a reboot: its stack is rebuilt by the next `lab up` (its revive fails).
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ from pathlib import Path
 
 from chaoskit.lab.spec import STATE_DIR, LabHost, Paths
 
-# the hosts whose data gets a disk of its own: the Patroni members. pg_auto_failover's and repmgr's
-# stay on the machine's filesystem: with theirs on loop disks, CI twice left a pg_auto_failover node
-# unable to come back (once "demoted > catchingup" for good; once, after the monitor, whose lab
-# health checks allow 1 s and one retry, took the healthy primary for unhealthy while the repmgr
-# stack was built beside it: "WAL location ... belongs to timeline 1, but previous recovered WAL
-# file came from timeline 2"). Without loop disks neither was ever seen.
+# the members whose data gets a loop-mounted image: Patroni's
 MEMBER_ROLES = ("pg",)
+# the members whose data gets a sized tmpfs: pg_auto_failover's and repmgr's. On loop images CI
+# twice left a pg_auto_failover node unable to come back (once "demoted > catchingup" for good;
+# once after the monitor, whose lab health checks allow 1 s and one retry, took the healthy
+# primary for unhealthy while the repmgr stack was built beside it: "WAL location ... belongs to
+# timeline 1, but previous recovered WAL file came from timeline 2"): fsyncs through a loop device
+# on a loaded 2-core machine are slow enough to miss those checks. A tmpfs never waits on a device.
+TMPFS_ROLES = ("pgaf", "repmgr")
 POSTGRES_ROLES = ("pg", "pgaf", "pgaf-monitor", "repmgr")  # every lab host whose data lives under disk/
 DISK_SIZE_MB = 2048  # room for a member's bounded WAL (BOUNDED_WAL) and a CI day of drills
 # What each member keeps of its WAL, so that it fits its disk: at most about max_wal_size plus the
@@ -51,6 +55,8 @@ def ensure_disk(host: LabHost) -> str:
     kind = "dir"
     if host.role in MEMBER_ROLES:
         kind = _backing(mnt) if is_mounted(mnt) else _mount(host, mnt)
+    elif host.role in TMPFS_ROLES:
+        kind = _backing(mnt) if is_mounted(mnt) else _mount_tmpfs(mnt)
     shutil.chown(mnt, "postgres", "postgres")
     mnt.chmod(0o755)
     return kind
@@ -85,6 +91,10 @@ def _mount(host: LabHost, mnt: Path) -> str:
     if res.returncode == 0:
         return "loop"
     img.unlink(missing_ok=True)  # loop devices do not work here: a sized tmpfs holds the data instead
+    return _mount_tmpfs(mnt)
+
+
+def _mount_tmpfs(mnt: Path) -> str:
     subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_SIZE_MB}m,mode=0755", "--", "tmpfs", str(mnt)],
                    check=True, capture_output=True)
     return "tmpfs"

@@ -30,12 +30,51 @@ def stacks(lab: Inventory) -> Inventory:
 
 
 @pytest.mark.parametrize("cluster", ["pgaf", "repmgr"])
-def test_each_member_keeps_its_wal_within_the_lab_bounds(stacks: Inventory, cluster: str) -> None:
-    """As Patroni's (test_lab): pg_autoctl sizes wal_keep_size for the machine (8 GB here), so the
-    lab's bound is checked on the servers themselves."""
-    from labdisks import assert_bounded_wal
+def test_each_member_on_a_filesystem_of_its_own_keeps_its_wal_within_the_lab_bounds(stacks: Inventory,
+                                                                                   cluster: str) -> None:
+    """As Patroni's (test_lab), on a sized tmpfs each: a full disk stays in its member. pg_autoctl
+    sizes wal_keep_size for the machine (8 GB here), so the lab's bound is checked on the servers
+    themselves."""
+    from labdisks import assert_members_on_their_own_bounded_disks
 
-    assert_bounded_wal(stacks, cluster)
+    assert_members_on_their_own_bounded_disks(stacks, cluster)
+
+
+def test_a_full_disk_on_a_tmpfs_member_stays_in_it_and_disk_slow_says_why_not(stacks: Inventory) -> None:
+    """disk_full on a repmgr replica: its tmpfs is left with at most the asked free space (64 MiB,
+    less what PostgreSQL writes meanwhile) while the other members' disks keep theirs; reverted,
+    the ballast is gone and the space is back. disk_slow on the same member is refused by its
+    preflight check, saying its filesystem has no block device."""
+    import os
+
+    from chaoskit.faults.manager import FaultManager
+    from chaoskit.faults.spec import parse_fault
+    from chaoskit.inventory.fanout import RemotePool
+    from chaoskit.topology.roles import discover_roles
+
+    def free(m: Any) -> int:
+        st = os.statvfs(Path(m.data_dir).parent)
+        return st.f_bavail * st.f_frsize
+
+    members = {m.host: m for m in stacks.clusters["repmgr"].members}
+    replica = next(r.member for r in discover_roles(stacks.clusters["repmgr"], stacks) if r.sql_role == "replica")
+    others = {h: free(m) for h, m in members.items() if h != replica}
+    before = free(members[replica])
+    with RemotePool(stacks) as pool:
+        fm = FaultManager(stacks, pool)
+        spec = parse_fault({"kind": "disk_full", "target": replica, "cluster": "repmgr", "free": "64M", "ttl": 60})
+        (fault,) = fm.inject(spec)
+        try:
+            assert fm.is_active(fault) and free(members[replica]) <= 64 * 2**20
+            for host, was in others.items():
+                assert free(members[host]) >= was - 256 * 2**20, host  # WAL streamed meanwhile, not a ballast
+        finally:
+            fm.revert(fault)
+        assert fault.revert_verified and free(members[replica]) >= before - 256 * 2**20
+        slow = parse_fault({"kind": "disk_slow", "target": replica, "cluster": "repmgr", "processes": ["postgres"],
+                            "write_rate": "1mbps", "ttl": 60})
+        why = fm.host_refusal(slow, replica)  # what a drill's preflight asks before it starts
+        assert why is not None and why.startswith(f"{replica}: ") and "no block device" in why, why
 
 
 def shortened(src: str, tmp: Path, **changes: Any) -> Path:

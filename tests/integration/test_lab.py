@@ -94,7 +94,7 @@ def test_unknown_host_key_is_rejected(lab: Inventory, tmp_path: Path) -> None:
 
 
 def test_each_postgres_member_has_a_filesystem_of_its_own(lab: Inventory) -> None:
-    """Patroni's members (pg_auto_failover's and repmgr's: test_ha_managers)."""
+    """Patroni's members, on loop images (pg_auto_failover's and repmgr's, on tmpfs: test_ha_managers)."""
     from labdisks import assert_members_on_their_own_bounded_disks
 
     assert_members_on_their_own_bounded_disks(lab, "pg")
