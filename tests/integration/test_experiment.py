@@ -266,8 +266,9 @@ def test_jmeter_ladder_runs_each_cells_threads_and_every_sample_is_a_row(lab: In
         driver = driver_for(lab.clusters["pg"], lab)
         conn = driver.connect_writer()
         try:
-            return int(driver.query(conn, "SELECT count(*) FROM chaoskit_jmeter")[0][0]) if driver.query(
-                conn, "SELECT to_regclass('chaoskit_jmeter') IS NOT NULL")[0][0] else 0
+            # (the driver's fast path returns text: a boolean would come back as 't' or 'f', both true)
+            made = int(driver.query(conn, "SELECT count(*) FROM pg_class WHERE relname = 'chaoskit_jmeter'")[0][0])
+            return int(driver.query(conn, "SELECT count(*) FROM chaoskit_jmeter")[0][0]) if made else 0
         finally:
             driver.close_quietly(conn)
 
