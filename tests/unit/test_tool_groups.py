@@ -315,6 +315,76 @@ def test_the_abort_is_never_booked_before_the_last_transaction_logged(tmp_path: 
     assert gap.first_err == pytest.approx(t_last, abs=1e-6) and gap.first_err_class == "connection_lost"
 
 
+def test_a_tick_books_a_bounded_piece_of_a_log_and_the_end_reads_the_rest(tmp_path: Path) -> None:
+    """A reader behind a fast pgbench (select-only on the lab: ~50k transactions a second, 8 clients)
+    once parsed whole backlogs in one tick, so the load's stop was seen 25 s late while pgbench ran
+    on, and the load runner gave up on the group before it shipped: a ladder cell read 0 TPS. A tick
+    now books at most READ_PER_TICK bytes of a log (a line cut at the boundary waits for its rest),
+    and the client's end reads the rest: every transaction is booked once, in its interval."""
+    import subprocess
+
+    from chaoskit.workload.pgbench_group import READ_PER_TICK, _Client
+
+    group = ClientGroup("pgbench", workers=1, tool="pgbench", pgbench=pgbench.Settings("select-only"))
+    base = float(int(time.time()) - 100)
+    rec = Recorder(base)
+    runner = PgbenchGroup(group, LoadSpec(workload="ledger", workers=1, groups=(group,)), tmp_path, rec,
+                          conninfo="host=a", env={})
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    log = tmp_path / f"client-1.{proc.pid}"
+    n = 3 * READ_PER_TICK // 20 + 7  # lines of about 20 bytes: more than three ticks' worth
+    log.write_text("".join(f"0 {i} 90 0 {int(base) + 1 + i // 10000} {i % 10000 * 100:06d}\n" for i in range(n)))
+    (tmp_path / "client-1.out").write_text("")
+    client = _Client(1, proc=proc, started=base, log=log)
+    assert runner._read_log(client) is True and 0 < client.logged < n and client.read_to == READ_PER_TICK
+    assert runner._read_log(client) is True and client.read_to == 2 * READ_PER_TICK
+    runner._ended(client, time.time())  # its process ended: the rest of the log, at once
+    rec.finish()
+    assert client.logged == n and client.read_to == log.stat().st_size and rec.totals()["ok"] == n
+
+
+def test_the_load_runner_waits_for_a_group_still_shipping_and_says_when_one_went_silent(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the stop, a process that keeps sending batches is waited for however long it takes; one
+    silent for op_timeout + 15 s is given up, and `undelivered` and an event say that what it had
+    not sent is missing."""
+    from chaoskit.workload import runner as runner_mod
+
+    events: list[dict] = []
+    lr = runner_mod.LoadRunner.__new__(runner_mod.LoadRunner)
+    lr.spec = LoadSpec(workload="ledger", workers=1, op_timeout=1.0)
+    lr._procs, lr._finals, lr.undelivered, lr.on_event = [object()], 0, None, events.append
+    clock = [1000.0]
+    monkeypatch.setattr(runner_mod.time, "time", lambda: clock[0])
+    sends = iter(range(30))  # 30 s of a batch a second, then the final one
+
+    class Collector:
+        def is_alive(self) -> bool:
+            return lr._finals == 0
+
+        def join(self, timeout: float) -> None:
+            clock[0] += timeout
+            if next(sends, None) is None:
+                lr._finals = 1
+            else:
+                lr._last_batch = clock[0]
+
+    lr._collector, lr._last_batch = Collector(), 0.0  # type: ignore[assignment]
+    lr._await_finals()
+    assert lr._finals == 1 and lr.undelivered is None and not events and clock[0] == 1031.0
+
+    class Silent(Collector):
+        def join(self, timeout: float) -> None:
+            clock[0] += timeout
+
+    lr._collector, lr._finals = Silent(), 0  # type: ignore[assignment]
+    start = clock[0]
+    lr._await_finals()
+    assert clock[0] - start == 17.0 and lr.undelivered is not None and "sent no results for 16 s" in lr.undelivered
+    assert [e["kind"] for e in events] == ["load_undelivered"]
+
+
 # -- sysbench ---------------------------------------------------------------------------------
 def sysbench_output(name: str) -> str:
     d = FIX / name
