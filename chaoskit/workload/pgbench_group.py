@@ -34,7 +34,8 @@ from chaoskit.tools import pgbench
 from chaoskit.workload.spec import ClientGroup, LoadSpec
 from chaoskit.workload.tool_group import POLL_S, STOP_GRACE_S, ToolGroupBase, run_setup, with_parent_death
 
-READ_PER_TICK = 256 * 1024  # bytes of one client's log a tick books (~8k transactions, ~25 ms of parsing)
+READ_PER_TICK = 256 * 1024  # bytes of one client's log a read books (~8k transactions, ~25 ms of parsing)
+TICK_BUDGET_S = 0.2  # a tick reads logs for this long at most, then ships and looks for the stop
 
 
 @dataclass
@@ -70,6 +71,7 @@ class PgbenchGroup(ToolGroupBase):
         self.settings = self.group.pgbench or pgbench.Settings()
         self.kind = "write" if self.settings.writes else "read"
         self.clients = [_Client(w) for w in self.group.worker_ids]
+        self._first = 0  # the client a tick reads first (moves each tick)
 
     def _argv(self, client: _Client) -> list[str]:
         s = self.settings
@@ -128,7 +130,8 @@ class PgbenchGroup(ToolGroupBase):
         """The client's process ended: its log read to the end, then how it ended booked."""
         proc = client.proc
         assert proc is not None
-        self._read_log(client, limit=None)  # it wrote its last line: all of it, now
+        while self._read_log(client):  # it wrote its last line: all of it now, piece by piece
+            self.beat()
         out_path = self.raw / f"client-{client.worker}.out"
         with open(out_path, "rb") as fh:
             fh.seek(client.out_from)
@@ -171,15 +174,22 @@ class PgbenchGroup(ToolGroupBase):
             client.down_since, client.failed_starts = None, 0
 
     def tick(self, now: float) -> None:
-        for client in self.clients:
+        """Start who is due, book a piece of each log while the tick's time lasts (the clients
+        taken in turn from a point that moves each tick, so none starves), end who ended."""
+        t0 = time.monotonic()
+        n = len(self.clients)
+        for k in range(n):
+            client = self.clients[(self._first + k) % n]
             if client.proc is None:
                 if not self.stopping and now >= client.next_start:
                     self._start(client, now)
                 continue
-            self._read_log(client)
-            self._back(client)
+            if time.monotonic() - t0 < TICK_BUDGET_S:
+                self._read_log(client)
+                self._back(client)
             if client.proc.poll() is not None:
                 self._ended(client, now)
+        self._first = (self._first + 1) % max(1, n)
 
     def stop(self) -> None:
         """SIGALRM ends each client as its --time would (the transaction in flight finishes, the

@@ -15,6 +15,7 @@ import importlib
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,13 @@ class ToolGroupBase:
     rate_share: float | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
     stopping: bool = False
+    # what `tool_main` gives to be called during long work (a backlog read at the stop): it ships
+    # what is booked so far, so the load runner hears from a group that is busy, not hung
+    heartbeat: Callable[[], None] | None = None
+
+    def beat(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat()
 
     def event(self, kind: str, t: float, worker: int, **data: Any) -> None:
         """`tool_client_aborted`, `tool_client_back`, `tool_client_killed`: one of the tool's clients."""
@@ -113,13 +121,18 @@ def tool_main(cluster_json: str, inventory_json: str, spec: LoadSpec, group: Cli
         batch = recorder.drain(now - LATE_S) if kind == "batch" else recorder.drain(now, final=True)
         out.put((kind, os.getpid(), batch))
 
+    def ship_when_due() -> None:
+        nonlocal last_drain
+        now = time.time()
+        if now - last_drain >= DRAIN_EVERY:
+            ship(now)
+            last_drain = now
+
+    runner.heartbeat = ship_when_due
     try:
         while not stop_evt.is_set():
-            now = time.time()
-            runner.tick(now)
-            if now - last_drain >= DRAIN_EVERY:
-                ship(now)
-                last_drain = now
+            runner.tick(time.time())
+            ship_when_due()
             stop_evt.wait(POLL_S)
     finally:
         runner.stop()

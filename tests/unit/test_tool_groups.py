@@ -320,7 +320,8 @@ def test_a_tick_books_a_bounded_piece_of_a_log_and_the_end_reads_the_rest(tmp_pa
     once parsed whole backlogs in one tick, so the load's stop was seen 25 s late while pgbench ran
     on, and the load runner gave up on the group before it shipped: a ladder cell read 0 TPS. A tick
     now books at most READ_PER_TICK bytes of a log (a line cut at the boundary waits for its rest),
-    and the client's end reads the rest: every transaction is booked once, in its interval."""
+    and the client's end reads the rest in pieces, beating between them (tool_main ships then, so
+    the load runner hears from a busy group): every transaction is booked once, in its interval."""
     import subprocess
 
     from chaoskit.workload.pgbench_group import READ_PER_TICK, _Client
@@ -333,15 +334,19 @@ def test_a_tick_books_a_bounded_piece_of_a_log_and_the_end_reads_the_rest(tmp_pa
     proc = subprocess.Popen(["true"])
     proc.wait()
     log = tmp_path / f"client-1.{proc.pid}"
-    n = 3 * READ_PER_TICK // 20 + 7  # lines of about 20 bytes: more than three ticks' worth
+    n = 3 * READ_PER_TICK // 20 + 7  # lines of 25-27 bytes: more than three pieces' worth
     log.write_text("".join(f"0 {i} 90 0 {int(base) + 1 + i // 10000} {i % 10000 * 100:06d}\n" for i in range(n)))
     (tmp_path / "client-1.out").write_text("")
     client = _Client(1, proc=proc, started=base, log=log)
     assert runner._read_log(client) is True and 0 < client.logged < n and client.read_to == READ_PER_TICK
     assert runner._read_log(client) is True and client.read_to == 2 * READ_PER_TICK
-    runner._ended(client, time.time())  # its process ended: the rest of the log, at once
+    beats: list[float] = []
+    runner.heartbeat = lambda: beats.append(time.time())  # tool_main ships a batch on each
+    runner._ended(client, time.time())  # its process ended: the rest of the log, piece by piece
     rec.finish()
     assert client.logged == n and client.read_to == log.stat().st_size and rec.totals()["ok"] == n
+    # a beat after each full piece (more may follow), none after the short last one
+    assert len(beats) == (log.stat().st_size - 2 * READ_PER_TICK) // READ_PER_TICK >= 1
 
 
 def test_the_load_runner_waits_for_a_group_still_shipping_and_says_when_one_went_silent(
