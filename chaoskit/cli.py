@@ -367,14 +367,12 @@ def fault_inject(
             hosts = fm.resolve(spec)
             refuse_production(inv, hosts, [spec.cluster] if spec.cluster else [], allow=allow_production)
             if dry_run:
-                from chaoskit.playbook.dryrun import planned_files
+                from chaoskit.playbook.dryrun import planned_lines
 
                 fault_id, planned = fm.plan(spec, hosts=hosts)
                 for p in planned:
-                    sys.stdout.write(f"# host {p.host}, fault {fault_id}: the journal it would get (staged ahead, "
-                                     f"sent base64-encoded and checked by SHA-256), then `{fault_id}.inject` at the "
-                                     "instant\n")
-                    sys.stdout.write("".join(f"{line}\n" for line in planned_files(fault_id, p.files)))
+                    sys.stdout.write("".join(f"{line}\n" for line in planned_lines(p.host, f"fault {fault_id}",
+                                                                                   fault_id, p.files)))
                 return
             faults = [fm.trigger(st) for st in fm.stage(spec, hosts=hosts)]
         finally:

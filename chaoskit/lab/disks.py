@@ -24,8 +24,9 @@ MEMBER_ROLES = ("pg",)
 # twice left a pg_auto_failover node unable to come back (once "demoted > catchingup" for good;
 # once after the monitor, whose lab health checks allow 1 s and one retry, took the healthy
 # primary for unhealthy while the repmgr stack was built beside it: "WAL location ... belongs to
-# timeline 1, but previous recovered WAL file came from timeline 2"): fsyncs through a loop device
-# on a loaded 2-core machine are slow enough to miss those checks. A tmpfs never waits on a device.
+# timeline 1, but previous recovered WAL file came from timeline 2"). The likely cause, not proven:
+# fsyncs through a loop device on a loaded 2-core machine slow enough to miss those checks; a tmpfs
+# never waits on a device.
 TMPFS_ROLES = ("pgaf", "repmgr")
 POSTGRES_ROLES = ("pg", "pgaf", "pgaf-monitor", "repmgr")  # every lab host whose data lives under disk/
 DISK_SIZE_MB = 2048  # room for a member's bounded WAL (BOUNDED_WAL) and a CI day of drills

@@ -23,13 +23,16 @@ SHARED = ("lib", "deadman", "proxy.py")  # the prelude every journal carries and
 DRY_ID = "0" * 12  # a real run draws a random id per fault
 
 
-def planned_files(fault_id: str, files: dict[str, str]) -> Iterator[str]:
-    """A planned fault's journal files as printed: each under its name, the shared prelude left
-    out (the same for every fault)."""
+def planned_lines(host: str, label: str, fault_id: str, files: dict[str, str], note: str = "") -> Iterator[str]:
+    """A planned fault as printed, line by line: a header naming the host (and `label`: the fault,
+    or the step it belongs to), then each journal file under its name, the shared prelude left out
+    (the same for every fault). `fault inject --dry-run` and `run --dry-run` both print this."""
+    yield (f"# host {host}, {label}: the journal it would get (staged ahead, sent base64-encoded and checked by "
+           f"SHA-256), then `{fault_id}.inject` at the instant{note}")
     for name, content in files.items():
         if name not in SHARED:
             yield f"## {fault_id}.{name}"
-            yield content.rstrip()
+            yield from content.rstrip().splitlines()
 
 
 def dry_run_lines(pb: Playbook, inventory: Inventory, *, commands: bool = True) -> list[str]:
@@ -88,10 +91,7 @@ def _fault_commands(fm: FaultManager, spec: FaultBase, step: int) -> list[str]:
         except InputError as exc:  # what the run would refuse (validate refuses most of it first)
             out.append(f"# host {host}: would be refused: {exc.detail}")
             continue
-        out.append(f"# host {host}, steps[{step}]: the journal it would get (staged ahead, sent base64-encoded "
-                   f"and checked by SHA-256), then `{fault_id}.inject` at the instant; the fault's id is drawn "
-                   "at run time")
-        out += [line for chunk in planned_files(fault_id, planned.files) for line in chunk.splitlines()]
+        out += planned_lines(host, f"steps[{step}]", fault_id, planned.files, "; the fault's id is drawn at run time")
     return out
 
 

@@ -32,6 +32,7 @@ def writer_roles(cluster: Cluster, inventory: Inventory) -> dict[str, str]:
     from chaoskit.ha.registry import is_multi_writer
     from chaoskit.topology.probe import first_writer
 
+    cluster = observed(cluster, inventory)  # a managed service: its endpoints, as discover_roles
     roles = {m: r for m, (r, _) in sql_roles(cluster, inventory).items()}
     return first_writer(roles, [m.host for m in cluster.members]) if is_multi_writer(cluster) else roles
 
