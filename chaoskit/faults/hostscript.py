@@ -102,12 +102,13 @@ def process_names(wanted: tuple[str, ...], facts: HostFacts, all_by_default: boo
 
 
 def process_files(facts: HostFacts, names: list[str]) -> dict[str, str]:
-    """One journal file per process: pid file, comm, exe, start, stop (one per line, may be empty)."""
+    """One journal file per process: pid file, comm, exe, start, stop, systemd unit (one per line,
+    may be empty; the pid comes from the pid file, else from the unit's main pid)."""
     out = {}
     for name in names:
         ref = facts.processes[name]
-        out[f"proc.{name}"] = "\n".join([ref.pid_file, ref.comm or "", ref.exe or "", ref.start or "",
-                                        ref.stop or ""]) + "\n"
+        out[f"proc.{name}"] = "\n".join([ref.pid_file or "", ref.comm or "", ref.exe or "", ref.start or "",
+                                        ref.stop or "", ref.unit or ""]) + "\n"
     return out
 
 
@@ -163,9 +164,19 @@ ancestors() {
 }
 proc_field() { sed -n "${2}p" "$J/$ID.proc.$1" 2>/dev/null; }
 pid_from_file() { head -n 1 -- "$1" 2>/dev/null | tr -dc '0-9' | cut -c1-10; }
+# a process's pid: its pid file's, else its systemd unit's main pid (0: none)
+pid_of() {
+  _f=$(proc_field "$1" 1)
+  if [ -n "$_f" ]; then pid_from_file "$_f"; return; fi
+  _u=$(proc_field "$1" 6)
+  [ -n "$_u" ] || return 0
+  _p=$(systemctl show -p MainPID --value -- "$_u" 2>/dev/null | tr -dc '0-9' | cut -c1-10)
+  [ "$_p" = 0 ] || echo "$_p"
+}
 checked_pid() {
-  pf=$(proc_field "$1" 1); want_comm=$(proc_field "$1" 2); want_exe=$(proc_field "$1" 3)
-  cp=$(pid_from_file "$pf")
+  pf=$(proc_field "$1" 1); [ -n "$pf" ] || pf="unit $(proc_field "$1" 6)"
+  want_comm=$(proc_field "$1" 2); want_exe=$(proc_field "$1" 3)
+  cp=$(pid_of "$1")
   if [ -z "$cp" ]; then echo "$1: no pid in $pf" >&2; return 3; fi
   if [ "$cp" -le 1 ]; then echo "$1: refusing pid $cp from $pf (pid <= 1)" >&2; return 3; fi
   if ! alive "$cp"; then echo "$1: pid $cp from $pf is not running (stale pid file?)" >&2; return 3; fi
@@ -230,12 +241,12 @@ all_recorded() { cut -d' ' -f2 "$J/$ID.pids" 2>/dev/null | tr -dc '0-9\n' | tr '
 restart_missing() {
   for n in $PROCS; do
     st=$(proc_field "$n" 4); [ -n "$st" ] || continue
-    pf=$(proc_field "$n" 1); rp=$(pid_from_file "$pf")
+    rp=$(pid_of "$n")
     if [ -z "$rp" ] || ! alive "$rp"; then
       sh -c "$st" </dev/null >/dev/null 2>&1
       i=0
       while [ "$i" -lt 600 ]; do
-        rp=$(pid_from_file "$pf"); if [ -n "$rp" ] && alive "$rp"; then break; fi
+        rp=$(pid_of "$n"); if [ -n "$rp" ] && alive "$rp"; then break; fi
         sleep 0.1; i=$((i + 1))
       done
     fi
@@ -244,7 +255,7 @@ restart_missing() {
 restart_pending() {
   for n in $PROCS; do
     st=$(proc_field "$n" 4); [ -n "$st" ] || continue
-    rp=$(pid_from_file "$(proc_field "$n" 1)")
+    rp=$(pid_of "$n")
     if [ -z "$rp" ] || ! alive "$rp"; then return 0; fi
   done
   return 1

@@ -21,6 +21,11 @@ class HaConfig(Frozen):
     kind: str
     engines: ClassVar[frozenset[str]] = frozenset({"postgres", "mysql", "dameng"})  # what it can manage
 
+    def members_error(self, hosts: list[str]) -> str | None:
+        """What is wrong with these settings for a cluster of these member hosts (a manager that
+        names its members, as DM's instance names do); None when nothing is."""
+        return None
+
     @model_validator(mode="before")
     @classmethod
     def _credentials_by_reference(cls, data: Any) -> Any:

@@ -48,16 +48,28 @@ def _tags(value: object) -> object:
 
 
 class ProcessRef(Frozen):
-    """How to find one process of a member on its host (pid file first line) and control it.
-    `comm` / `exe`, when given, are checked against the process behind the pid file before it
-    is signalled (a stale pid file can name an unrelated process). `start` / `stop` are shell
-    commands run as root on the host: code by design, so an inventory is trusted like a script."""
+    """How to find one process of a member on its host and control it: its pid file's first line,
+    or, for a service installed as a systemd unit without one (DM's `DmService<instance>`,
+    registered by dm_service_installer.sh), the unit's main pid. `comm` / `exe`, when given, are
+    checked against the process found before it is signalled (a stale pid file can name an
+    unrelated process; a unit's main pid can be its start script); with a unit, `comm` is required.
+    `start` / `stop` are shell commands run as root on the host: code by design, so an inventory
+    is trusted like a script."""
 
-    pid_file: SafePath
+    pid_file: SafePath | None = None
+    unit: ServiceName | None = None
     comm: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:+@][A-Za-z0-9_.:+@-]{0,14}$")] | None = None
     exe: SafePath | None = None
     start: Command | None = None
     stop: Command | None = None
+
+    @model_validator(mode="after")
+    def _found_one_way(self) -> ProcessRef:
+        if (self.pid_file is None) == (self.unit is None):
+            raise ValueError("give pid_file or unit (a systemd unit whose main pid it is), one of them")
+        if self.unit is not None and self.comm is None:
+            raise ValueError("a process found by its unit needs comm (the unit's main pid may be its start script)")
+        return self
 
 
 # a cgroup below each v1 controller's root: words of letters, digits, `_.-` joined by `/`, none
@@ -129,6 +141,24 @@ class Member(Frozen):
     logs: dict[Name, SafePath] = Field(default_factory=dict)
 
 
+class DmServiceSettings(Frozen):
+    """How DM clients reach the writer through a service name (DM's `dm_svc.conf`): chaoskit
+    writes that file for its own clients from these settings and gives dmPython its path
+    (`dmsvc_path`), so the route's failover behaviour is the one recorded with the run. Names
+    and ranges as DM8's manual gives them: LOGIN_MODE 0 primary first, then normal, then standby;
+    1 primary only; 2 standby only; 3 standby first; 4 normal first (DM8's default). SWITCH_TIMES:
+    how many passes over the list before giving up (DM7 calls it SWITCH_TIME); SWITCH_INTERVAL:
+    ms between passes. EP_SELECTOR and AUTO_RECONNECT (DM8 builds from 2021 on) are written only
+    when given, with the values the manual defines."""
+
+    endpoints: tuple[Endpoint, ...] = ()  # default: the members, address:port, in order
+    login_mode: int = Field(1, ge=0, le=4)
+    switch_times: int = Field(3, ge=1, le=1000)
+    switch_interval_ms: int = Field(200, ge=0, le=600_000)
+    ep_selector: int | None = Field(None, ge=0, le=1)
+    auto_reconnect: int | None = Field(None, ge=0, le=2)
+
+
 class Cluster(Frozen):
     """Database nodes under test, how their roles are found and how clients reach the writer."""
 
@@ -147,6 +177,8 @@ class Cluster(Frozen):
     dsn: NoControl | None = None  # libpq DSN, may be multi-host with target_session_attrs
     endpoints: tuple[Endpoint, ...] = ()  # host:port list for MySQL-protocol writers, in order
     options: dict[Name, str | int | float | bool] = Field(default_factory=dict)  # passed to the driver
+    # DM: the service name in `dsn` resolved by a dm_svc.conf chaoskit writes from these settings
+    dm_svc: DmServiceSettings | None = None
     tags: dict[Tag, Tag] = Field(default_factory=dict)
 
     _lower_tags = field_validator("tags", mode="before")(classmethod(lambda cls, v: _tags(v)))
@@ -193,6 +225,9 @@ class Cluster(Frozen):
     def _manager_fits_engine(self) -> Cluster:
         if self.engine not in self.ha.engines:
             raise ValueError(f"ha: {self.ha.kind} manages {'/'.join(sorted(self.ha.engines))}, not {self.engine}")
+        error = self.ha.members_error([m.host for m in self.members])
+        if error:
+            raise ValueError(f"ha.{error}")
         return self
 
     @model_validator(mode="after")
@@ -214,6 +249,18 @@ class Cluster(Frozen):
         if any(secret_like(k) or k == "passfile" for k in keys):
             raise ValueError("dsn: a password inside the DSN is an inline secret; use password: {env: NAME} or "
                              "{file: PATH}")
+        return self
+
+    @model_validator(mode="after")
+    def _dm_service(self) -> Cluster:
+        if self.dm_svc is None:
+            return self
+        if self.engine != "dameng":
+            raise ValueError("dm_svc: a DM service name's settings, for engine: dameng only")
+        if self.dsn is None or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,63}", self.dsn):
+            raise ValueError("dm_svc: needs dsn: the service name (letters, digits, _), e.g. DM_TPCC")
+        if "dmsvc_path" in self.options:
+            raise ValueError("dm_svc: chaoskit writes the dm_svc.conf; drop options.dmsvc_path (or dm_svc)")
         return self
 
     @model_validator(mode="after")
@@ -306,8 +353,12 @@ _MEMBER_FIELDS = ("host", "db_port", "db_address", "data_dir", "wal_dir", "db_so
 _CLUSTER_FIELDS = ("name", "engine", "managed", "port", "database", "user", "dsn", "endpoints")
 
 
+def _dm_svc_evidence(cluster: Cluster) -> dict[str, Any] | None:
+    return None if cluster.dm_svc is None else cluster.dm_svc.model_dump(mode="json")
+
+
 def _processes_evidence(processes: dict[str, ProcessRef]) -> dict[str, Any]:
-    return {n: {"pid_file": p.pid_file, "comm": p.comm, "exe": p.exe,
+    return {n: {"pid_file": p.pid_file, "unit": p.unit, "comm": p.comm, "exe": p.exe,
                 "start": "given" if p.start else None, "stop": "given" if p.stop else None}
             for n, p in processes.items()}
 
@@ -351,6 +402,6 @@ def _plain(value: Any) -> Any:
 def _cluster_evidence(cluster: Cluster) -> dict[str, Any]:
     return {**{f: _plain(getattr(cluster, f)) for f in _CLUSTER_FIELDS},
             "password": cluster.password.describe() if cluster.password else None,
-            "ha": _manager_evidence(cluster.ha),
+            "ha": _manager_evidence(cluster.ha), "dm_svc": _dm_svc_evidence(cluster),
             "members": [_member_evidence(m) for m in cluster.members],
             "options": dict(cluster.options), "tags": dict(cluster.tags)}

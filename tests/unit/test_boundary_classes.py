@@ -426,8 +426,8 @@ def test_the_evidence_copy_of_the_inventory_is_an_allow_list() -> None:
     assert set(ev["hosts"]["pg1"]) == {"name", "address", "port", "user", "jump", "become", "become_user",
                                        "strict_host_keys", "tags", "processes", "logs", "metrics"}
     assert ev["hosts"]["pg1"]["metrics"] == {"source": "cgroup", "cgroup": "chaoskit-lab/pg1"}
-    assert ev["hosts"]["dcs1"]["processes"]["etcd"] == {"pid_file": "/run/etcd.pid", "comm": None, "exe": None,
-                                                        "start": "given", "stop": None}
+    assert ev["hosts"]["dcs1"]["processes"]["etcd"] == {"pid_file": "/run/etcd.pid", "unit": None, "comm": None,
+                                                        "exe": None, "start": "given", "stop": None}
     assert ev["clusters"]["pg"]["members"][0]["processes"]["patroni"]["start"] == "given"
     assert ev["clusters"]["mha"]["ha"]["start"] == "given" and ev["clusters"]["mha"]["ha"]["manager_host"] == "mham"
 

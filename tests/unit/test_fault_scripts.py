@@ -431,3 +431,56 @@ def test_deadman_reverts_a_stubborn_relay_on_plan_in_one_attempt(stubbed: dict, 
     # + the rest of the revert: well inside the 5 s promise
     assert float(t_rev) - (applied[1] + 1.0) < 3.5
     assert not (jdir / "done" / f"{FID}.log").exists()  # one attempt: nothing to explain
+
+
+# a systemd unit's main pid as `systemctl show -p MainPID --value -- UNIT` prints it (0: none); its
+# start spawns a new process and makes it the unit's main pid (DM's DmService<instance> units)
+UNIT_SYSTEMCTL = r'''#!/bin/sh
+printf "%s\n" "--- systemctl" "$@" >> "$STUB_LOG"
+case "$1" in
+  show) [ "$2 $3 $4 $5" = "-p MainPID --value --" ] || exit 9
+        [ "$6" = "DmServiceGRP1_RT_01" ] && cat "$STUB_DIR/mainpid" || echo 0 ;;
+  start) sleep 60 </dev/null >/dev/null 2>&1 & echo $! > "$STUB_DIR/mainpid" ;;
+esac
+exit 0
+'''
+
+
+@ROOT_ONLY
+def test_a_process_found_by_its_systemd_unit_is_killed_and_started_again(stubbed: dict, tmp_path: Path) -> None:
+    """A process with no pid file, found as its unit's main pid (checked against comm like a pid
+    file's), killed, and started again by the revert through its start command: the new main pid
+    is waited for. A unit with no main pid (0) is refused at staging, naming the unit."""
+    env, root = stubbed["env"], stubbed["root"]
+    (tmp_path / "bin" / "systemctl").write_text(UNIT_SYSTEMCTL)
+    target = subprocess.Popen(["sleep", "60"])
+    (tmp_path / "mainpid").write_text(f"{target.pid}\n")
+    spawned: list[int] = []
+    try:
+        def staged(unit: str, comm: str = "sleep", start: str | None = None) -> subprocess.CompletedProcess[str]:
+            ref = ProcessRef(unit=unit, comm=comm, start=start)
+            scripts = scripts_for(FID, spec_of("kill", processes=("dmserver",), signal="KILL"),
+                                  HostFacts(host="h", processes={"dmserver": ref}))
+            return sh(journal.stage_script(FID, journal.journal_files(FID, scripts, {"id": FID}, None), 30,
+                                           root=root), env)
+
+        res = staged("DmServiceOTHER")
+        assert res.returncode != 0 and "no pid in unit DmServiceOTHER" in res.stderr, res.stderr
+        res = staged("DmServiceGRP1_RT_01", comm="dmserver")
+        assert res.returncode != 0 and "is 'sleep', not 'dmserver'" in res.stderr, res.stderr
+        res = staged("DmServiceGRP1_RT_01", start="systemctl start DmServiceGRP1_RT_01")
+        assert res.returncode == 0, res.stderr
+        res = sh(journal.trigger_script(FID, root=root), env)
+        assert res.returncode == 0, res.stderr
+        target.wait(timeout=10)  # killed by the fault
+        res = sh(journal.revert_script(FID, root=root), env)
+        assert res.returncode == 0, res.stderr
+        new_pid = int((tmp_path / "mainpid").read_text())
+        spawned.append(new_pid)
+        assert new_pid != target.pid and Path(f"/proc/{new_pid}/comm").read_text().strip() == "sleep"
+        log = stubbed["log"].read_text().split("--- systemctl\n")
+        assert "show\n-p\nMainPID\n--value\n--\nDmServiceGRP1_RT_01\n" in log and "start\nDmServiceGRP1_RT_01\n" in log
+    finally:
+        target.kill()
+        for pid in spawned:
+            os.kill(pid, 9)
