@@ -469,12 +469,21 @@ def recover(
 
 @app.command("validate")
 def validate(playbook: Annotated[Path, typer.Argument(help="Playbook YAML.")], inventory: InventoryOpt) -> None:
-    """Check a playbook against an inventory without touching any host."""
+    """Check a playbook (a drill, or an experiment: `kind: sweep | ramp | compare`) against an
+    inventory without touching any host."""
     from chaoskit.inventory.loader import load_inventory
+    from chaoskit.playbook.experiment import is_experiment, load_experiment
     from chaoskit.playbook.loader import load_playbook
 
     try:
         inv = load_inventory(inventory)
+        if is_experiment(playbook):
+            exp = load_experiment(playbook, inv)
+            grid = "; ".join(f"{k} {', '.join(str(x) for x in v)}"
+                             for k, v in exp.grid.model_dump(exclude_none=True).items() if v and tuple(v) != (0.0,))
+            on = ", ".join(dict.fromkeys((exp.cluster, *exp.targets)))
+            out.print(f"{playbook}: ok ({exp.name}: {exp.kind} on {on}; {grid})", highlight=False, markup=False)
+            return
         pb = load_playbook(playbook, inv).playbook
     except ChaoskitError as exc:
         _fail(exc)
@@ -684,45 +693,18 @@ def experiment_run(
     """Run an experiment cell by cell (progress with ETA) and write its run directory."""
     import time as _t
 
-    from pydantic import ValidationError
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     from chaoskit.guard import cluster_hosts, refuse_production
     from chaoskit.inventory.reach import refuse_unreachable_lab
-    from chaoskit.playbook.experiment import Experiment, check_required, run_experiment
+    from chaoskit.playbook.experiment import check_required, load_experiment, run_experiment
     from chaoskit.report.experiment import write_experiment
     from chaoskit.report.rundir import RunDirectory
-    from chaoskit.yamlsrc import load_yaml, raise_validation
 
     _controller(evidence=True)
     try:
         inv = _inventory(inventory, reach=False)
-        doc = load_yaml(experiment)
-        try:
-            exp = Experiment.model_validate(doc.data, context={"base_dir": str(Path(experiment).parent)})
-        except ValidationError as exc:
-            raise raise_validation(exc, doc) from None
-        from chaoskit.playbook.loader import tool_engine_refusal
-
-        for name in (exp.cluster, *exp.targets):
-            if name not in inv.clusters:
-                raise doc.error(("cluster",), f"unknown cluster {name!r} in {inventory}")
-            refusal = tool_engine_refusal(exp.load.tool, name, inv.clusters[name].engine) if exp.load else None
-            if refusal:
-                raise doc.error(("load", "tool"), refusal)
-            if inv.clusters[name].managed and exp.link is not None and exp.link.source != "client":
-                raise doc.error(("link", "source"), f"cluster {name!r} is managed (no host to SSH into): only its "
-                                                    "client link can be delayed (link: {source: client})")
-        from chaoskit.ha.registry import managers
-
-        changeable = managers()[inv.clusters[exp.cluster].ha.kind].changeable_settings
-        if exp.grid.synchronous_mode and "synchronous_mode" not in changeable:
-            raise doc.error(("grid", "synchronous_mode"),
-                            f"cluster {exp.cluster!r} (ha: {inv.clusters[exp.cluster].ha.kind}) cannot switch "
-                            "synchronous_mode")
-        unknown = set(exp.settings) - changeable
-        if unknown:
-            raise doc.error(("settings",), f"cannot change {', '.join(sorted(unknown))} on {exp.cluster}")
+        exp = load_experiment(experiment, inv)
         hosts = [h for c in (exp.cluster, *exp.targets) for h in cluster_hosts(inv, c)]
         refuse_production(inv, hosts, [exp.cluster, *exp.targets], allow=allow_production)
         refuse_unreachable_lab(inv)

@@ -419,7 +419,8 @@ class Recorder:
             hist.add(HdrHistogram.decode(self.hists[idx]))
         span = max(self.interval, (hi - lo) * self.interval)
         lat = {f"p{p}_ms": (hist.get_value_at_percentile(p) / 1000 if hist.get_total_count() else math.nan)
-               for p in (50, 99, 99.9)}
+               for p in (50, 90, 99, 99.9)}
+        lat["mean_ms"] = hist.get_mean_value() / 1000 if hist.get_total_count() else math.nan
         return {**totals, "tps": totals["ok"] / span, "intervals": seen, **lat}
 
     def latency_hist(self, t_from: float | None = None, t_to: float | None = None) -> HdrHistogram:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import statistics
 import time
 from pathlib import Path
@@ -319,11 +320,12 @@ def measure_cell(inv: Inventory, cluster: str, fm: FaultManager, *, workload: st
             proxy = client_link.stats()
     ops = w["ok"] + w["fail"] + w["info"]
     added = [s["added_p50_ms"] for s in proxy if s.get("added_p50_ms") is not None]
-    latency: dict[str, Any] = {"p50_ms": w["p50_ms"], "p99_ms": w["p99_ms"], "p999_ms": w["p99.9_ms"]}
+    latency: dict[str, Any] = {"mean_ms": _ms(w["mean_ms"]), "p50_ms": w["p50_ms"], "p90_ms": _ms(w["p90_ms"]),
+                               "p99_ms": w["p99_ms"], "p999_ms": w["p99.9_ms"]}
     load = tool_of_cell(workload, load)
     if load is not None and not MEASURES[load.tool].latency:  # no op's latency is known: none is made up
         assert tool_dir is not None
-        latency = {"p50_ms": None, "p99_ms": None, "p999_ms": None,
+        latency = {"mean_ms": None, "p50_ms": None, "p90_ms": None, "p99_ms": None, "p999_ms": None,
                    **tool_latency(tool_dir / load.tool, *window)}
     return {"workload": workload, "workers": workers, "delay_ms": delay_ms, "tps": round(w["tps"], 1),
             "window": [round(window[0], 6), round(window[1], 6)],  # the measured instants (control clock)
@@ -332,6 +334,11 @@ def measure_cell(inv: Inventory, cluster: str, fm: FaultManager, *, workload: st
             "proxy_added_p50_ms": round(statistics.median(added), 3) if added else None,
             "proxy_added_p99_ms": max((s["added_p99_ms"] for s in proxy if s.get("added_p99_ms")), default=None),
             "proxy_bytes": sum(s.get("bytes", 0) for s in proxy)}
+
+
+def _ms(value: float) -> float | None:
+    """A latency figure of the window (NaN when no op succeeded in it: none, not a number)."""
+    return None if math.isnan(value) else round(value, 3)
 
 
 def wait_links_through_relays(fm: FaultManager, faults: list[Any], timeout: float = 20.0) -> None:
@@ -363,7 +370,8 @@ def summarise(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[st
             return statistics.median(values) if values else None
 
         cell = {**dict(zip(keys, key, strict=True)), "repeats": len(rs), "tps": statistics.median(tps),
-                "tps_min": min(tps), "tps_max": max(tps), "p50_ms": med("p50_ms"), "p99_ms": med("p99_ms"),
+                "tps_min": min(tps), "tps_max": max(tps), "mean_ms": med("mean_ms"), "p50_ms": med("p50_ms"),
+                "p90_ms": med("p90_ms"), "p99_ms": med("p99_ms"),
                 "p999_ms": med("p999_ms"), "error_rate": med("error_rate"),
                 "proxy_added_p50_ms": med("proxy_added_p50_ms"), "proxy_added_p99_ms": med("proxy_added_p99_ms")}
         for name in TOOL_LATENCY:
@@ -530,3 +538,48 @@ def _compare(rows: list[dict[str, Any]], targets: tuple[str, ...]) -> dict[str, 
                                  "max": round(max(ratios), 4) if ratios else None, "repeats": len(ratios),
                                  "relative_p50_change_median": round(statistics.median(p50), 4) if p50 else None}
     return out
+
+
+def is_experiment(path: Path) -> bool:
+    """A playbook file that is an experiment (`kind: sweep | ramp | compare` at its top level)
+    rather than a drill (drills have no kind)."""
+    from chaoskit.yamlsrc import load_yaml
+
+    data = load_yaml(path).data
+    return isinstance(data, dict) and "kind" in data
+
+
+def load_experiment(path: Path, inv: Inventory) -> Experiment:
+    """The experiment in `path`, checked against the inventory without touching any host (its
+    clusters exist, its tool fits their engines, a managed cluster's link is its client link, the
+    settings it changes can be changed by the manager); bad input is an InputError naming the
+    file, line and field."""
+    from pydantic import ValidationError
+
+    from chaoskit.ha.registry import managers
+    from chaoskit.playbook.loader import tool_engine_refusal
+    from chaoskit.yamlsrc import load_yaml, raise_validation
+
+    doc = load_yaml(path)
+    try:
+        exp = Experiment.model_validate(doc.data, context={"base_dir": str(Path(path).parent)})
+    except ValidationError as exc:
+        raise raise_validation(exc, doc) from None
+    for name in (exp.cluster, *exp.targets):
+        if name not in inv.clusters:
+            raise doc.error(("cluster",), f"unknown cluster {name!r} in {inv.source}")
+        refusal = tool_engine_refusal(exp.load.tool, name, inv.clusters[name].engine) if exp.load else None
+        if refusal:
+            raise doc.error(("load", "tool"), refusal)
+        if inv.clusters[name].managed and exp.link is not None and exp.link.source != "client":
+            raise doc.error(("link", "source"), f"cluster {name!r} is managed (no host to SSH into): only its "
+                                                "client link can be delayed (link: {source: client})")
+    changeable = managers()[inv.clusters[exp.cluster].ha.kind].changeable_settings
+    if exp.grid.synchronous_mode and "synchronous_mode" not in changeable:
+        raise doc.error(("grid", "synchronous_mode"),
+                        f"cluster {exp.cluster!r} (ha: {inv.clusters[exp.cluster].ha.kind}) cannot switch "
+                        "synchronous_mode")
+    unknown = set(exp.settings) - changeable
+    if unknown:
+        raise doc.error(("settings",), f"cannot change {', '.join(sorted(unknown))} on {exp.cluster}")
+    return exp

@@ -59,7 +59,8 @@ def write_experiment(result: dict[str, Any], run_dir: Path) -> None:
 _COLUMNS = (  # (cell key, header, format); a column whose cells are all empty is left out
     ("target", "target", "{}"), ("synchronous_mode", "commit", "mode"), ("workload", "workload", "{}"),
     ("delay_ms", "delay", "{:g} ms"), ("workers", "workers", "{}"), ("tps", "TPS (median)", "{:,.0f}"),
-    ("tps_min", "TPS min-max", "range"), ("p50_ms", "p50", "{:.2f} ms"), ("p99_ms", "p99", "{:.2f} ms"),
+    ("tps_min", "TPS min-max", "range"), ("mean_ms", "avg", "{:.2f} ms"), ("p50_ms", "p50", "{:.2f} ms"),
+    ("p90_ms", "p90", "{:.2f} ms"), ("p99_ms", "p99", "{:.2f} ms"),
     ("p999_ms", "p99.9", "{:.2f} ms"),
     ("tool_p99_ms_median_of_seconds", "tool's p99 per second (median)", "{:.2f} ms"),
     ("tool_p99_ms_worst_second", "tool's p99 (worst second)", "{:.2f} ms"), ("error_rate", "errors", "{:.2%}"),

@@ -303,3 +303,18 @@ def test_history_ops_carry_the_error_class_of_failures_only() -> None:
     rec.record(1, "write", 1.1, 1.2, FAIL, "timeout", key=3, keyed=SEQUENCE)
     assert [(op[4], op[7]) for op in rec.ops] == [("ok", None), ("fail", "other"), ("fail", "timeout")]
     assert rec.errors[0][5] == ""  # no message given: empty, not a placeholder
+
+
+def test_window_mean_and_p90_as_a_ramp_step_reports_them() -> None:
+    """Ten ok ops of 1, 2, ..., 10 ms in one second: mean (1 + ... + 10) / 10 = 5.5 ms; p90 by
+    nearest rank is the 9th smallest, 9 ms; p50 the 5th, 5 ms (HdrHistogram keeps 2 significant
+    digits: within 1 %)."""
+    r = Recorder(BASE, interval=1.0)
+    for k in range(1, 11):
+        r.record(1, "write", BASE + 0.05 * k, BASE + 0.05 * k + k / 1000, OK)
+    r.finish()
+    w = r.window(BASE, BASE + 1.0)
+    assert w["mean_ms"] == pytest.approx(5.5, rel=0.01)
+    assert w["p90_ms"] == pytest.approx(9, rel=0.01)
+    assert w["p50_ms"] == pytest.approx(5, rel=0.01)
+    assert math.isnan(r.window(BASE + 5, BASE + 6)["mean_ms"])
