@@ -8,6 +8,8 @@ defines them (control clock).
   deleted or taken; pg_auto_failover: the monitor's event; repmgr: repmgr.events; MHA: its log)
   or of its view as polled (leader changed, or the leader left its healthy state) after t_fault,
   with that event's uncertainty. Null with the reason where there is no manager.
+- t_confirmed (DM only): the confirmation monitor agreed and a standby's takeover runs; detection
+  then ends here (sub-phases: the watcher's detection, the monitor's confirmation), else at t_detect.
 - t_promoted: a node is writable again: the earlier of the role probe seeing it and a client's
   first successful write (which is itself proof of a writer); which node and which evidence
   are recorded.
@@ -24,7 +26,7 @@ import statistics
 from collections import Counter
 from typing import Any
 
-from chaoskit.ha.base import REACTION_EVENTS
+from chaoskit.ha.base import CONFIRMATION_EVENT, REACTION_EVENTS
 from chaoskit.recorder import Recorder
 from chaoskit.topology.probe import ProbeLog
 
@@ -126,7 +128,8 @@ def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, base
         out["together_with"] = fault["together_with"]
     null_phases = {"detection_s": None, "promotion_s": None, "reconnect_s": None, "stabilisation_s": None}
     if not gaps:
-        out.update({"outage": False, "t_last_ok": None, "t_first_err": None, "t_detect": None, "t_promoted": None,
+        out.update({"outage": False, "t_last_ok": None, "t_first_err": None, "t_detect": None,
+                    "t_confirmed": None, "t_promoted": None,
                     "t_first_ok": None, "t_recovered": None, "phases": null_phases, "rto_first_client_s": None,
                     "rto_all_clients_s": None, "per_client_rto_s": {}})
         out.update(fault_outcome(probe, t_fault, window_end, outage=False, target_host=fault["host"]))
@@ -183,20 +186,34 @@ def analyse_fault(fault: dict[str, Any], rec: Recorder, probe: ProbeLog, *, base
                             "(poll granularity); t_detect clamped to t_promoted (the manager acted before)")
         t_detect = t_promoted
 
+    # DM: detection ends when the confirmation monitor agreed (its sub-phases: the watcher's
+    # detection, then the monitor's confirmation); every other manager: at its first reaction
+    t_confirmed = _confirmed(probe, t_detect, window_end) if t_detect is not None else None
+    if t_confirmed is not None and t_promoted is not None and t_confirmed > t_promoted:
+        out["notes"].append(f"the monitor's confirmation seen {t_confirmed - t_promoted:.3f}s after the node was "
+                            "writable (poll granularity); t_confirmed clamped to t_promoted")
+        t_confirmed = t_promoted
+    detected = t_confirmed if t_confirmed is not None else t_detect
+
     t_recovered = recovered_at(rec, t_first_ok, baseline, tps_fraction, hold) if t_first_ok else None
     if baseline is None:
         out["notes"].append("no baseline throughput: t_recovered is null")
-    phases = {
-        "detection_s": _diff(t_detect, t_fault),
-        "promotion_s": _diff(t_promoted, t_detect),
-        "reconnect_s": _diff(t_first_ok, t_promoted if promotes else t_detect),
+    phases: dict[str, Any] = {
+        "detection_s": _diff(detected, t_fault),
+        "promotion_s": _diff(t_promoted, detected),
+        "reconnect_s": _diff(t_first_ok, t_promoted if promotes else detected),
         "stabilisation_s": _diff(t_recovered, t_first_ok),
     }
+    if t_confirmed is not None:
+        # the watcher's detection is known apart only when a reaction came before the confirmation
+        split = t_detect is not None and t_detect < t_confirmed
+        phases["detection_parts"] = {"watcher_s": _diff(t_detect, t_fault) if split else None,
+                                     "confirmation_s": _diff(t_confirmed, t_detect) if split else None}
     if t_last_ok is not None and t_last_ok - t_fault > 1.0:
         out["notes"].append(f"writes kept succeeding for {t_last_ok - t_fault:.3f}s after the fault before the "
                             "outage: check rpo and split_brain for where they went")
     out.update({
-        **clients, "t_detect": t_detect,
+        **clients, "t_detect": t_detect, "t_confirmed": t_confirmed,
         "detect_signal": detect_how, "detect_uncertainty_s": detect_unc, "t_promoted": t_promoted,
         "promoted_evidence": evidence,
         "old_primary": old_primary, "new_primary": new_primary, "t_recovered": t_recovered,
@@ -312,6 +329,13 @@ def _detect(probe: ProbeLog, t_fault: float, window_end: float,
         return None, None, None
     first = hits[0]
     return first.t, f"{first.source}: {first.detail}", first.uncertainty_s
+
+
+def _confirmed(probe: ProbeLog, since: float, window_end: float) -> float | None:
+    """The first confirmation event (DM's monitor agreed the primary failed) at or after the
+    first reaction and before the window ends."""
+    return min((e.t for e in probe.manager_events if e.kind == CONFIRMATION_EVENT and since <= e.t < window_end),
+               default=None)
 
 
 def recovered_at(rec: Recorder, since: float, baseline: float | None, fraction: float, hold: float) -> float | None:

@@ -194,7 +194,7 @@ class Steps:
         record = self._action(step)
         record["t_scheduled"] = self._scheduled(item.step)
         record["step"] = item.step
-        if record["kind"] == "switchover":
+        if record["kind"] in ("switchover", "takeover"):
             self.recorder.history.keep_around(record["t_sent"])
         self.record.actions.append(record)
         self.record.event("action", record["t_sent"], action=record["kind"], member=record.get("member"),
@@ -205,13 +205,20 @@ class Steps:
         assert action is not None
         if action.kind == "switchover":
             return self.ha.switchover(action.candidate).to_dict()
+        if action.kind == "takeover":
+            return self.ha.takeover(action.candidate).to_dict()
         assert action.target
         target = action.target
         if target.startswith("fault."):
             target = self._fault_host(target)
         if action.kind == "rejoin":
-            record = self.ha.rejoin(target).to_dict()
-            record["restart"] = self._restart(target)  # whatever of the member is still not running
+            if self.ha.rejoin_after_restart:  # the manager rejoins a running member by itself (DM)
+                restart = self._restart(target)
+                record = self.ha.rejoin(target).to_dict()
+            else:
+                record = self.ha.rejoin(target).to_dict()
+                restart = self._restart(target)  # whatever of the member is still not running
+            record["restart"] = restart
             return record
         t_sent = self.clock.now()
         res = self._restart(target)

@@ -67,7 +67,8 @@ class ManagerEvent:
     """Something the manager did or saw, on the control clock."""
 
     t: float
-    kind: str  # leader_lost | leader_changed | failover_started | promoted | demoted | member_state | view_change
+    # leader_lost | leader_changed | failover_started | confirmed | promoted | demoted | member_state | view_change
+    kind: str
     source: str  # e.g. etcd-watch, rest-poll, monitor-events, repmgr-events, mha-log, poll
     member: str | None = None
     detail: str = ""
@@ -82,7 +83,11 @@ class ManagerEvent:
 
 
 # events that mean the manager reacted to a failure (T_detect is the first one after T_fault)
-REACTION_EVENTS = frozenset({"leader_lost", "leader_changed", "failover_started", "demoted", "view_change"})
+REACTION_EVENTS = frozenset({"leader_lost", "leader_changed", "failover_started", "demoted", "view_change",
+                             "confirmed"})
+# DM's confirmation monitor agreed the primary failed and a standby's takeover runs: the end of
+# detection's confirmation sub-phase (chaoskit/docs/methodology.md)
+CONFIRMATION_EVENT = "confirmed"
 
 
 @dataclass
@@ -216,6 +221,15 @@ class HAManager(ABC):
     def rejoin(self, member: str) -> ActionResult:
         raise NotImplementedError(f"{self.kind}: no rejoin of an old primary")
 
+    def takeover(self, candidate: str | None = None) -> ActionResult:
+        """A standby made the primary while the old primary is down (DM's `takeover`): the
+        operator's move where the manager does not fail over by itself."""
+        raise NotImplementedError(f"{self.kind}: no takeover")
+
+    # the drill starts the member's declared processes before `rejoin` (DM: the watcher rejoins a
+    # running old primary by itself) rather than after it (the others bring the server up themselves)
+    rejoin_after_restart: ClassVar[bool] = False
+
     def switchover_pair(self, candidate: str | None) -> tuple[str | None, str | None]:
         """(the leader now, the member to promote: the one asked for, else the first replica)."""
         leader = self.leader()
@@ -253,6 +267,10 @@ class HAManager(ABC):
     @property
     def can_rejoin(self) -> bool:
         return type(self).rejoin is not HAManager.rejoin
+
+    @property
+    def can_takeover(self) -> bool:
+        return type(self).takeover is not HAManager.takeover
 
     # -- settings ----------------------------------------------------------------------------
     def read_settings(self) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from chaoskit.errors import InputError
 from chaoskit.faults.manager import FaultManager
 from chaoskit.faults.spec import CLIENT, FaultBase
 from chaoskit.faults.targets import live_target, named_hosts, split_target
+from chaoskit.ha.registry import managers
 from chaoskit.inventory.models import Inventory
 from chaoskit.playbook.models import Playbook
 
@@ -63,8 +64,10 @@ def _action_commands(kind: str, target: str | None, inventory: Inventory, cluste
     ha = inventory.clusters[cluster].ha.kind
     on = "the host of an earlier step's fault, resolved at run time" if target and target.startswith("fault.") \
         else target
-    if kind == "switchover":
-        return f"through {ha} at the instant (its own switchover; no journal on any host)"
+    if kind in ("switchover", "takeover"):
+        return f"through {ha} at the instant (its own {kind}; no journal on any host)"
+    if kind == "rejoin" and managers()[ha].rejoin_after_restart:
+        return f"on {on}: every declared process not running is started; then through {ha}: rejoin {on}"
     if kind == "rejoin":
         return f"through {ha} at the instant: rejoin {on}; then, on it, every declared process not running is started"
     return f"on {on}: every declared process of the member that is not running is started (its start command)"

@@ -166,8 +166,8 @@ def check_against_inventory(pb: Playbook, inventory: Inventory, doc: object) -> 
             _processes_declared(fault, inventory, fault.cluster or pb.cluster, doc, where)
             _rehearse(fault, inventory, doc, where)
         if step.action is not None:
-            can = {"switchover": manager.switchover is not managers()["none"].switchover,
-                   "rejoin": manager.rejoin is not managers()["none"].rejoin}
+            can = {kind: getattr(manager, kind) is not getattr(managers()["none"], kind)
+                   for kind in ("switchover", "takeover", "rejoin")}
             if step.action.kind in can and not can[step.action.kind]:
                 raise doc.error(("steps", i, "action"), f"{step.action.kind} needs an HA manager that can do it; "  # type: ignore[attr-defined]
                                                         f"cluster {pb.cluster} has ha: {cl.ha.kind}")

@@ -320,14 +320,15 @@ ActionTarget = Annotated[str, StringConstraints(pattern=r"^(fault\.[0-9]{1,3}|[A
 
 
 class Action(Frozen):
-    """switchover (the HA manager's planned switchover); restart: start a member's processes that
+    """switchover (the HA manager's planned switchover); takeover (a standby made the primary while
+    the old one is down, where the manager offers it: DM); restart: start a member's processes that
     are not running (its configured start command, over SSH); rejoin: bring an old primary back as
     a replica the HA manager's way (rewind or rebuild), then start whatever of it is not running.
     `target` is a member host, or `fault.N`: the host step N's fault was applied to (a role
     target is resolved when the fault happens)."""
 
-    kind: Literal["switchover", "restart", "rejoin"]
-    candidate: Name | None = None  # switchover: a member name; default: the manager chooses
+    kind: Literal["switchover", "takeover", "restart", "rejoin"]
+    candidate: Name | None = None  # switchover / takeover: a member name; default: the first standby
     target: ActionTarget | None = None
 
     @model_validator(mode="after")
@@ -340,8 +341,8 @@ class Action(Frozen):
 # what a step may wait for: the HA manager's own events (as each manager reports them) and what
 # the role probe sees (a member becoming the primary, leaving it, going down, an old primary
 # following again, the cluster steady: one primary, every member answering)
-TRIGGER_EVENTS = ("leader_lost", "leader_changed", "failover_started", "promoted", "demoted", "member_state",
-                  "view_change", "member_down", "rejoin_started", "cluster_steady")
+TRIGGER_EVENTS = ("leader_lost", "leader_changed", "failover_started", "confirmed", "promoted", "demoted",
+                  "member_state", "view_change", "member_down", "rejoin_started", "cluster_steady")
 
 
 class Trigger(Frozen):

@@ -89,7 +89,11 @@ def phases_in_words(ev: dict[str, Any]) -> list[str]:
         if ph.get("detection_s") is not None:
             b = f" (bound {bound:.1f} s from {ha.get('manager')}'s settings{': ' + settings if settings else ''})" \
                 if isinstance(bound, int | float) else ""
-            words.append(f"detection {ph['detection_s']:.2f} s{b}")
+            parts = ph.get("detection_parts") or {}
+            split = f" (watcher {parts['watcher_s']:.2f} s, monitor's confirmation {parts['confirmation_s']:.2f} s)" \
+                if parts.get("watcher_s") is not None and parts.get("confirmation_s") is not None else \
+                " (ends at the monitor's confirmation)" if parts else ""
+            words.append(f"detection {ph['detection_s']:.2f} s{split}{b}")
         for key, name in (("promotion_s", "promotion"), ("reconnect_s", "reconnect"),
                           ("stabilisation_s", "stabilisation")):
             if ph.get(key) is not None:

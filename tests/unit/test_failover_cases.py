@@ -77,7 +77,7 @@ def test_restart_in_place_whole_record() -> None:
         "notes": ["the HA manager showed no reaction (leader change or leader state change)"],
         "first_err_after_fault_s": 1.25,  # k = 22 at 111.25
         "outage": True, "t_last_ok": 110.75, "t_first_err": 111.25,
-        "t_detect": None, "detect_signal": None, "detect_uncertainty_s": None,
+        "t_detect": None, "t_confirmed": None, "detect_signal": None, "detect_uncertainty_s": None,
         "t_promoted": 114.0, "promoted_evidence": "probe",  # pg1 primary again at 114.0, before the client's 115.25
         "old_primary": "pg1", "new_primary": None, "t_first_ok": 115.25, "t_recovered": 116.0,
         "phases": {"detection_s": None, "promotion_s": None, "reconnect_s": 1.25, "stabilisation_s": 0.75},
@@ -102,7 +102,8 @@ def test_no_outage_whole_record() -> None:
         "id": "g", "kind": "pause", "target_host": "pg2", "t_scheduled": 110.0, "t_fault": 110.0, "t_open": 110.0,
         "t_reverted": 113.0, "step": 1,
         "notes": ["no write outage observed: no phases; effect is the throughput change below"],
-        "outage": False, "t_last_ok": None, "t_first_err": None, "t_detect": None, "t_promoted": None,
+        "outage": False, "t_last_ok": None, "t_first_err": None, "t_detect": None,
+        "t_confirmed": None, "t_promoted": None,
         "t_first_ok": None, "t_recovered": None, "phases": NULL_PHASES, "rto_first_client_s": None,
         "rto_all_clients_s": None, "per_client_rto_s": {},
         "outcome": "no_reaction", "outcome_text": "no failover: pg1 stayed the primary through the fault",
@@ -192,6 +193,32 @@ def test_detection_window_and_reaction_kinds() -> None:
     # an event at the window's end is outside it
     r = analyse(rec, log, window_end=112.0)
     assert r["t_detect"] is None and "the HA manager showed no reaction" in r["notes"][-1]
+
+
+def test_dm_detection_ends_at_the_monitors_confirmation() -> None:
+    """DM: the watcher noticed at 111.0 (leader_lost), the confirmation monitor agreed at 112.2
+    (confirmed), pg2 writable at 113.0 (probe), first client write at 113.25 (k = 26). Detection
+    runs to the confirmation: 112.2 - 110.0 = 2.2 s, of which watcher 1.0 s and confirmation
+    1.2 s; promotion 113.0 - 112.2 = 0.8 s; reconnect 113.25 - 113.0 = 0.25 s; the three add up
+    to the RTO 3.25 s."""
+    log = failover_roles()
+    log.manager_events += [ManagerEvent(111.0, "leader_lost", "dmmonitor-show", "pg1", "INST_OK ERROR", 0.5),
+                           ManagerEvent(112.2, "confirmed", "dmmonitor-show", "pg2", "OPEN -> FAILOVER", 0.5)]
+    r = analyse(history(FAILOVER_FAILING), log)
+    assert (r["t_detect"], r["t_confirmed"]) == (111.0, 112.2)
+    ph = r["phases"]
+    assert (ph["detection_s"], ph["promotion_s"], ph["reconnect_s"]) == (2.2, 0.8, 0.25)
+    assert ph["detection_parts"] == {"watcher_s": 1.0, "confirmation_s": 1.2}
+    assert r["rto_first_client_s"] == 3.25
+    # only the confirmation seen: it is the first reaction too, and the split is unknown
+    log.manager_events = [ManagerEvent(112.2, "confirmed", "dmmonitor-log", "pg2", "OPEN -> FAILOVER", 0.0)]
+    r = analyse(history(FAILOVER_FAILING), log)
+    assert (r["t_detect"], r["t_confirmed"], r["phases"]["detection_s"]) == (112.2, 112.2, 2.2)
+    assert r["phases"]["detection_parts"] == {"watcher_s": None, "confirmation_s": None}
+    # every other manager: no confirmation, no sub-phases
+    log.manager_events = [ManagerEvent(112.0, "leader_changed", "rest-poll", "pg2", "pg1 -> pg2", 0.1)]
+    r = analyse(history(FAILOVER_FAILING), log)
+    assert r["t_confirmed"] is None and "detection_parts" not in r["phases"]
 
 
 def test_no_manager_and_no_reaction_notes() -> None:

@@ -78,7 +78,7 @@ def test_the_shipped_families_are_found() -> None:
     from chaoskit.workload.workloads import WORKLOADS
 
     assert set(MANAGERS.names()) == set(HA_CONFIGS.names()) == {
-        "none", "patroni", "pg_auto_failover", "repmgr", "mha", "galera"}
+        "none", "patroni", "pg_auto_failover", "repmgr", "mha", "galera", "dm"}
     assert set(DRIVERS.names()) == {"postgres", "mysql", "dameng"}
     assert set(FAMILIES.names()) == {"process", "network", "relay", "stress", "replication", "disk"}
     assert {"base", "patroni", "mariadb", "pg_auto_failover", "repmgr", "mha", "galera"} == set(RECIPES.names())
