@@ -1,9 +1,12 @@
 """Dameng DM through dmPython (extra `chaoskit[dm]`).
 
 Reconnect-to-new-primary the way DM applications do it: the cluster `dsn` is a DM service name
-resolved by dm_svc.conf (e.g. `DMHA` with `DMHA=(10.0.0.1:5236,10.0.0.2:5236)` and
-`LOGIN_MODE=(1)`); without it, the members are tried in order and the first whose instance is
-in PRIMARY/NORMAL mode wins. Parameters use qmark style (`?`).
+resolved by a dm_svc.conf (e.g. `DMHA` with `DMHA=(10.0.0.1:5236,10.0.0.2:5236)` and
+`LOGIN_MODE=(1)`): the cluster's `dm_svc` settings, written by chaoskit into a directory of its
+own given to dmPython as `dmsvc_path` (a directory: dmPython reads `dm_svc.conf` in it), or the
+host's own file where `options.dmsvc_path` names its directory. Without a service name, the
+members are tried in order and the first whose instance is in PRIMARY/NORMAL mode wins.
+Parameters use qmark style (`?`).
 
 Error classes come from DM's error codes where they are certain (checked here against a real
 refused and a real silent listener: -70028, -70019) and from the message text otherwise.
@@ -12,12 +15,16 @@ refused and a real silent listener: -70028, -70019) and from the message text ot
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
+import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from chaoskit.db.base import Driver, ErrorClass
 from chaoskit.errors import InputError
-from chaoskit.inventory.models import Member
+from chaoskit.inventory.models import Cluster, Inventory, Member
 
 _REFUSED_CODES = {-70028, -70020, -70089, -2501, -2504}
 _LOST_CODES = {-70019, -70065, -70066, -70025, -70035}
@@ -32,6 +39,43 @@ def _dm() -> Any:
 
         raise InputError("dmPython is not installed: pip install 'chaoskit[dm]'") from exc
     return dmPython
+
+
+def dm_svc_text(cluster: Cluster, inventory: Inventory) -> str:
+    """The dm_svc.conf of a cluster whose `dsn` is a service name: the service's endpoint list on
+    the global line (`NAME=(ip:port,ip:port)`) and its client settings in the service's own
+    section (`[NAME]`), the shape DM's manual gives. Values are validated numbers and endpoints."""
+    svc = cluster.dm_svc
+    assert svc is not None and cluster.dsn is not None
+    endpoints = list(svc.endpoints) or [f"{_bracketed(inventory.member_address(m))}:{m.db_port or cluster.port}"
+                                        for m in cluster.members]
+    lines = [f"{cluster.dsn}=({','.join(endpoints)})", "", f"[{cluster.dsn}]", f"LOGIN_MODE=({svc.login_mode})",
+             f"SWITCH_TIMES=({svc.switch_times})", f"SWITCH_INTERVAL=({svc.switch_interval_ms})"]
+    if svc.ep_selector is not None:
+        lines.append(f"EP_SELECTOR=({svc.ep_selector})")
+    if svc.auto_reconnect is not None:
+        lines.append(f"AUTO_RECONNECT=({svc.auto_reconnect})")
+    return "\n".join(lines) + "\n"
+
+
+def _bracketed(address: str) -> str:
+    return f"[{address}]" if ":" in address else address
+
+
+def dm_svc_dir(text: str) -> str:
+    """A directory holding this text as its `dm_svc.conf`, written once per content (no secret is
+    in it) under the temporary directory, so every load worker of a run reads the same settings.
+    A directory, because that is what dmPython's `dmsvc_path` takes (measured with dmPython 2.6.1:
+    given a file's path it reads nothing and resolves the service name as a host)."""
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / "chaoskit-dm-svc" / digest
+    folder.mkdir(mode=0o755, parents=True, exist_ok=True)
+    path = folder / "dm_svc.conf"
+    if not path.exists() or path.read_text() != text:
+        tmp = folder / f".dm_svc.conf.{os.getpid()}.tmp"
+        tmp.write_text(text)
+        tmp.replace(path)
+    return str(folder)
 
 
 def dm_error_code(exc: BaseException) -> tuple[int | None, str]:
@@ -67,6 +111,8 @@ class DamengDriver(Driver):
         if password is not None:
             params["password"] = password
         params.update(dict(self.cluster.options))
+        if self.cluster.dm_svc is not None:
+            params["dmsvc_path"] = dm_svc_dir(dm_svc_text(self.cluster, self.inventory))
         return params
 
     def connect_member(self, member: Member) -> Any:
@@ -119,6 +165,34 @@ class DamengDriver(Driver):
         finally:
             cur.close()
         return str(mode).upper() in _WRITABLE_MODES and str(status).upper() == "OPEN"
+
+    # the standbys a primary ships redo to, with the archive's state, as DM's own drivers ask it
+    # (DM's Go driver, rw_util.go: the newer V$DM_MAL_INI columns first, then the older ones)
+    STANDBYS_SQL = ("SELECT M.MAL_INST_HOST, A.ARCH_STATUS FROM V$ARCH_STATUS A JOIN V$DM_MAL_INI M "
+                    "ON A.ARCH_DEST = M.MAL_INST_NAME WHERE A.ARCH_TYPE IN ('REALTIME', 'TIMELY', 'SYNC', 'ASYNC')",
+                    "SELECT M.INST_IP, A.ARCH_STATUS FROM V$ARCH_STATUS A JOIN V$DM_MAL_INI M "
+                    "ON A.ARCH_DEST = M.INST_NAME WHERE A.ARCH_TYPE IN ('REALTIME', 'TIMELY', 'SYNC', 'ASYNC')")
+
+    def replication_status(self, conn: Any) -> list[tuple[str, str, int | None, float | None]]:
+        """On the primary: each standby's address and its archive's state (VALID: `streaming`,
+        else the state lower-cased); DM reports no lag in bytes here (null)."""
+        last: BaseException | None = None
+        for sql in self.STANDBYS_SQL:
+            try:
+                rows = self.query(conn, sql)
+            except Exception as exc:  # the other column names: the other DM build
+                last = exc
+                continue
+            return [(str(host), "streaming" if str(state).upper() == "VALID" else str(state).lower(), None, None)
+                    for host, state in rows]
+        assert last is not None
+        raise last
+
+    def position(self, conn: Any) -> str | None:
+        """The instance's current LSN (`V$RLOG.CUR_LSN`): on a standby, how far it has applied
+        the primary's redo; DM's LSNs are sequence numbers, not byte offsets."""
+        rows = self.query(conn, "SELECT CUR_LSN FROM V$RLOG")
+        return str(rows[0][0]) if rows and rows[0][0] is not None else None
 
     def server_version(self, conn: Any) -> str:
         cur = conn.cursor()

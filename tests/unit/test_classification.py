@@ -156,11 +156,11 @@ def test_dameng_real_refused_and_silent_server(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_dameng_connect_params_and_service_name() -> None:
-    cluster, inv = _inv("dameng", dsn="DMHA", port=5236, options={"dmsvc_path": "/etc/dm_svc.conf"})
+    cluster, inv = _inv("dameng", dsn="DMHA", port=5236, options={"dmsvc_path": "/etc/dm"})
     driver = DamengDriver(cluster, inv)
     params = driver.connect_params("DMHA", None)
     assert params["server"] == "DMHA" and "port" not in params and params["autoCommit"] is True
-    assert params["dmsvc_path"] == "/etc/dm_svc.conf"
+    assert params["dmsvc_path"] == "/etc/dm"
 
 
 def test_postgres_writer_conninfo_has_timeouts_and_passthrough(monkeypatch: pytest.MonkeyPatch) -> None:
