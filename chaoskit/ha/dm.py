@@ -35,7 +35,7 @@ import re
 import shlex
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, StringConstraints
@@ -271,7 +271,7 @@ class DmManager(HAManager):
 
     def describe(self) -> dict[str, Any]:
         view = self.show()
-        return {**super().describe(), "monitor_view": {n: r.__dict__ for n, r in view.items()}}
+        return {**super().describe(), "monitor_view": {n: asdict(r) for n, r in view.items()}}
 
     def detection_bound_s(self) -> float | None:
         """Unknown without dmwatcher.ini (DW_ERROR_TIME, INST_ERROR_TIME): the drill's recovery
@@ -291,18 +291,21 @@ class DmManager(HAManager):
         return w
 
     def _poll_show(self, sink: Callable[[ManagerEvent], None], w: Watcher) -> None:
+        """Each change between two views is stamped when it was seen (this view's answer, as every
+        polled signal is), its uncertainty the time back to when the previous view was asked: the
+        change happened after that and before this answer."""
         before: dict[str, DwRow] = {}
+        t_before = 0.0
         while not w.stopping:
             t_sent = time.time()
             view = self.show()
             t = time.time()
             if view and before:
                 for kind, inst, detail in view_events(before, view):
-                    # seen between two polls: the midpoint of this one, half the gap either way
-                    sink(ManagerEvent((t_sent + t) / 2, kind, "dmmonitor-show", self._member_of(inst) or inst,
-                                      detail, uncertainty_s=self.cfg.show_interval + (t - t_sent) / 2))
+                    sink(ManagerEvent(t, kind, "dmmonitor-show", self._member_of(inst) or inst, detail,
+                                      uncertainty_s=round(t - t_before, 6)))
             if view:
-                before = view
+                before, t_before = view, t_sent
             w.wait(max(0.0, self.cfg.show_interval - (time.time() - t_sent)))
 
     def _follow_log(self, sink: Callable[[ManagerEvent], None], w: Watcher) -> None:

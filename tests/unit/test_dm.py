@@ -180,7 +180,8 @@ def test_switchover_is_a_monitor_command_judged_by_sql() -> None:
 
 def test_dm_watch_turns_polled_views_into_events() -> None:
     """Two polls: healthy, then during the failover: leader_lost for dm1 (its watcher's
-    detection) and confirmed for dm2, each at the second poll's midpoint, named by member."""
+    detection) and confirmed for dm2, each stamped when the second view came, named by member,
+    uncertain back to when the first view was asked (at least the poll interval)."""
     views = [(FIX / "dm8-dmmonitor-show.txt").read_text(), (FIX / "dm8-dmmonitor-show-failover.txt").read_text()]
     mon = ScriptedRemote("dmmon").on(lambda c: "show" in c, lambda c: Reply(stdout=views.pop(0) if views else ""))
     inv = DM_INV
