@@ -238,8 +238,13 @@ load_pids() {
   [ -n "$PIDS" ]
 }
 all_recorded() { cut -d' ' -f2 "$J/$ID.pids" 2>/dev/null | tr -dc '0-9\n' | tr '\n' ' '; }
+# a fault starts again only what it recorded at staging (ONLY_RECORDED): a process that was not
+# running when the fault was staged (a refused staging, a service an operator stopped) is left as
+# it was; the restart action (no ONLY_RECORDED) starts every declared process not running
+recorded() { [ -z "${ONLY_RECORDED:-}" ] || grep -q "^$1 " "$J/$ID.pids" 2>/dev/null; }
 restart_missing() {
   for n in $PROCS; do
+    recorded "$n" || continue
     st=$(proc_field "$n" 4); [ -n "$st" ] || continue
     rp=$(pid_of "$n")
     if [ -z "$rp" ] || ! alive "$rp"; then
@@ -254,6 +259,7 @@ restart_missing() {
 }
 restart_pending() {
   for n in $PROCS; do
+    recorded "$n" || continue
     st=$(proc_field "$n" 4); [ -n "$st" ] || continue
     rp=$(pid_of "$n")
     if [ -z "$rp" ] || ! alive "$rp"; then return 0; fi

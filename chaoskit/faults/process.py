@@ -110,12 +110,14 @@ def _scripts(inject: str, revert: str, active: str, names: list[str], facts: Hos
 
 def kill_scripts(fault_id: str, spec: KillSpec, facts: HostFacts) -> FaultScripts:
     names = process_names(spec.processes, facts, all_by_default=False)
-    return _scripts(KILL_INJECT, RESTART_REVERT, RESTART_ACTIVE, names, facts, SIGNAL=spec.signal)
+    return _scripts(KILL_INJECT, RESTART_REVERT, RESTART_ACTIVE, names, facts, SIGNAL=spec.signal,
+                    ONLY_RECORDED="1")
 
 
 def crash_scripts(fault_id: str, spec: CrashSpec, facts: HostFacts) -> FaultScripts:
     names = process_names(spec.processes, facts, all_by_default=True)
-    return _scripts(CRASH_INJECT, RESTART_REVERT, RESTART_ACTIVE, names, facts, prepare=RECORD_TREE)
+    return _scripts(CRASH_INJECT, RESTART_REVERT, RESTART_ACTIVE, names, facts, prepare=RECORD_TREE,
+                    ONLY_RECORDED="1")
 
 
 def pause_scripts(fault_id: str, spec: PauseSpec, facts: HostFacts) -> FaultScripts:
@@ -133,7 +135,7 @@ def stop_scripts(fault_id: str, spec: StopSpec, facts: HostFacts) -> FaultScript
     for name in names:
         if not facts.processes[name].start:
             raise ValueError(f"{facts.host}: stop needs a start command for {name} (processes.{name}.start)")
-    return _scripts(STOP_INJECT, RESTART_REVERT, RESTART_ACTIVE, names, facts)
+    return _scripts(STOP_INJECT, RESTART_REVERT, RESTART_ACTIVE, names, facts, ONLY_RECORDED="1")
 
 
 def restart_scripts(facts: HostFacts) -> FaultScripts:

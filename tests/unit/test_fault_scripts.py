@@ -484,3 +484,33 @@ def test_a_process_found_by_its_systemd_unit_is_killed_and_started_again(stubbed
         target.kill()
         for pid in spawned:
             os.kill(pid, 9)
+
+
+@ROOT_ONLY
+@pytest.mark.parametrize("kind", ["kill", "crash", "stop"])
+def test_a_refused_staging_starts_nothing_the_fault_never_stopped(kind: str, stubbed: dict, tmp_path: Path) -> None:
+    """A process that is not running when its fault is staged (a stale pid file: a service an
+    operator stopped) refuses the fault, and the clean-up that follows leaves it stopped: its
+    start command never runs. The restart action, by contrast, starts it."""
+    from chaoskit.faults.process import restart_scripts
+
+    env, root = stubbed["env"], stubbed["root"]
+    pid_file = tmp_path / "svc.pid"
+    pid_file.write_text("999999999\n")
+    ref = ProcessRef(pid_file=str(pid_file), comm="sleep", stop="true",
+                     start=f"sleep 60 </dev/null >/dev/null 2>&1 & echo $! > {pid_file}")
+    facts = HostFacts(host="h", processes={"p": ref})
+    scripts = scripts_for(FID, spec_of(kind, processes=("p",)), facts)
+    try:
+        res = sh(journal.stage_script(FID, journal.journal_files(FID, scripts, {"id": FID}, None), 30, root=root),
+                 env)
+        assert res.returncode != 0 and "is not running" in res.stderr, res.stderr
+        assert pid_file.read_text() == "999999999\n", "the clean-up of a refused staging started a process"
+        restart = restart_scripts(facts)
+        res = sh(journal.oneshot_script(restart, restart.revert, root=root), env)
+        started = int(pid_file.read_text())
+        assert res.returncode == 0 and Path(f"/proc/{started}/comm").read_text().strip() == "sleep", res.stderr
+    finally:  # whatever was started, by the restart or by a broken clean-up
+        pid = int(pid_file.read_text())
+        if pid != 999999999:
+            os.kill(pid, 9)
