@@ -91,6 +91,10 @@ def mark_controller() -> None:
 
 
 def die_with_parent(parent_pid: int, poll_s: float = 0.1) -> None:
+    """Bind a worker process's life to its controller's: killed when the controller dies, and deaf
+    to SIGINT (a terminal's Ctrl-C reaches the whole process group: the controller hears it and
+    stops its workers itself, after their last results are in)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)

@@ -272,6 +272,31 @@ def _run_loop(driver: Any, workload: Any, spec: LoadSpec, recorder: Recorder, wo
     out.put(("final", os.getpid(), recorder.drain(time.time(), final=True)))
 
 
+class SharedFlag:
+    """A one-way flag between the controller and its worker processes (`go`, `stop`): one byte of
+    shared memory, polled. Not a multiprocessing Event: its `set()` waits for every process
+    sleeping in `wait()` to wake, and a worker killed while waiting (SIGTERM to the process group)
+    never does, so the controller hung in `stop()` with its faults unhealed until their dead-man."""
+
+    def __init__(self, ctx: Any) -> None:
+        self._value = ctx.RawValue("b", 0)
+
+    def set(self) -> None:
+        self._value.value = 1
+
+    def is_set(self) -> bool:
+        return bool(self._value.value)
+
+    def wait(self, timeout: float | None = None, poll: float = 0.005) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._value.value:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            time.sleep(poll if left is None else min(poll, left))
+        return True
+
+
 class LoadRunner:
     """Start, observe and stop the load; the parent's Recorder receives everything."""
 
@@ -351,8 +376,8 @@ class LoadRunner:
         tools = self.tool_groups(spec)
         nproc = len(shares) + len(tools)
         self._queue = self._ctx.Queue()
-        self._stop = self._ctx.Event()
-        go = self._ctx.Event()
+        self._stop = SharedFlag(self._ctx)
+        go = SharedFlag(self._ctx)
         start_at = self._ctx.Value("d", 0.0)
         inventory_json = self.inventory.model_dump_json()
         for group, share in shares:
