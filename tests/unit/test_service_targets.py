@@ -82,7 +82,7 @@ def test_the_planner_takes_a_service_of_a_host_that_is_no_member() -> None:
         _, planned = fm.plan(spec, fault_id="0" * 12)
         assert [p.host for p in planned] == ["dcs1"]
         files = planned[0].files  # journaled on the host: pid file, comm, start command
-        assert files["env"] == "PROCS=etcd\nSIGNAL=KILL\n"
+        assert files["env"] == "PROCS=etcd\nSIGNAL=KILL\nONLY_RECORDED=1\n"  # starts again only what it killed
         assert files["proc.etcd"].splitlines()[:2] == ["/var/lib/chaoskit-lab/hosts/dcs1/etcd.pid", "etcd"]
         assert files["proc.etcd"].splitlines()[3] == "/var/lib/chaoskit-lab/hosts/dcs1/start-etcd"
         fm.rehearse(parse_fault({"kind": "stop", "target": "tag:component=dcs@all", "processes": ["etcd"]}))
