@@ -62,7 +62,11 @@ if ! mkdir "$J/$ID.lock" 2>/dev/null; then
   mkdir "$J/$ID.lock" 2>/dev/null || { echo "fault $ID: another revert holds the lock" >&2; exit 5; }
 fi
 if [ -f "$J/done/$ID" ] && [ ! -f "$J/$ID.active" ]; then rmdir "$J/$ID.lock"; echo "reverted $(cat "$J/done/$ID")"; exit 0; fi
+# the kind's body in a subshell: an `exit` in it (nothing to undo, or it could not) ends the body
+# only; the is-active check below judges, and the lock is always released
+(
 @BODY@
+)
 if [ ! -f "$J/$ID.active" ]; then echo "fault $ID: no is-active check: state unknown" >&2; rmdir "$J/$ID.lock"; exit 5; fi
 sh "$J/$ID.active" >/dev/null 2>&1 && rc=0 || rc=$?
 if [ "$rc" = 0 ]; then echo "fault $ID is still in effect after its revert" >&2; rmdir "$J/$ID.lock"; exit 1; fi

@@ -514,3 +514,34 @@ def test_a_refused_staging_starts_nothing_the_fault_never_stopped(kind: str, stu
         pid = int(pid_file.read_text())
         if pid != 999999999:
             os.kill(pid, 9)
+
+
+@ROOT_ONLY
+@pytest.mark.parametrize(("body", "active", "rc"), [
+    ('[ -d /nonexistent ] || exit 0', "exit 1", 0),  # nothing to undo: reverted
+    ("exit 3", "exit 0", 1),  # could not undo and still in effect: said so, for the dead-man to retry
+    ("exit 3", "exit 2", 5),  # could not even look: state unknown
+])
+def test_a_revert_body_that_exits_never_keeps_the_lock(body: str, active: str, rc: int, stubbed: dict) -> None:
+    """A kind's revert body may `exit` (disk_slow with no cgroup left, replica_stop with the server
+    unreachable): the wrapper still judges by the is-active check and always releases its lock,
+    so the next revert (the dead-man's, `recover`) runs at once instead of waiting 90 s on a lock
+    nobody holds and giving up. (Before, the body's exit ended the whole revert: exit 0 left the
+    entry and its dead-man behind, exit 3 left the lock.)"""
+    from chaoskit.faults.hostscript import FaultScripts
+
+    env, root = stubbed["env"], stubbed["root"]
+    scripts = FaultScripts(inject="mark_effect\n", revert=body + "\n", active=active + "\n")
+    files = journal.journal_files(FID, scripts, {"id": FID}, None)
+    assert sh(journal.stage_script(FID, files, 30, root=root), env).returncode == 0
+    jdir = next(Path(root).glob("faults/*"))
+    res = sh(journal.revert_script(FID, root=root), env)
+    assert res.returncode == rc, res.stderr
+    assert not (jdir / f"{FID}.lock").exists()
+    if rc == 0:
+        assert not (jdir / f"{FID}.json").exists() and (jdir / "done" / FID).exists()
+        return
+    again = sh(journal.revert_script(FID, root=root), env)  # no stale lock to wait on
+    assert again.returncode == rc and "another revert holds the lock" not in again.stderr
+    (jdir / f"{FID}.active").write_text("#!/bin/sh\nexit 1\n")
+    assert sh(journal.revert_script(FID, root=root), env).returncode == 0
