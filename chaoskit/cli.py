@@ -5,6 +5,7 @@ Exit codes: 0 ok, 1 failure (or an SLO missed), 2 bad input (nothing touched), 3
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -534,7 +535,6 @@ def run(
     """Run a drill and write its run directory. Exit 0: SLOs held; 1: an SLO or check failed; 3: aborted."""
     from chaoskit.inventory.reach import refuse_unreachable_lab
     from chaoskit.playbook.loader import load_playbook
-    from chaoskit.report.summary import print_drill_summary
 
     _controller(evidence=True)
     try:
@@ -552,10 +552,25 @@ def run(
     except ChaoskitError as exc:
         _fail(exc)
     sealed = _drill_once(loaded, inv, playbook, inventory, out_root, allow_production, sign_key, audit)
-    print_drill_summary(out, sealed.evidence, sealed.path)
-    if sealed.aborted:
+    _said(sealed)
+    if sealed.aborted or sealed.incomplete:
         raise typer.Exit(3)
     raise typer.Exit(0 if (sealed.evidence.get("results") or {}).get("verdict") is True else 1)
+
+
+def _said(sealed: Any) -> None:
+    """A drill's summary on the terminal; an incomplete run's one line on stderr (its traceback is in
+    the run directory, never here)."""
+    from chaoskit.incomplete import ERROR_FILE
+    from chaoskit.report.summary import print_drill_summary
+
+    if sealed.incomplete:
+        with contextlib.suppress(Exception):  # what is known of an incomplete run, as far as it can be said
+            print_drill_summary(out, sealed.evidence, sealed.path)
+        err.print(f"incomplete: {sealed.incomplete} (run directory {sealed.path}, sealed; traceback in "
+                  f"{ERROR_FILE})", highlight=False, markup=False, soft_wrap=True)
+        return
+    print_drill_summary(out, sealed.evidence, sealed.path)
 
 
 def _audit(pb: Any, operator: str | None, participants: list[str] | None, change_ref: str | None) -> Any:
@@ -596,7 +611,7 @@ def _drill_once(loaded: Any, inv: Any, playbook: Path, inventory: Path, out_root
                          allow_production=allow_production, audit=audit)
     with Live(console=err, refresh_per_second=4, transient=True) as live:
         def progress(record: Any, roles: dict[str, str], w: dict) -> None:
-            marks = [e for e in record.events if e["kind"] in ("fault_injected", "fault_reverted", "action")]
+            marks = [e for e in record.events_now() if e["kind"] in ("fault_injected", "fault_reverted", "action")]
             last = f"{marks[-1]['kind']} {marks[-1].get('host') or marks[-1].get('member') or ''}" if marks else "-"
             # plain text, never rich markup, control characters escaped: names come from input
             live.update(Text(escaped(f"t={_t.time() - record.t0:6.1f}s  tps={w['tps']:7.0f}  p99={w['p99_ms']:7.1f} "
@@ -658,7 +673,10 @@ def campaign(
             err.print(f"the cluster was not healthy within {settle} after run {i}: campaign stopped", highlight=False)
             break
         sealed = _drill_once(loaded, inv, playbook, inventory, root, allow_production, sign_key)
-        aborted = sealed.aborted
+        aborted = sealed.aborted or bool(sealed.incomplete)
+        if sealed.incomplete:
+            err.print(f"run {i + 1}: incomplete: {sealed.incomplete} (run directory {sealed.path}, sealed)",
+                      highlight=False, markup=False, soft_wrap=True)
         runs.append(run_figures(sealed.path, sealed.evidence))
         r = runs[-1]
         out.print(f"run {i + 1}/{repeat}: {verdict_word(r['verdict'])}, all clients back "
@@ -724,11 +742,35 @@ def experiment_run(
         def progress(i: int, n: int, eta: float, what: str) -> None:
             bar.update(task, total=n, completed=i, description=what)
 
-        result = run_experiment(exp, inv, str(inventory), progress, tool_dir=rd.path / "tools")
+        try:
+            result = run_experiment(exp, inv, str(inventory), progress, tool_dir=rd.path / "tools")
+        except BaseException as exc:  # outside the runner's own guards: what is known is still sealed
+            from chaoskit.incomplete import Failures
+
+            failures = Failures()
+            failures.add("experiment", exc)
+            result = {"experiment": exp.model_dump(mode="json"), "cells": [], "rows": [], "failures": failures,
+                      "aborted": "interrupted" if isinstance(exc, KeyboardInterrupt) else None}
     result["allow_production"] = allow_production
     run_dir = rd.path
-    write_experiment(result, run_dir)
+    rd.close()
+    try:
+        written = write_experiment(result, run_dir)
+    except BaseException as exc:  # outside the writing's own stages
+        from chaoskit.incomplete import Failures
+        from chaoskit.report.writer import write_incomplete
+
+        failures = Failures()
+        failures.add("writing the run directory", exc)
+        written = write_incomplete(run_dir, {"name": exp.name, **{k: v for k, v in result.items() if k != "failures"}},
+                                   failures, "Experiment")
     _seal(run_dir, None)
+    if written.get("incomplete"):
+        from chaoskit.incomplete import ERROR_FILE
+
+        err.print(f"incomplete: {written['incomplete']} (run directory {run_dir}, sealed; traceback in {ERROR_FILE})",
+                  highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(3)
     table = Table(title=f"{exp.name} ({exp.kind})")
     cols = [k for k in result["cells"][0] if k not in ("tps_min", "tps_max", "client_saturated_why")] \
         if result["cells"] else []
@@ -808,9 +850,16 @@ def import_jtl(
                              field="--name") from None
         settings = ImportSettings(name=name, timestamp=timestamp, writes=not reads, engine=engine,
                                   warmup_s=_duration(warmup, "--warmup"), stall_s=_duration(stall, "--stall"))
-        path = import_jtl(jtl, given, out_root, settings)
+        path, incomplete = import_jtl(jtl, given, out_root, settings)
     except ChaoskitError as exc:
         _fail(exc)
+    _seal(path, None)
+    if incomplete:
+        from chaoskit.incomplete import ERROR_FILE
+
+        err.print(f"incomplete: {incomplete} (run directory {path}, sealed; traceback in {ERROR_FILE})",
+                  highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(3)
     ev = json.loads((path / "run.json").read_text())
     for f in ev["results"]["faults"]:
         rto = f.get("rto_first_client_s")
@@ -855,13 +904,17 @@ def report(
         resealed = {"at": _t.time(), "by": controller_user(), "problems": checked.problems,
                     "sealed_run_json_sha256": sealed.get("run_json_sha256"),
                     "run_json_sha256": checked.ids.get("run_json_sha256")}
-    render(run_dir, resealed=resealed, signed=False)  # sealing again drops a signature
+    failed = render(run_dir, resealed=resealed, signed=False)  # sealing again drops a signature
     signed = (run_dir / "manifest.json.sig").exists()
     _seal(run_dir, None, resealed=resealed)
     out.print(f"rendered {run_dir / 'report.html'}; manifest.json rewritten"
               + (" and marked RE-SEALED" if resealed else "")
               + (" (the signature of the old one was removed: sign again to keep it signed)" if signed else ""),
               highlight=False, soft_wrap=True)
+    if failed:
+        for line in failed.lines:
+            err.print(f"{run_dir}: not rendered: {line}", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(1)
 
 
 def _sealed_ids(run_dir: Path) -> dict[str, Any]:

@@ -289,10 +289,20 @@ class HostSampler:
                 series.error = "the reading loop ended before the run did"
 
     def stop(self) -> dict[str, HostSeries]:
+        """The series, each read by its host's thread alone until here. A thread still reading 10 s
+        after the stop (a host that does not answer) keeps its own series: the run gets a copy of
+        what it had, said in `error`, and nothing it adds later."""
         self._stop.set()
+        out: dict[str, HostSeries] = {}
         for t in self._threads:
             t.join(timeout=10)
-        return self.series
+        for host, series in self.series.items():
+            thread = next((t for t in self._threads if t.name == f"metrics-{host}"), None)
+            if thread is not None and thread.is_alive():
+                series = HostSeries(host, series.source, list(series.samples),
+                                    "still reading 10 s after the run stopped: later samples left out")
+            out[host] = series
+        return out
 
 
 def control_name(inventory: Inventory) -> str:

@@ -12,6 +12,18 @@ Memory stays bounded however long the run:
 Workers in other processes record into their own Recorder and `drain()` it; the parent
 `merge()`s the batches. Intervals are keyed by absolute index (floor(t / interval)), so merges
 line up exactly across processes.
+
+Threads: a Recorder is written and read by several threads at once (in a worker process, its client
+threads record while the drain ships; in the controller, the load's collector merges while the
+drill's abort rule, recovery wait and end-of-load read it, the live view ticks and an experiment's
+cell reads its window). The rule is the Recorder's own, so no caller has to remember a lock that
+lives elsewhere: **every public method takes the recorder's lock** for its whole body (a plain lock,
+~0.2 µs an op: no public method calls another), and what it returns is the caller's own (a copy, a
+fresh histogram, a list), never a live view of the recorder's containers. The attributes that hold
+the run's detail (`gaps`, `errors`, `errors_dropped`, `ledger`, `history`, `row_updates`, `hists`)
+are for reading after `finish()`: by then nothing writes any more, because `finish()` seals the
+recorder and a batch merged after it (a collector given up on, still delivering) is counted in
+`late_batches` and left out, never folded into figures already being read.
 """
 
 from __future__ import annotations
@@ -19,6 +31,7 @@ from __future__ import annotations
 import math
 import struct
 import sys
+import threading
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -201,6 +214,9 @@ class Recorder:
         # update workload: per row, how many increments were acknowledged / indeterminate
         self.row_updates: dict[int, list[int]] = {}
         self._gaps_shipped = 0
+        self._lock = threading.Lock()  # see the module's docstring: every public method holds it
+        self._finished = False
+        self.late_batches = 0  # batches merged after finish(): left out (the load runner says why)
 
     # -- recording (hot path) --------------------------------------------------------------
     def index(self, t: float) -> int:
@@ -221,43 +237,44 @@ class Recorder:
         `key` is what it wrote, read as its workload declares (`keyed`): SEQUENCE, the number of
         the one row it added for this worker (lost writes are counted per key); VERSION, the id of
         the row whose version it incremented (lost updates are counted per row)."""
-        ledger_seq = key if keyed == SEQUENCE else None
-        row = key if keyed == VERSION else None
-        if self.keep_ops:
-            self.ops.append((t_invoke, t_done, worker, kind, outcome, ledger_seq, node,
-                             None if outcome == OK else error_class or ErrorClass.other.value, row))
-        if row is not None and outcome != FAIL:
-            counts = self.row_updates.get(row)
-            if counts is None:
-                counts = self.row_updates[row] = [0, 0]
-            counts[0 if outcome == OK else 1] += 1
-        slot = self._slot(t_done)
-        counts = slot.counts
-        if outcome == OK:
-            counts[0] += 1
-            counts[3 if kind == "write" else 4] += 1
-            us = min(HIST_MAX_US, max(1, int((t_done - t_invoke) * 1e6)))
-            shift = us.bit_length() - _HIST_SUB_BITS  # keep the bits the histogram's bucket keeps
-            if shift > 0:
-                us = us >> shift << shift
-            lat = slot.lat
-            lat[us] = lat.get(us, 0) + 1
-            self._worker_ok(worker, t_invoke, t_done)
-        else:
-            counts[1 if outcome == FAIL else 2] += 1
-            cls = error_class or ErrorClass.other.value
-            counts[_COL["err_" + cls]] += 1
-            gap = self._open_gap.get(worker)
-            if gap is None:
-                self._open_gap[worker] = Gap(worker, self._last_ok.get(worker), t_done, cls)
+        with self._lock:
+            ledger_seq = key if keyed == SEQUENCE else None
+            row = key if keyed == VERSION else None
+            if self.keep_ops:
+                self.ops.append((t_invoke, t_done, worker, kind, outcome, ledger_seq, node,
+                                 None if outcome == OK else error_class or ErrorClass.other.value, row))
+            if row is not None and outcome != FAIL:
+                counts = self.row_updates.get(row)
+                if counts is None:
+                    counts = self.row_updates[row] = [0, 0]
+                counts[0 if outcome == OK else 1] += 1
+            slot = self._slot(t_done)
+            counts = slot.counts
+            if outcome == OK:
+                counts[0] += 1
+                counts[3 if kind == "write" else 4] += 1
+                us = min(HIST_MAX_US, max(1, int((t_done - t_invoke) * 1e6)))
+                shift = us.bit_length() - _HIST_SUB_BITS  # keep the bits the histogram's bucket keeps
+                if shift > 0:
+                    us = us >> shift << shift
+                lat = slot.lat
+                lat[us] = lat.get(us, 0) + 1
+                self._worker_ok(worker, t_invoke, t_done)
             else:
-                gap.errors += 1
-            if len(self.errors) < self.max_errors:
-                self.errors.append((t_done, worker, kind, outcome, cls, sys.intern(message[:200])))
-            else:
-                self.errors_dropped += 1
-        if ledger_seq is not None:
-            self._ledger_put(worker, ledger_seq, t_done, outcome)
+                counts[1 if outcome == FAIL else 2] += 1
+                cls = error_class or ErrorClass.other.value
+                counts[_COL["err_" + cls]] += 1
+                gap = self._open_gap.get(worker)
+                if gap is None:
+                    self._open_gap[worker] = Gap(worker, self._last_ok.get(worker), t_done, cls)
+                else:
+                    gap.errors += 1
+                if len(self.errors) < self.max_errors:
+                    self.errors.append((t_done, worker, kind, outcome, cls, sys.intern(message[:200])))
+                else:
+                    self.errors_dropped += 1
+            if ledger_seq is not None:
+                self._ledger_put(worker, ledger_seq, t_done, outcome)
 
     def _worker_ok(self, worker: int, t_invoke: float, t_done: float) -> None:
         """An acknowledged op ends the worker's open gap (or, acknowledged after the stall bound,
@@ -277,23 +294,26 @@ class Recorder:
         a gap it closes is as late as the report, never earlier than the truth."""
         if ok <= 0:
             return
-        counts = self._slot(t_end).counts
-        counts[0] += ok
-        counts[3 if kind == "write" else 4] += ok
-        self._worker_ok(worker, t_end, t_end)
+        with self._lock:
+            counts = self._slot(t_end).counts
+            counts[0] += ok
+            counts[3 if kind == "write" else 4] += ok
+            self._worker_ok(worker, t_end, t_end)
 
     def missed(self, t: float, count: int = 1) -> None:
         """Open-loop arrivals that never started (the backlog exceeded its bound)."""
-        self._slot(t).counts[_COL["missed"]] += count
+        with self._lock:
+            self._slot(t).counts[_COL["missed"]] += count
 
     def dispatched(self, t: float, t_sched: float, t_free: float) -> None:
         """An open-loop arrival started at `t`: due at `t_sched`, its connection free since `t_free`.
         The client's own lag is `t - max(t_sched, t_free)`: what it took to start an op that nothing
         outside it held back (a late reply makes a backlog, which is the server's, never this)."""
-        counts = self._slot(t).counts
-        counts[_COL["dispatched"]] += 1
-        if t - max(t_sched, t_free) > DISPATCH_LATE_S:
-            counts[_COL["dispatched_late"]] += 1
+        with self._lock:
+            counts = self._slot(t).counts
+            counts[_COL["dispatched"]] += 1
+            if t - max(t_sched, t_free) > DISPATCH_LATE_S:
+                counts[_COL["dispatched_late"]] += 1
 
     def _ledger_put(self, worker: int, seq: int, t: float, outcome: str) -> None:
         col = self.ledger.get(worker)
@@ -307,13 +327,22 @@ class Recorder:
 
     # -- closing intervals and moving batches ----------------------------------------------
     def close_before(self, idx: int) -> None:
+        with self._lock:
+            self._close_before(idx)
+
+    def _close_before(self, idx: int) -> None:
         for i in sorted(k for k in self._open if k < idx):
             slot = self._open.pop(i)
             self._store(i, slot.counts, slot.hist())
 
+    def keep_around(self, t: float) -> None:
+        """Keep the op-level history within its window of `t` (a fault's effect, a switchover)."""
+        with self._lock:
+            self.history.keep_around(t)
+
     def _store(self, idx: int, counts: list[int], hist: HdrHistogram) -> None:
         if idx in self._rows:  # a late op for a closed interval: fold it in
-            old_counts = self.row(idx)[0]
+            old_counts = self._row(idx)[0]
             counts = [a + b for a, b in zip(old_counts, counts, strict=True)]
             old = HdrHistogram.decode(self.hists[idx])
             old.add(hist)
@@ -328,37 +357,51 @@ class Recorder:
 
     @property
     def rows(self) -> dict[int, bytes]:
-        return self._rows
+        """The closed intervals (a copy)."""
+        with self._lock:
+            return dict(self._rows)
 
     def row(self, idx: int) -> tuple[list[int], float, float, float, float]:
+        with self._lock:
+            return self._row(idx)
+
+    def _row(self, idx: int) -> tuple[list[int], float, float, float, float]:
         values = _ROW.unpack(self._rows[idx])
         n = len(COLUMNS)
         return list(values[:n]), values[n], values[n + 1], values[n + 2], values[n + 3]
 
     def drain(self, now: float, final: bool = False) -> Batch:
         """Everything new since the last drain; intervals ending before `now` - one interval."""
-        watermark = self.index(now) - 1 if not final else 1 << 62
-        batch = Batch(watermark=watermark)
-        batch.ops, self.ops = self.ops, []
-        batch.rows, self.row_updates = self.row_updates, {}
-        for i in sorted(k for k in self._open if k < watermark):
-            slot = self._open.pop(i)
-            batch.intervals.append((i, slot.counts, slot.hist().encode()))
-        batch.errors = self.errors[self._errors_shipped:]
-        self._errors_shipped = len(self.errors)
-        batch.errors_dropped, self.errors_dropped = self.errors_dropped, 0
-        batch.gaps = self.gaps[self._gaps_shipped:]
-        self._gaps_shipped = len(self.gaps)
-        if final:
-            batch.gaps = batch.gaps + list(self._open_gap.values())
-        for worker, col in self.ledger.items():
-            start = self._ledger_shipped.get(worker, 0)
-            if len(col) > start:
-                batch.ledger.append((worker, start + 1, col.values(start).tobytes()))
-                self._ledger_shipped[worker] = len(col)
-        return batch
+        with self._lock:
+            watermark = self.index(now) - 1 if not final else 1 << 62
+            batch = Batch(watermark=watermark)
+            batch.ops, self.ops = self.ops, []
+            batch.rows, self.row_updates = self.row_updates, {}
+            for i in sorted(k for k in self._open if k < watermark):
+                slot = self._open.pop(i)
+                batch.intervals.append((i, slot.counts, slot.hist().encode()))
+            batch.errors = self.errors[self._errors_shipped:]
+            self._errors_shipped = len(self.errors)
+            batch.errors_dropped, self.errors_dropped = self.errors_dropped, 0
+            batch.gaps = self.gaps[self._gaps_shipped:]
+            self._gaps_shipped = len(self.gaps)
+            if final:
+                batch.gaps = batch.gaps + list(self._open_gap.values())
+            for worker, col in self.ledger.items():
+                start = self._ledger_shipped.get(worker, 0)
+                if len(col) > start:
+                    batch.ledger.append((worker, start + 1, col.values(start).tobytes()))
+                    self._ledger_shipped[worker] = len(col)
+            return batch
 
     def merge(self, batch: Batch) -> None:
+        with self._lock:
+            if self._finished:
+                self.late_batches += 1
+                return
+            self._merge(batch)
+
+    def _merge(self, batch: Batch) -> None:
         for idx, counts, encoded in batch.intervals:
             slot = self._open.get(idx)
             if slot is None:
@@ -383,25 +426,33 @@ class Recorder:
                 col.set(i, value)
 
     def finish(self) -> None:
-        """Close every interval and every open gap (an outage lasting to the end has no first ok)."""
-        self.close_before(1 << 62)
-        self.history.add(self.ops)
-        self.ops = []
-        self.history.flush()
-        self.gaps.extend(self._open_gap.values())
-        self._open_gap.clear()
-        self.gaps.sort(key=lambda g: (g.first_err, g.worker))
-        self.errors.sort(key=lambda e: e[0])
+        """Close every interval and every open gap (an outage lasting to the end has no first ok);
+        seal the recorder: a later `merge` is counted in `late_batches` and left out."""
+        with self._lock:
+            self._close_before(1 << 62)
+            self.history.add(self.ops)
+            self.ops = []
+            self.history.flush()
+            self.gaps.extend(self._open_gap.values())
+            self._open_gap.clear()
+            self.gaps.sort(key=lambda g: (g.first_err, g.worker))
+            self.errors.sort(key=lambda e: e[0])
+            self._finished = True
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
 
     # -- reading ---------------------------------------------------------------------------
     def totals(self) -> dict[str, int]:
         out = dict.fromkeys(COLUMNS, 0)
-        for idx in self._rows:
-            for name, v in zip(COLUMNS, self.row(idx)[0], strict=True):
-                out[name] += v
-        for slot in self._open.values():
-            for name, v in zip(COLUMNS, slot.counts, strict=True):
-                out[name] += v
+        with self._lock:
+            for idx in self._rows:
+                for name, v in zip(COLUMNS, self._row(idx)[0], strict=True):
+                    out[name] += v
+            for slot in self._open.values():
+                for name, v in zip(COLUMNS, slot.counts, strict=True):
+                    out[name] += v
         return out
 
     def window(self, t_from: float, t_to: float) -> dict[str, Any]:
@@ -410,13 +461,14 @@ class Recorder:
         totals = dict.fromkeys(COLUMNS, 0)
         hist = _new_hist()
         seen = 0
-        for idx in range(lo, hi):
-            if idx not in self._rows:
-                continue
-            seen += 1
-            for name, v in zip(COLUMNS, self.row(idx)[0], strict=True):
-                totals[name] += v
-            hist.add(HdrHistogram.decode(self.hists[idx]))
+        with self._lock:
+            for idx in range(lo, hi):
+                if idx not in self._rows:
+                    continue
+                seen += 1
+                for name, v in zip(COLUMNS, self._row(idx)[0], strict=True):
+                    totals[name] += v
+                hist.add(HdrHistogram.decode(self.hists[idx]))
         span = max(self.interval, (hi - lo) * self.interval)
         lat = {f"p{p}_ms": (hist.get_value_at_percentile(p) / 1000 if hist.get_total_count() else math.nan)
                for p in (50, 90, 99, 99.9)}
@@ -428,18 +480,27 @@ class Recorder:
         total = _new_hist()
         lo = -math.inf if t_from is None else t_from / self.interval
         hi = math.inf if t_to is None else t_to / self.interval
-        for idx, encoded in self.hists.items():
-            if lo <= idx < hi:
-                total.add(HdrHistogram.decode(encoded))
+        with self._lock:
+            for idx, encoded in self.hists.items():
+                if lo <= idx < hi:
+                    total.add(HdrHistogram.decode(encoded))
         return total
+
+    def closed_until(self) -> float | None:
+        """The end of the last closed interval (None before any closed): how far every source of the
+        load has delivered."""
+        with self._lock:
+            return (max(self._rows) + 1) * self.interval if self._rows else None
 
     def ledger_acknowledged(self) -> dict[int, list[tuple[int, int]]]:
         """Per worker, the acknowledged sequence numbers as inclusive ranges."""
         out: dict[int, list[tuple[int, int]]] = {}
-        for worker, col in self.ledger.items():
+        with self._lock:
+            columns = [(worker, col.values()) for worker, col in self.ledger.items()]
+        for worker, values in columns:
             ranges: list[tuple[int, int]] = []
             start = None
-            for i, v in enumerate(col.values()):
+            for i, v in enumerate(values):
                 acked = v < LEDGER_UNSET
                 if acked and start is None:
                     start = i + 1
@@ -447,16 +508,17 @@ class Recorder:
                     ranges.append((start, i))
                     start = None
             if start is not None:
-                ranges.append((start, len(col)))
+                ranges.append((start, len(values)))
             out[worker] = ranges
         return out
 
     def ledger_outcome(self, worker: int, seq: int) -> tuple[str, float | None]:
         """(ok|fail|info|unknown, ack time on the control clock or None)."""
-        col = self.ledger.get(worker)
-        if col is None or seq < 1 or seq > len(col):
-            return "unknown", None
-        v = col.get(seq - 1)
+        with self._lock:
+            col = self.ledger.get(worker)
+            if col is None or seq < 1 or seq > len(col):
+                return "unknown", None
+            v = col.get(seq - 1)
         if v == LEDGER_FAIL:
             return FAIL, None
         if v == LEDGER_INFO:
@@ -467,8 +529,10 @@ class Recorder:
 
     def ledger_keys(self, outcome: str) -> Iterable[tuple[int, int]]:
         target = {FAIL: LEDGER_FAIL, INFO: LEDGER_INFO}.get(outcome)
-        for worker, col in self.ledger.items():
-            for i, v in enumerate(col.values()):
+        with self._lock:  # the columns as they are now; the scan runs on the copy
+            columns = [(worker, col.values()) for worker, col in self.ledger.items()]
+        for worker, values in columns:
+            for i, v in enumerate(values):
                 if (target is None and v < LEDGER_UNSET) or v == target:
                     yield worker, i + 1
 
@@ -476,13 +540,20 @@ class Recorder:
         """One row per closed interval (gaps filled with zero rows): rates per second, latencies in ms."""
         import pandas as pd
 
-        if not self.rows:
+        with self._lock:
+            rows = dict(self._rows)
+        if not rows:
             return pd.DataFrame(columns=["t", *COLUMNS, "tps", "p50_ms", "p99_ms", "p999_ms", "max_ms"])
-        first, last = min(self.rows), max(self.rows)
+        first, last = min(rows), max(rows)
         records = []
         empty = ([0] * len(COLUMNS), math.nan, math.nan, math.nan, math.nan)
+        n = len(COLUMNS)
         for idx in range(first, last + 1):
-            counts, p50, p99, p999, mx = self.row(idx) if idx in self._rows else empty
+            if idx in rows:
+                values = _ROW.unpack(rows[idx])
+                counts, p50, p99, p999, mx = list(values[:n]), *values[n:]
+            else:
+                counts, p50, p99, p999, mx = empty
             records.append([idx * self.interval, *counts, p50, p99, p999, mx])
         df = pd.DataFrame.from_records(records, columns=["t", *COLUMNS, "p50_ms", "p99_ms", "p999_ms", "max_ms"])
         df.insert(len(COLUMNS) + 1, "tps", df["ok"] / self.interval)

@@ -84,9 +84,13 @@ def run_drill(inputs: DrillInputs, *, out: EvidenceSink | None = None, progress:
        (skipped when aborted).
     8. Stop the load and the probe; keep the logs' window; read the ground truth; run the checkers.
     9. Hand the result to the evidence (`chaoskit.drill.session` writes the run directory).
+
+    Anything that fails after the preflight (a teardown, the analysis, a bug) does not end the
+    drill's evidence: it is recorded (`record.incomplete`, the traceback kept for the run
+    directory) and the result carries what is known. Only a refusal is raised.
     """
     drill = Drill(inputs, parts, out, progress)
-    with stop_signals_interrupt(), drill.finishing(), drill.hosts_connected():
+    with stop_signals_interrupt(), drill.finishing(), drill.failures_recorded(), drill.hosts_connected():
         drill.preflight()
         with drill.log_window(), drill.client_link():
             drill.prepare_load()
@@ -132,7 +136,27 @@ class Drill:
         finally:
             self.record.ended = self.clock.now()
             if self.probe is not None:
-                self.record.events.extend(self.probe.log.events)
+                with self.probe.log.lock:
+                    self.record.add_events(list(self.probe.log.events))
+
+    @contextlib.contextmanager
+    def failures_recorded(self) -> Iterator[None]:
+        """An error that escapes the drill's scopes after the preflight is recorded as the reason the
+        run is incomplete (every scope inside has already torn down: faults healed, load stopped),
+        never raised past the evidence. A refusal, and a chaoskit error before the load started
+        (nothing of the drill ran), is raised as it is."""
+        try:
+            yield
+        except ChaoskitError as exc:
+            if self.record.refused is not None or not self.record.t0:
+                raise
+            self.incomplete("drill", exc)
+        except Exception as exc:
+            self.incomplete("drill", exc)
+
+    def incomplete(self, stage: str, exc: BaseException) -> None:
+        line = self.record.failures.add(stage, exc)
+        self.record.event("incomplete", self.clock.now(), reason=line)
 
     @contextlib.contextmanager
     def hosts_connected(self) -> Iterator[None]:
@@ -259,7 +283,9 @@ class Drill:
             yield
         finally:
             try:
-                dispatch = self.recorder.totals() if self.recorder else {}  # open loop: did it keep its schedule?
+                # open loop: did it keep its schedule? (read while the collector still merges: the
+                # recorder holds its own lock)
+                dispatch = self.recorder.totals() if self.recorder else {}
                 self.record.client_cpu = cpu.end().with_dispatch(dispatch).figures()
             finally:
                 self.runner.stop()
@@ -309,21 +335,18 @@ class Drill:
                           previous=change.previous)
 
     def execute_schedule(self) -> None:
-        """The steps on their instants, the abort rule watched every tick: the error rate of the
-        last closed second above `abort.error_rate_above`, held for `abort.for`."""
+        """The steps on their instants, the abort rule watched every tick (`AbortRule`)."""
         assert self.fm is not None and self.ha is not None and self.recorder is not None and self.runner is not None
-        runner, recorder = self.runner, self.recorder
-        bad = Held(self.pb.abort.for_)
+        rule = AbortRule(self.pb.abort.error_rate_above, self.pb.abort.for_, self.recorder)
+        try:
+            def look(now: float) -> None:
+                window = rule.look(now)
+                if self.progress is not None:
+                    self.progress(self.record, self.probe.log.current_roles() if self.probe else {}, window)
 
-        def look(now: float) -> None:
-            with runner.lock:
-                window = recorder.window(now - 1.2, now - 0.2)
-            if bad.look(error_rate(window) > self.pb.abort.error_rate_above, now):
-                raise Aborted(f"error rate above {self.pb.abort.error_rate_above:.0%} for {self.pb.abort.for_:g}s")
-            if self.progress is not None:
-                self.progress(self.record, self.probe.log.current_roles() if self.probe else {}, window)
-
-        Steps(self.inputs, self.record, self.fm, self.ha, recorder, self.clock, self._probe_events()).run(look)
+            Steps(self.inputs, self.record, self.fm, self.ha, self.recorder, self.clock, self._probe_events()).run(look)
+        finally:
+            self.record.abort_rule = rule.figures()
 
     def _probe_events(self) -> Callable[[], list[dict[str, Any]]]:
         """What the role probe and the manager's watch recorded since the last call (for steps
@@ -349,8 +372,9 @@ class Drill:
         record.heal = {"reverted": [f.id for f in fm.injected if f.revert_verified],
                        "not_verified": [{"id": f.id, "host": f.host, "error": f.revert_error}
                                         for f in report.not_verified]}
+        events = record.events_now()
         for f in fm.injected:
-            if f.t_reverted and not any(e.get("id") == f.id and e["kind"] == "fault_reverted" for e in record.events):
+            if f.t_reverted and not any(e.get("id") == f.id and e["kind"] == "fault_reverted" for e in events):
                 record.event("fault_reverted", f.t_reverted, id=f.id, host=f.host, by=f.reverted_by)
         for restored in report.restored:
             record.event("settings_restored", self.clock.now(), values=restored)
@@ -372,11 +396,53 @@ class Drill:
         if self.runner is None or self.recorder is None or self.probe is None:
             return DrillResult(self.inputs, self.record, self.recorder)
         assert self.driver is not None
-        truth = self.parts.truth(self.inputs, self.record.run_id, self.runner, self.driver)
-        results, marks = analyse(self.pb, self.record, self.recorder, self.probe.log, truth, self.cluster)
+        truth: dict[str, Any] = {}
+        try:
+            truth = self.parts.truth(self.inputs, self.record.run_id, self.runner, self.driver)
+            results, marks = analyse(self.pb, self.record, self.recorder, self.probe.log, truth, self.cluster)
+        except (Exception, KeyboardInterrupt) as exc:  # the evidence of what was seen is kept all the same
+            self.incomplete("analysis", exc)
+            return DrillResult(self.inputs, self.record, self.recorder, self.probe.log, truth)
         for mark in marks:
             self.record.event("phase_mark", mark["t"], mark=mark["mark"], fault=mark["fault"])
         return DrillResult(self.inputs, self.record, self.recorder, self.probe.log, truth, results)
+
+
+class AbortRule:
+    """The drill's abort rule: the error rate of the last second the load has delivered above
+    `error_rate_above`, held for `for_s` of that delivered time.
+
+    It judges closed intervals only (`Recorder.closed_until`): those every live load source has
+    delivered. chaoskit's own clients deliver within ~0.3 s; a tool group reads its tool's output
+    and ships intervals ~2 s old, so the judged second then ends ~2 s before now. Judging the last
+    second of the wall clock instead would read a window the tool's reader has not filled yet (no
+    ops, error rate 0) and never fire. How far behind it judged is kept (`figures`)."""
+
+    def __init__(self, error_rate_above: float, for_s: float, recorder: Recorder) -> None:
+        self.limit, self.for_s, self.recorder = error_rate_above, for_s, recorder
+        self.held = Held(for_s)
+        self.lags: list[float] = []
+        self.fired: dict[str, Any] | None = None
+
+    def look(self, now: float) -> dict[str, Any]:
+        """Judge the last delivered second; the window judged (for the live view). Raises Aborted."""
+        until = self.recorder.closed_until()
+        if until is None or until > now:  # nothing delivered yet (or a source ahead of this clock)
+            until = now - 0.2
+        else:
+            self.lags.append(now - until)
+        window = self.recorder.window(until - 1.0, until)
+        if self.held.look(error_rate(window) > self.limit, until):
+            self.fired = {"t": now, "judged_until": until, "lag_s": round(now - until, 3),
+                          "error_rate": error_rate(window)}
+            raise Aborted(f"error rate above {self.limit:.0%} for {self.for_s:g}s")
+        return window
+
+    def figures(self) -> dict[str, Any]:
+        lags = sorted(self.lags)
+        return {"judges": "the last second every live load source has delivered", "looks": len(lags),
+                "lag_s_median": round(lags[len(lags) // 2], 3) if lags else None,
+                "lag_s_max": round(lags[-1], 3) if lags else None, "fired": self.fired}
 
 
 def unrecorded_audit(audit: Any) -> list[str]:

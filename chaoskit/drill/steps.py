@@ -145,7 +145,7 @@ class Steps:
             faults = self._trigger_together(ready)
         self.applied[item.step] = faults
         for f in faults:
-            self.recorder.history.keep_around(f.t_effect)
+            self.recorder.keep_around(f.t_effect)
             f.step = item.step
             self.record.event("fault_injected", f.t_effect, id=f.id, fault_kind=f.kind, host=f.host, step=item.step,
                               scheduled=t_sched, sent=f.t_sent, applied_from=f.t_apply_start,
@@ -195,7 +195,7 @@ class Steps:
         record["t_scheduled"] = self._scheduled(item.step)
         record["step"] = item.step
         if record["kind"] in ("switchover", "takeover"):
-            self.recorder.history.keep_around(record["t_sent"])
+            self.recorder.keep_around(record["t_sent"])
         self.record.actions.append(record)
         self.record.event("action", record["t_sent"], action=record["kind"], member=record.get("member"),
                           ok=record.get("ok"), candidate=record.get("candidate"))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -105,6 +106,10 @@ class FaultManager:
         self._pool = pool
         self._own_pool = pool is None
         self.roles = roles or _discovered_roles(inventory)
+        # Threads: a step's faults on several hosts are triggered at once, one thread per host
+        # (`drill.steps`); the lists of what is staged and injected change under this lock, and each
+        # host's SSH channel has its own (`inventory.remote`). Everything else is the drill thread's.
+        self._lock = threading.Lock()
         self.injected: list[InjectedFault] = []
         self.staged: list[StagedFault] = []
         # (fault id, host) sent for staging but not yet confirmed: an interrupt can land between
@@ -302,12 +307,13 @@ class FaultManager:
             t_sent=t_sent, t_effect=t_effect, t_effect_host=t_eff, t_apply_start=off.to_control(t_start),
             t_applied=off.to_control(t_done), offset_s=off.offset_s, offset_uncertainty_s=off.uncertainty_s,
             planned_end=None if staged.spec.duration is None else t_effect + staged.spec.duration)
-        self.injected.append(fault)
+        with self._lock:
+            self.injected.append(fault)
         self._forget_staged(staged)
         return fault
 
     def _forget_staged(self, staged: StagedFault) -> None:
-        with contextlib.suppress(ValueError):
+        with self._lock, contextlib.suppress(ValueError):
             self.staged.remove(staged)
 
     def discard(self, staged: StagedFault) -> None:

@@ -168,11 +168,12 @@ def analyse(rec: Recorder, faults: list[GivenFault], settings: ImportSettings, t
             "rpo": None, "rpo_null_reason": "JMeter does not say which writes it had acknowledged"}
 
 
-def import_jtl(jtl: Path, faults: list[GivenFault], out: Path, settings: ImportSettings) -> Path:
-    """The run directory of an imported JTL (under `out`), with run.json, timeline.csv, the plots
-    and report.html; returns its path."""
+def import_jtl(jtl: Path, faults: list[GivenFault], out: Path, settings: ImportSettings) -> tuple[Path, str | None]:
+    """The run directory of an imported JTL (under `out`, a fresh name each time: `-2`, `-3` after
+    the first), with run.json, timeline.csv, the plots and report.html; its path, and why it is
+    incomplete (None: complete). Bad input is raised before the directory exists."""
     from chaoskit.report.imported import write_imported
-    from chaoskit.report.rundir import run_dir_name
+    from chaoskit.report.rundir import RunDirectory
 
     try:
         raw = jtl.read_bytes()
@@ -190,10 +191,9 @@ def import_jtl(jtl: Path, faults: list[GivenFault], out: Path, settings: ImportS
                       "timestamp": settings.timestamp, "writes": settings.writes},
            "stall_s": settings.stall_s, "started": rec.base, "ended": t_end,
            "faults_given": [f.as_fault() for f in faults], "totals": rec.totals(), "results": results}
-    path = out / run_dir_name(settings.name, rec.base)
-    path.mkdir(parents=True, exist_ok=False)
-    write_imported(run, rec, path)
-    return path
+    path = RunDirectory.create(out, settings.name, rec.base).path
+    written = write_imported(run, rec, path)
+    return path, written.get("incomplete")
 
 
 def _utc(t: float) -> str:

@@ -24,6 +24,7 @@ from chaoskit.faults.spec import LatencySpec
 from chaoskit.ha.registry import manager_for
 from chaoskit.healing import Undo
 from chaoskit.hostmetrics import HOST_CPU_PREFIX, sampler_for, window_means
+from chaoskit.incomplete import Failures
 from chaoskit.interrupts import stop_signals_interrupt
 from chaoskit.inventory.models import Inventory
 from chaoskit.models import Frozen
@@ -409,6 +410,7 @@ def _run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progre
     ha = manager_for(inv.clusters[exp.cluster], inv)
     ttl = 3600.0 * 24
     interrupted = None
+    failures = Failures()  # what failed after the first cell started: the cells done are kept, the run sealed
     targets = exp.targets or (exp.cluster,)
     required = check_required(exp, inv)  # before anything is touched
     with FaultManager(inv) as fm:
@@ -461,9 +463,23 @@ def _run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progre
                 rows.append({"target": target, "repeat": i // max(1, len(plan) // exp.repeats), **cell})
         except KeyboardInterrupt:
             interrupted = "interrupted (Ctrl-C or SIGTERM); faults reverted, settings restored"
+        except Exception as exc:  # the cells measured so far are evidence all the same
+            failures.add(f"cell {len(rows)}", exc)
         finally:
             restore_errors = undo.undo().errors
             series = sampler.stop()
+    result: dict[str, Any] = {"experiment": exp.model_dump(mode="json"), "started": started, "ended": time.time(),
+                              "settings": settings, "rows": rows, "cells": [], "aborted": interrupted,
+                              "settings_restore_errors": restore_errors, "failures": failures}
+    with failures.guard("analysis"):
+        _summarised(result, exp, inv, targets, series, required)
+    return result
+
+
+def _summarised(result: dict[str, Any], exp: Experiment, inv: Inventory, targets: tuple[str, ...], series: Any,
+                required: Any) -> None:
+    """The cells' figures from the rows measured, the knees and comparisons, into `result`."""
+    rows = result["rows"]
     for row in rows:
         for host, busy in window_means(series, *row["window"]).items():
             row[HOST_CPU_PREFIX + host] = busy
@@ -473,11 +489,8 @@ def _run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progre
         keys = ("target", "workload", "workers", *(("delay_ms",) if delays != (0.0,) else ()))
     if exp.grid.synchronous_mode and exp.kind != "compare":
         keys = ("synchronous_mode", *keys)
-    cells = summarise(rows, keys)
-    result: dict[str, Any] = {"experiment": exp.model_dump(mode="json"), "started": started, "ended": time.time(),
-                              "settings": settings, "rows": rows, "cells": cells, "aborted": interrupted,
-                              "settings_restore_errors": restore_errors,
-                              "host_metrics": {h: s.summary() for h, s in sorted(series.items())}}
+    cells = result["cells"] = summarise(rows, keys)
+    result["host_metrics"] = {h: s.summary() for h, s in sorted(series.items())}
     if required:
         result["required"] = {"settings": dict(exp.require), "found": required}
     managed = [t for t in targets if inv.clusters[t].managed]
@@ -495,7 +508,6 @@ def _run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progre
         else:  # each route against the first at each added delay: the comparison seed 000 made
             result["comparison_by_delay"] = {f"{d:g}": _compare([r for r in rows if r["delay_ms"] == d], targets)
                                              for d in delays}
-    return result
 
 
 def ladder_knees(cells: list[dict[str, Any]], workloads: tuple[str, ...], delay_ms: float) -> dict[str, Any]:

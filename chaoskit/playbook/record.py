@@ -9,6 +9,7 @@ are not here; they belong to the drill and die with it.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any, Protocol
 from chaoskit.db.roles import observed
 from chaoskit.faults.manager import InjectedFault
 from chaoskit.hostmetrics import HostSeries
+from chaoskit.incomplete import Failures
 from chaoskit.inventory.models import Cluster, Inventory
 from chaoskit.lifeline import operator_identity
 from chaoskit.playbook.models import Audit, Playbook
@@ -68,7 +70,13 @@ class DrillInputs:
 class DrillRecord:
     """What one drill did, filled in as it runs: its instants, the preflight's findings, every
     fault, action and event, the heal, the settings it changed, the logs it kept, the client groups,
-    and how it ended (`aborted`, `refused`). Every event goes to memory and, flushed, to `sink`."""
+    and how it ended (`aborted`, `refused`, `incomplete`). Every event goes to memory and, flushed,
+    to `sink`.
+
+    Threads: events come from the drill's thread and from the load's collector (a tool group's
+    clients restarting); `event` appends under the record's lock, and a reader while the drill runs
+    (the live view, the heal) takes `events_now()`, a copy. The other fields are written by the
+    drill's thread alone."""
 
     started: float
     sink: Callable[[dict[str, Any]], None] | None = None
@@ -89,13 +97,33 @@ class DrillRecord:
     triggered: list[dict[str, Any]] = field(default_factory=list)
     aborted: str | None = None
     refused: str | None = None  # preflight refused: nothing was started
+    # what failed after the drill started (the run is still sealed: `chaoskit.incomplete`)
+    failures: Failures = field(default_factory=Failures)
+    # what the abort rule judged: how far behind the present the delivered second was
+    abort_rule: dict[str, Any] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @property
+    def incomplete(self) -> str | None:
+        return self.failures.summary()
 
     def event(self, kind: str, t: float, **data: Any) -> None:
         """Record an event now: in memory and, flushed, in the sink."""
         ev = {"kind": kind, "t": t, **data}
-        self.events.append(ev)
+        with self._lock:
+            self.events.append(ev)
         if self.sink is not None:
-            self.sink(ev)
+            self.sink(ev)  # the run directory orders and chains events under its own lock
+
+    def add_events(self, events: list[dict[str, Any]]) -> None:
+        """Events another part kept (the role probe's), into memory only (its sink had them)."""
+        with self._lock:
+            self.events.extend(events)
+
+    def events_now(self) -> list[dict[str, Any]]:
+        """The events so far (a copy: safe while other threads add to them)."""
+        with self._lock:
+            return list(self.events)
 
 
 @dataclass(frozen=True)

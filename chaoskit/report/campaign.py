@@ -70,7 +70,8 @@ def run_figures(run_dir: Path, evidence: dict[str, Any]) -> dict[str, Any]:
     client never came back) and the acknowledged writes lost."""
     evidence = upgrade(evidence)
     res = evidence.get("results") or {}
-    return {"run": run_dir.name, "verdict": "aborted" if evidence.get("aborted") else res.get("verdict"),
+    return {"run": run_dir.name, "verdict": "incomplete" if evidence.get("incomplete") else
+            "aborted" if evidence.get("aborted") else res.get("verdict"),
             "rto_all_clients_s": worst_over_outages(res, "rto_all_clients_s"),
             "lost": (res.get("rpo") or {}).get("lost_acknowledged"),
             "groups_rto_all_clients_s": {n: g.get("rto_all_clients_s") for n, g in (res.get("groups") or {}).items()}}

@@ -15,45 +15,59 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from chaoskit.hostmetrics import HOST_CPU_PREFIX
+from chaoskit.incomplete import Failures
 from chaoskit.report.headlines import conditions, headlines
-from chaoskit.report.rundir import clean, evidence_ids
-from chaoskit.report.writer import CSP, template_env
+from chaoskit.report.writer import CSP, template_env, write_in_stages
 
 
-def write_experiment(result: dict[str, Any], run_dir: Path) -> None:
+def write_experiment(result: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """The experiment's files, each a stage (`write_in_stages`): a stage that fails (or a cell that
+    failed during the run: `result["failures"]`) leaves the rest written and run.json `incomplete`.
+    Returns run.json's content."""
     (run_dir / "plots").mkdir(parents=True, exist_ok=True)
-    result["headlines"] = headlines(result)
-    result["conditions"] = conditions(result)
-    (run_dir / "run.json").write_text(json.dumps(clean({"schema_version": 1, **result}), indent=2, default=str))
+    failures = result.pop("failures", None) or Failures()
+    with failures.guard("headlines"):
+        result["headlines"] = headlines(result)
+        result["conditions"] = conditions(result)
+    result.setdefault("cells", [])
     cells = result["cells"]
-    if cells:
-        with open(run_dir / "results.csv", "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=list(cells[0]))
-            writer.writeheader()
-            writer.writerows(cells)
     kind = result["experiment"]["kind"]
     name = result["experiment"].get("name", "experiment")
-    if kind in ("sweep", "ramp"):
-        knee = None if result.get("knees") else result.get("knee")  # one knee line only for one ladder
-        _lines(cells, run_dir / "plots" / "tps_vs_workers.png", "tps", "TPS (median of repeats)", knee,
-               f"{name}: throughput by concurrency")
-        if any(c.get("p99_ms") is not None for c in cells):
-            _lines(cells, run_dir / "plots" / "p99_vs_workers.png", "p99_ms", "p99 latency (ms)", None,
-                   f"{name}: p99 latency by concurrency")
-        elif any(c.get("tool_p99_ms_median_of_seconds") is not None for c in cells):
-            _lines(cells, run_dir / "plots" / "p99_vs_workers.png", "tool_p99_ms_median_of_seconds",
-                   "the tool's p99 per second, median (ms)", None, f"{name}: the tool's p99 latency by concurrency")
-        if kind == "sweep":
-            _heatmap(cells, run_dir / "plots" / "heatmap_tps.png", f"{name}: TPS (median) per cell")
-    else:
-        _bars(cells, run_dir / "plots" / "compare_tps.png", f"{name}: TPS per target (median, min-max)")
-    images = {p.stem: base64.b64encode(p.read_bytes()).decode() for p in sorted((run_dir / "plots").glob("*.png"))}
-    headers, rows = results_table(cells)
-    html = template_env().get_template("experiment.html.j2").render(r=result, images=images, csp=CSP,
-                                                                    ids=evidence_ids(run_dir), headers=headers,
-                                                                    rows=rows)
-    (run_dir / "report.html").write_text(html)
-    _junit(result, run_dir / "junit.xml")
+
+    def table() -> None:
+        if cells:
+            with open(run_dir / "results.csv", "w", newline="") as fh:
+                writer = csv.DictWriter(fh, fieldnames=list(cells[0]))
+                writer.writeheader()
+                writer.writerows(cells)
+
+    def plots() -> None:
+        if kind in ("sweep", "ramp"):
+            knee = None if result.get("knees") else result.get("knee")  # one knee line only for one ladder
+            _lines(cells, run_dir / "plots" / "tps_vs_workers.png", "tps", "TPS (median of repeats)", knee,
+                   f"{name}: throughput by concurrency")
+            if any(c.get("p99_ms") is not None for c in cells):
+                _lines(cells, run_dir / "plots" / "p99_vs_workers.png", "p99_ms", "p99 latency (ms)", None,
+                       f"{name}: p99 latency by concurrency")
+            elif any(c.get("tool_p99_ms_median_of_seconds") is not None for c in cells):
+                _lines(cells, run_dir / "plots" / "p99_vs_workers.png", "tool_p99_ms_median_of_seconds",
+                       "the tool's p99 per second, median (ms)", None,
+                       f"{name}: the tool's p99 latency by concurrency")
+            if kind == "sweep":
+                _heatmap(cells, run_dir / "plots" / "heatmap_tps.png", f"{name}: TPS (median) per cell")
+        else:
+            _bars(cells, run_dir / "plots" / "compare_tps.png", f"{name}: TPS per target (median, min-max)")
+
+    def report(r: dict[str, Any], ids: dict[str, Any]) -> str:
+        images = {p.stem: base64.b64encode(p.read_bytes()).decode()
+                  for p in sorted((run_dir / "plots").glob("*.png"))}
+        headers, rows = results_table(cells)
+        return template_env().get_template("experiment.html.j2").render(r=r, images=images, csp=CSP, ids=ids,
+                                                                        headers=headers, rows=rows)
+
+    result = {"schema_version": 1, **result}
+    stages = [("results.csv", table), ("plots", plots), ("junit.xml", lambda: _junit(result, run_dir / "junit.xml"))]
+    return write_in_stages(run_dir, result, failures, stages, report, "Experiment")
 
 
 _COLUMNS = (  # (cell key, header, format); a column whose cells are all empty is left out

@@ -107,8 +107,11 @@ def headline(ev: dict[str, Any], signed: bool | None = None) -> list[tuple[str, 
     this is written; the terminal and the report know it)."""
     res = ev.get("results") or {}
     env = ev.get("environment") or _environment_of_old(ev)
-    verdict = "ABORTED" if ev.get("aborted") else "REFUSED" if ev.get("refused") else verdict_word(res.get("verdict"))
+    verdict = ("INCOMPLETE" if ev.get("incomplete") else "ABORTED" if ev.get("aborted") else
+               "REFUSED" if ev.get("refused") else verdict_word(res.get("verdict")))
     rows = [("verdict", verdict),
+            *([("incomplete", f"{ev['incomplete']} (the run directory is sealed with what was written; "
+                              "tracebacks in logs/chaoskit-error.txt)")] if ev.get("incomplete") else []),
             ("environment", f"{env.get('name', 'not stated')}" + (f" ({env['from']})" if env.get("from") else "")),
             ("what was done", _done(ev))]
     why = _why_not(res) if verdict == "FAIL" else None

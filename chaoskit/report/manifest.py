@@ -161,6 +161,9 @@ def verify(run_dir: Path, allowed_signers: Path | None = None) -> Verification:
         if broken:
             v.problems.append(broken)
     v.ids = evidence_ids(run_dir)
+    incomplete = _incomplete(run_dir / "run.json")
+    if incomplete:  # intact, and the run says itself that it is not the whole of it
+        v.notes.append(f"INCOMPLETE run (as sealed): {incomplete}")
     sealed = manifest.get("evidence")
     if isinstance(sealed, dict):
         _same(v, MANIFEST, sealed, v.ids, missing)
@@ -178,6 +181,15 @@ def verify(run_dir: Path, allowed_signers: Path | None = None) -> Verification:
     elif (run_dir / SIGNATURE).exists():
         v.signature = "present"
     return v
+
+
+def _incomplete(run_json: Path) -> str | None:
+    """run.json's own `incomplete` line (None: complete, or not readable: checked elsewhere)."""
+    try:
+        ev = json.loads(run_json.read_text())
+    except (OSError, ValueError):
+        return None
+    return str(ev["incomplete"]) if isinstance(ev, dict) and ev.get("incomplete") else None
 
 
 def _same(v: Verification, where: str, recorded: dict[str, Any], ids: dict[str, Any], missing: set[str]) -> None:

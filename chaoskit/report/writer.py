@@ -22,6 +22,7 @@ from chaoskit import hostmetrics
 from chaoskit.errors import escaped
 from chaoskit.guard import environment
 from chaoskit.hostmetrics import HostSeries
+from chaoskit.incomplete import ERROR_FILE, Failures
 from chaoskit.playbook.record import DrillResult
 from chaoskit.recorder import Recorder, step_values
 from chaoskit.report import vocabulary
@@ -46,8 +47,130 @@ METHODOLOGY = Path(__file__).parents[1] / "docs" / "methodology.md"
 def write_run(result: DrillResult, rd: RunDirectory, signed: bool | None = None) -> dict[str, Any]:
     """Everything of a finished drill into its run directory; returns run.json's content.
     The inventory is copied from an allow-list of its fields (secrets only as their references), the
-    inputs are identified by the SHA-256 of the bytes that were actually loaded."""
-    inputs, run, rec, probe = result.inputs, result.record, result.recorder, result.probe
+    inputs are identified by the SHA-256 of the bytes that were actually loaded.
+
+    Each file is a stage of its own: one that fails (a plot, the history, a template, the PDF, an
+    interrupt) is recorded and the others are still written; run.json then says `incomplete` (what
+    failed, where and why, with the drill's own failures first), the report says INCOMPLETE in its
+    headline, and the tracebacks are in logs/chaoskit-error.txt."""
+    run = result.record
+    failures = run.failures
+    evidence: dict[str, Any] = {}
+    with failures.guard("run.json"):
+        evidence = _evidence(result)
+    if not evidence:  # what is known without the analysis' figures: enough to say what ran and why it stopped
+        evidence = _known(result)
+    evidence["incomplete"] = failures.summary()
+    rd.write_json("run.json", evidence)
+    with failures.guard("methodology.md"):
+        rd.write_text("methodology.md", METHODOLOGY.read_text())  # the evidence carries its own definitions
+    with failures.guard("history.jsonl.gz"):
+        _history(result, rd)
+    with failures.guard("timeline"):
+        _timeline(result, rd)
+    with failures.guard("plots"):
+        _drill_plots(result, rd)
+    if failures.summary() != evidence["incomplete"]:
+        evidence["incomplete"] = failures.summary()
+        rd.write_json("run.json", evidence)
+    failures.write(rd.path)
+    incomplete = finish_rendering(rd.path, failures, lambda pdf: render(rd.path, signed=signed, pdf=pdf))
+    if incomplete != evidence.get("incomplete"):
+        evidence["incomplete"] = incomplete
+    for p in rd.path.rglob("*"):
+        p.chmod(0o700 if p.is_dir() else 0o600)
+    return evidence
+
+
+def finish_rendering(run_dir: Path, failures: Failures, render_with: Any) -> str | None:
+    """Render the run's report files (`render_with(pdf)` returns the failures of its stages); when
+    one failed, run.json is updated with it and the reports rendered again from that run.json (so
+    they say INCOMPLETE and name its digest; the PDF again only if it was not what failed). The
+    `incomplete` line as run.json has it."""
+    found = render_with(True)
+    if not found:
+        return failures.summary()
+    failures.lines += found.lines
+    failures.tracebacks += found.tracebacks
+    failures.write(run_dir)
+    run_json = run_dir / "run.json"
+    ev = json.loads(run_json.read_text())
+    ev["incomplete"] = failures.summary()
+    run_json.write_text(json.dumps(clean(ev), indent=2, default=str))
+    pdf_failed = any(line.startswith("report.pdf") for line in found.lines)
+    if pdf_failed:
+        (run_dir / "report.pdf").unlink(missing_ok=True)
+    render_with(not pdf_failed)  # its own failures were seen the first time
+    return ev["incomplete"]
+
+
+def write_in_stages(run_dir: Path, run: dict[str, Any], failures: Failures,
+                    stages: list[tuple[str, Any]], report: Any, kind: str) -> dict[str, Any]:
+    """An import's or an experiment's run directory, each file a stage: run.json, then `stages`
+    ((name, writer) pairs: a table, the plots, junit.xml), then report.html from `report(run, ids)`.
+    A stage that fails is recorded and the rest written; run.json then says `incomplete` and is
+    written again before the report, which names its digest (a report template that fails leaves
+    the plain INCOMPLETE report). Returns run.json's content."""
+    def run_json() -> None:
+        run["incomplete"] = failures.summary()
+        (run_dir / "run.json").write_text(json.dumps(clean(run), indent=2, default=str))
+
+    run_json()
+    for name, write in stages:
+        with failures.guard(name):
+            write()
+    seen = -1
+    for _ in range(2):  # a second time only when the report itself failed: run.json says so first
+        if seen == len(failures.lines):
+            break
+        seen = len(failures.lines)
+        run_json()
+        ids = evidence_ids(run_dir)
+        html = None
+        with failures.guard("report.html"):
+            html = report(run, ids)
+        if html is None:
+            html = incomplete_html(run, ids, run.get("incomplete") or failures.summary(), kind)
+        (run_dir / "report.html").write_text(html)
+    failures.write(run_dir)
+    for p in run_dir.rglob("*"):
+        p.chmod(0o700 if p.is_dir() else 0o600)
+    return run
+
+
+def write_incomplete(run_dir: Path, ev: dict[str, Any], failures: Failures, kind: str = "Drill") -> dict[str, Any]:
+    """The last resort of a run whose writing itself failed outside its stages (an interrupt, a full
+    disk): run.json with what is known and why it is incomplete, the tracebacks, and the plain
+    INCOMPLETE report, each as far as it goes. Returns run.json's content."""
+    ev = {**ev, "incomplete": failures.summary(ev.get("incomplete"))}
+    with contextlib.suppress(Exception):
+        (run_dir / "run.json").write_text(json.dumps(clean(ev), indent=2, default=str))
+    failures.write(run_dir)
+    with contextlib.suppress(Exception):
+        (run_dir / "report.html").write_text(incomplete_html(ev, evidence_ids(run_dir), ev["incomplete"], kind))
+    for p in run_dir.rglob("*"):
+        with contextlib.suppress(OSError):
+            p.chmod(0o700 if p.is_dir() else 0o600)
+    return ev
+
+
+def _known(result: DrillResult) -> dict[str, Any]:
+    """run.json's fields that need nothing but the record (when building the full evidence failed)."""
+    inputs, run = result.inputs, result.record
+    return clean({"schema_version": SCHEMA_VERSION,
+                  "tool": {"name": "chaoskit", "version": chaoskit.__version__, "python": platform.python_version()},
+                  "playbook": {"path": inputs.playbook_path, "sha256": inputs.playbook_sha256,
+                               "content": inputs.playbook.model_dump(mode="json", by_alias=True)},
+                  "inventory": {"path": inputs.inventory_path, "sha256": inputs.inventory.sha256},
+                  "operator": inputs.operator, "run_id": run.run_id, "started": run.started, "ended": run.ended,
+                  "t0_load_start": run.t0, "aborted": run.aborted, "refused": run.refused,
+                  "cluster": {"name": inputs.playbook.cluster},
+                  "faults_injected": [f.to_dict() for f in run.faults], "actions": run.actions, "heal": run.heal,
+                  "results": {}})
+
+
+def _evidence(result: DrillResult) -> dict[str, Any]:
+    inputs, run, rec = result.inputs, result.record, result.recorder
     pb, cluster = inputs.playbook, inputs.cluster
     evidence = {
         "schema_version": SCHEMA_VERSION,
@@ -76,31 +199,45 @@ def write_run(result: DrillResult, rd: RunDirectory, signed: bool | None = None)
                                                                                             else [])],
                  "client_cpu": run.client_cpu, "workload": pb.load.workload_name, **_sql_file(pb)},
         "host_metrics": {h: s.summary() for h, s in sorted(run.host_metrics.items())},
+        "abort_rule": run.abort_rule,
         "results": result.results,
     }
+    if rec is not None and rec.late_batches:
+        evidence["load"]["late_batches"] = rec.late_batches
     evidence["audit"] = {**inputs.evidence.model_dump(mode="json"), "operator": inputs.operator}
     evidence["findings"] = findings(evidence)
-    evidence = clean(evidence)
-    rd.write_json("run.json", evidence)
-    rd.write_text("methodology.md", METHODOLOGY.read_text())  # the evidence carries its own definitions
-    if rec is not None and rec.history.windows:
-        present = result.truth.get("ledger_present", {}).get("rows")
-        # gzip: the ops of a 40 s drill are ~64 MB of JSON lines, ~4 MB compressed (zcat, pandas read it)
-        with gzip.open(rd.file("history.jsonl.gz"), "wt", compresslevel=6) as out:
-            rec.history.write(out, run_id=run.run_id, faults=result.results.get("faults", []), present=present,
-                              groups={n: g["workers"] for n, g in run.groups.items()},
-                              stall_s=client_deadline(pb.load.op_timeout))
-    if rec is not None and probe is not None:
-        ends = [t + rec.interval for t in rec.to_frame()["t"]]
-        rec.write_timeline_csv(str(rd.file("timeline.csv")), t0=run.t0,
-                               extra={**_node_columns(probe, ends), **hostmetrics.columns(run.host_metrics, ends)})
-        with contextlib.suppress(ImportError, ValueError):  # parquet where an engine is installed
-            rec.to_frame().to_parquet(rd.file("timeline.parquet"))
-        _plots(rec, run.t0, result.results.get("faults", []), pb.name, rd.path, probe, run.host_metrics)
-    render(rd.path, signed=signed)
-    for p in rd.path.rglob("*"):
-        p.chmod(0o700 if p.is_dir() else 0o600)
-    return evidence
+    return clean(evidence)
+
+
+def _history(result: DrillResult, rd: RunDirectory) -> None:
+    rec, run = result.recorder, result.record
+    if rec is None or not rec.history.windows:
+        return
+    present = result.truth.get("ledger_present", {}).get("rows")
+    # gzip: the ops of a 40 s drill are ~64 MB of JSON lines, ~4 MB compressed (zcat, pandas read it)
+    with gzip.open(rd.file("history.jsonl.gz"), "wt", compresslevel=6) as out:
+        rec.history.write(out, run_id=run.run_id, faults=result.results.get("faults", []), present=present,
+                          groups={n: g["workers"] for n, g in run.groups.items()},
+                          stall_s=client_deadline(result.inputs.playbook.load.op_timeout))
+
+
+def _timeline(result: DrillResult, rd: RunDirectory) -> None:
+    rec, run, probe = result.recorder, result.record, result.probe
+    if rec is None or probe is None:
+        return
+    ends = [t + rec.interval for t in rec.to_frame()["t"]]
+    rec.write_timeline_csv(str(rd.file("timeline.csv")), t0=run.t0,
+                           extra={**_node_columns(probe, ends), **hostmetrics.columns(run.host_metrics, ends)})
+    with contextlib.suppress(ImportError, ValueError):  # parquet where an engine is installed
+        rec.to_frame().to_parquet(rd.file("timeline.parquet"))
+
+
+def _drill_plots(result: DrillResult, rd: RunDirectory) -> None:
+    rec, run, probe = result.recorder, result.record, result.probe
+    if rec is None or probe is None:
+        return
+    _plots(rec, run.t0, result.results.get("faults", []), result.inputs.playbook.name, rd.path, probe,
+           run.host_metrics)
 
 
 def _node_columns(probe: ProbeLog, ends: list[float]) -> dict[str, list[Any]]:
@@ -139,29 +276,57 @@ def _plots(rec: Recorder, t0: float, faults: list[dict[str, Any]], name: str, ru
     latency_histogram(values, run_dir / "plots" / "latency_histogram.png")
 
 
-def render(run_dir: Path, resealed: dict[str, Any] | None = None, signed: bool | None = None) -> None:
-    """report.html, summary.md and junit.xml from run.json (also used by `chaoskit report`). The
-    report names run.json's digest and the events chain's head it was rendered from (verify
-    checks them); `resealed` says, on the report, that it was re-rendered from a run that no
+def render(run_dir: Path, resealed: dict[str, Any] | None = None, signed: bool | None = None,
+           pdf: bool = True) -> Failures:
+    """report.html, summary.md, junit.xml and report.pdf from run.json (also used by `chaoskit
+    report`). The report names run.json's digest and the events chain's head it was rendered from
+    (verify checks them); `resealed` says, on the report, that it was re-rendered from a run that no
     longer verified, and what had changed. `signed`: whether the seal that follows signs (shown in
-    the headline; None: not known)."""
+    the headline; None: not known).
+
+    Each file is a stage: the failures are returned, never raised. A report template that fails
+    leaves a plain report that says INCOMPLETE and why (`incomplete.html.j2`); junit.xml is written
+    before the PDF, so a PDF that fails takes nothing else with it."""
+    failures = Failures()
     ids = evidence_ids(run_dir)
     ev = upgrade(json.loads((run_dir / "run.json").read_text()))
-    ev["findings"] = findings(ev)  # from the results as they read now, never a stale list
-    head = headline(ev, signed)
-    ev["observations"] = observations(ev)
-    story = {"events": narrative(read_events(run_dir), ev), "phases": phases_in_words(ev), "logs": log_quotes(ev)}
-    images = {}
-    for png in sorted((run_dir / "plots").glob("*.png")):
-        images[png.stem] = base64.b64encode(png.read_bytes()).decode()
-    env = template_env()
-    html = env.get_template("report.html.j2").render(
-        ev=ev, images=images, csp=CSP, ids=ids, resealed=resealed, head=head, story=story, signed=signed,
-        glossary=vocabulary.GLOSSARY, methodology=_methodology_html(run_dir))
-    (run_dir / "report.html").write_text(_header_rows(html))
-    (run_dir / "summary.md").write_text(markdown_env().get_template("summary.md.j2").render(ev=ev, head=head))
-    write_pdf(run_dir / "report.html", run_dir / "report.pdf")
-    _junit(ev, run_dir / "junit.xml")
+    head: list[tuple[str, str]] = headline(ev, signed)
+    html: str | None = None
+    with failures.guard("report.html"):
+        ev["findings"] = findings(ev)  # from the results as they read now, never a stale list
+        ev["observations"] = observations(ev)
+        story = {"events": narrative(read_events(run_dir), ev), "phases": phases_in_words(ev),
+                 "logs": log_quotes(ev)}
+        images = {}
+        for png in sorted((run_dir / "plots").glob("*.png")):
+            images[png.stem] = base64.b64encode(png.read_bytes()).decode()
+        html = _header_rows(template_env().get_template("report.html.j2").render(
+            ev=ev, images=images, csp=CSP, ids=ids, resealed=resealed, head=head, story=story, signed=signed,
+            glossary=vocabulary.GLOSSARY, methodology=_methodology_html(run_dir)))
+    (run_dir / "report.html").write_text(html if html is not None else
+                                         incomplete_html(ev, ids, failures.summary(ev.get("incomplete"))))
+    with failures.guard("summary.md"):
+        (run_dir / "summary.md").write_text(markdown_env().get_template("summary.md.j2").render(ev=ev, head=head))
+    with failures.guard("junit.xml"):
+        _junit(ev, run_dir / "junit.xml")
+    if pdf:
+        with failures.guard("report.pdf"):
+            write_pdf(run_dir / "report.html", run_dir / "report.pdf")
+    return failures
+
+
+def incomplete_html(ev: dict[str, Any], ids: dict[str, Any], why: str | None, kind: str = "Drill") -> str:
+    """A plain report for a run whose own report could not be rendered: INCOMPLETE, why, what run.json
+    knows of the run, and the digests it was rendered from (verify checks them)."""
+    name = str(((ev.get("playbook") or {}).get("content") or {}).get("name") or ev.get("name") or "run")
+    facts = [("started", _ts(ev.get("started"))), ("ended", _ts(ev.get("ended"))),
+             ("run id", str(ev.get("run_id") or "—")), ("aborted", str(ev.get("aborted") or "no")),
+             ("faults", "; ".join(f"{f.get('kind')} on {f.get('host')} at {_ts(f.get('t_effect'))}, reverted "
+                                  f"{_ts(f.get('t_reverted'))}" for f in ev.get("faults_injected") or []) or "none"),
+             ("verdict of the checks", vocabulary.verdict_word((ev.get("results") or {}).get("verdict")))]
+    return template_env().get_template("incomplete.html.j2").render(
+        kind=kind, name=name, why=why or "the report could not be rendered", facts=facts, ids=ids, csp=CSP,
+        error_file=ERROR_FILE)
 
 
 _HEADER_ROW = re.compile(r"(<table[^>]*>\s*)(<tr>(?:\s*<th>(?:(?!</th>).)*</th>)+\s*</tr>)", re.S)
@@ -213,6 +378,9 @@ def _vocabulary(env: jinja2.Environment) -> None:
     env.filters["num"] = _num
     env.filters["fault_name"] = vocabulary.fault_name
     env.filters["group_maker"] = vocabulary.group_maker
+    # `x is given`: recorded and not null (`is not none` holds for a key the record lacks, which then
+    # fails in a format: a run.json from another stage or an older chaoskit must still render)
+    env.tests["given"] = lambda v: v is not None and not isinstance(v, jinja2.Undefined)
     env.globals.update(label=vocabulary.label, shown=vocabulary.shown, slo_figure=vocabulary.slo_figure,
                        verdict_word=vocabulary.verdict_word, check_sentence=vocabulary.check_sentence,
                        check_rows=vocabulary.check_rows)
@@ -273,7 +441,8 @@ def _junit(ev: dict[str, Any], path: Path) -> None:
     suite.set("hostname", socket.gethostname())
     props = ET.SubElement(suite, "properties")
     figures: dict[str, Any] = {"run_id": ev.get("run_id"), "report": "report.html",
-                               "verdict": vocabulary.verdict_word(res.get("verdict"))}
+                               "verdict": "INCOMPLETE" if ev.get("incomplete") else
+                               vocabulary.verdict_word(res.get("verdict"))}
     for key in ("rto_first_client_s", "rto_all_clients_s"):
         figures[key] = vocabulary.worst_over_outages(res, key)
     figures["lost_acknowledged"] = (res.get("rpo") or {}).get("lost_acknowledged")
@@ -291,6 +460,8 @@ def _junit(ev: dict[str, Any], path: Path) -> None:
                       "reverted" if reverted else "no revert recorded"))
     if ev.get("aborted"):
         cases.append(("run completed", False, ev["aborted"]))
+    if ev.get("incomplete"):
+        cases.append(("evidence complete", False, ev["incomplete"]))
     failures = 0
     for case_name, ok, text in cases:
         tc = ET.SubElement(suite, "testcase", classname=f"chaoskit.{name}", name=case_name)

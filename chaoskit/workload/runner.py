@@ -61,15 +61,13 @@ DRAIN_EVERY = 0.2
 
 class _Worker:
     def __init__(self, wid: int, driver: Driver, workload: Any, spec: LoadSpec, recorder: Recorder,
-                 lock: threading.Lock, stop: threading.Event, arrivals: Any, t_start: float,
-                 group: ClientGroup | None = None) -> None:
+                 stop: threading.Event, arrivals: Any, t_start: float, group: ClientGroup | None = None) -> None:
         self.wid = wid
         self.group = group or spec.client_groups()[0]
         self.driver = driver
         self.workload = workload
         self.spec = spec
-        self.recorder = recorder
-        self.lock = lock
+        self.recorder = recorder  # shared by this process's client threads: it holds its own lock
         self.stop = stop
         self.arrivals = arrivals
         self.t_start = t_start
@@ -81,8 +79,7 @@ class _Worker:
         self.interrupted = False
 
     def _record(self, *args: Any, **kwargs: Any) -> None:
-        with self.lock:
-            self.recorder.record(*args, **kwargs)
+        self.recorder.record(*args, **kwargs)
 
     def _next_start(self) -> float | None:
         """Closed loop: now. Open loop: the next scheduled arrival (counting missed ones)."""
@@ -102,13 +99,11 @@ class _Worker:
             if now - t_sched <= self.spec.max_lateness:
                 self._dispatched(t_sched, t_free)
                 return t_sched
-            with self.lock:
-                self.recorder.missed(now)
+            self.recorder.missed(now)
         return None
 
     def _dispatched(self, t_sched: float, t_free: float) -> None:
-        with self.lock:
-            self.recorder.dispatched(time.time(), t_sched, t_free)
+        self.recorder.dispatched(time.time(), t_sched, t_free)
 
     def _connect(self, t_invoke: float) -> bool:
         """Reach the writer for the op invoked at t_invoke; a failure is that op's outcome."""
@@ -216,10 +211,9 @@ def _child_main(cluster_json: str, inventory_json: str, spec: LoadSpec, group: C
     if group.client_deadline and spec.uses_loop(driver.family) and driver.loop_capable():
         _run_loop(driver, workload, spec, recorder, worker_ids, t_start, rate_share, out, stop_evt)
         return
-    lock = threading.Lock()
     stop = threading.Event()
     arrivals = (rate_share, itertools.count()) if rate_share else None
-    workers = [_Worker(w, driver, workload, spec, recorder, lock, stop, arrivals, t_start, group)
+    workers = [_Worker(w, driver, workload, spec, recorder, stop, arrivals, t_start, group)
                for w in worker_ids]
     threads = [threading.Thread(target=w.run, name=f"worker-{w.wid}", daemon=True) for w in workers]
     delay = t_start - time.time()
@@ -235,8 +229,7 @@ def _child_main(cluster_json: str, inventory_json: str, spec: LoadSpec, group: C
         for w in workers:
             w.watchdog_check(now, deadline)
         if now - last_drain >= DRAIN_EVERY:
-            with lock:
-                batch = recorder.drain(now)
+            batch = recorder.drain(now)
             out.put(("batch", os.getpid(), batch))
             last_drain = now
     stop.set()
@@ -246,8 +239,7 @@ def _child_main(cluster_json: str, inventory_json: str, spec: LoadSpec, group: C
             t.join(0.05)
             for w in workers:
                 w.watchdog_check(time.time(), deadline, stopping=True)
-    with lock:
-        batch = recorder.drain(time.time(), final=True)
+    batch = recorder.drain(time.time(), final=True)
     out.put(("final", os.getpid(), batch))
 
 
@@ -312,8 +304,7 @@ class LoadRunner:
         self.on_event = on_event
         self.inventory = inventory
         self.spec = spec
-        self.recorder = recorder
-        self.lock = threading.Lock()
+        self.recorder = recorder  # merged into by the collector thread, read by the drill's: it holds its own lock
         # the controller's own connections (schema, snapshots); each worker process makes its own
         self.driver = (driver or driver_for(cluster, inventory)).tuned(connect_timeout=spec.connect_timeout,
                                                                         op_timeout=max(spec.op_timeout, 60.0))
@@ -428,7 +419,12 @@ class LoadRunner:
         return CpuWindow([p.pid for p in self._procs if p.pid is not None], one_core=own)
 
     def _collect(self) -> None:
+        """Merge every batch into the recorder and close the intervals every live process has
+        delivered: the lowest watermark of the processes still running (one that ended without its
+        final batch holds nothing back; a late op of a closed interval is folded in). Closed
+        intervals are what the abort rule and the live view judge (`Recorder.closed_until`)."""
         nproc = len(self._procs)
+        by_pid = {p.pid: p for p in self._procs}
         watermarks: dict[int, int] = {}
         while self._finals < nproc:
             try:
@@ -443,12 +439,13 @@ class LoadRunner:
                     self.on_event(batch)
                 continue
             watermarks[pid] = batch.watermark
-            with self.lock:
-                self.recorder.merge(batch)
-                if kind == "final":
-                    self._finals += 1
-                elif len(watermarks) == nproc:
-                    self.recorder.close_before(min(watermarks.values()))
+            self.recorder.merge(batch)
+            if kind == "final":
+                self._finals += 1
+            elif len(watermarks) == nproc:
+                live = [w for p, w in watermarks.items() if by_pid[p].exitcode is None]
+                if live:
+                    self.recorder.close_before(min(live))
 
     def stop(self) -> None:
         if self._stop is None:
@@ -461,8 +458,7 @@ class LoadRunner:
             if p.is_alive():
                 p.kill()
         self.t_end = time.time()
-        with self.lock:
-            self.recorder.finish()
+        self.recorder.finish()
         if self._tmp is not None:
             self._tmp.cleanup()
 
@@ -509,7 +505,6 @@ class LoadRunner:
             while time.time() < t0 + seconds:
                 time.sleep(min(0.5, max(0.0, t0 + seconds - time.time())))
                 if on_tick is not None:
-                    with self.lock:
-                        on_tick(self)
+                    on_tick(self)
         finally:
             self.stop()

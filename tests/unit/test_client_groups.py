@@ -41,7 +41,7 @@ def recorder(keep: bool = True) -> Recorder:
             cls = None if outcome == OK else "connection_lost" if outcome == INFO else "connect_refused"
             rec.record(w, "write", t - 0.01, t, outcome, cls, key=k + 1, keyed=SEQUENCE,
                        node="pg1" if t < 1013 else "pg2")
-    rec.history.keep_around(F)
+    rec.keep_around(F)
     rec.finish()
     return rec
 
@@ -247,7 +247,7 @@ def worker(profile: str, validate: bool = False) -> tuple[_Worker, FakeDriver, R
     rec = Recorder(time.time(), keep_ops=True)
     stop = threading.Event()
     spec = LoadSpec(workload="ledger", workers=1)
-    w = _Worker(1, drv, FakeWorkload(drv), spec, rec, threading.Lock(), stop, None, time.time(),  # type: ignore[arg-type]
+    w = _Worker(1, drv, FakeWorkload(drv), spec, rec, stop, None, time.time(),  # type: ignore[arg-type]
                 ClientGroup("g", profile, 1, validate=validate))
     return w, drv, rec, stop
 

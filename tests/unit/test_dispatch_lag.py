@@ -112,7 +112,7 @@ def test_a_worker_thread_books_its_arrival_with_the_instant_it_became_free() -> 
     rec.dispatched = lambda t, t_sched, t_free: seen.append((t, t_sched, t_free))  # type: ignore[method-assign]
     spec = LoadSpec(workload="ledger", workers=1, rate=10)
     t_start = time.time() - 0.05
-    w = _Worker(1, None, None, spec, rec, threading.Lock(), threading.Event(), (10.0, itertools.count()),  # type: ignore[arg-type]
+    w = _Worker(1, None, None, spec, rec, threading.Event(), (10.0, itertools.count()),  # type: ignore[arg-type]
                 t_start)
     before = time.time()
     assert w._next_start() == t_start
