@@ -974,6 +974,7 @@ def compare(
     """A table across runs (drills: verdict, RTO and phases, RPO; experiments: each cell), with
     what differs between them (chaoskit, server and HA manager versions, settings, inventory)."""
     from chaoskit.report.runs import CONTEXT, compare_rows, write_compare
+    from chaoskit.report.vocabulary import verdict_word
 
     try:
         rows, differing = compare_rows(run_dirs)
@@ -984,7 +985,8 @@ def compare(
     for col in columns:
         table.add_column(col)
     for r in rows:
-        table.add_row(*["—" if r.get(c) is None else f"{r[c]:.3f}" if isinstance(r.get(c), float) else
+        table.add_row(*["—" if r.get(c) is None else verdict_word(r[c]) if c == "verdict" else
+                        f"{r[c]:.3f}" if isinstance(r.get(c), float) else
                         str(r[c])[:40] for c in columns])  # full values in compare.csv / .html
     out.print(table)
     if out_dir is not None:

@@ -55,6 +55,9 @@ class Plugins(Generic[T]):
 
     def get(self, name: str) -> T:
         found = self.all()
+        if not isinstance(name, str):  # a list or a mapping where a name belongs (unhashable, or never a name)
+            raise UnknownPlugin(f"not a name: a {type(name).__name__} ({str(name)[:40]!r}) where the name of a "
+                                f"{self.what} belongs; known: {', '.join(sorted(found))}")
         if name not in found:
             raise UnknownPlugin(f"unknown {self.what} {str(name)[:40]!r}; known: {', '.join(sorted(found))}")
         return found[name]

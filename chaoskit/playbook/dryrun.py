@@ -11,11 +11,14 @@ resolved at run time, never guessed. The client link runs on this machine (no ho
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
-from chaoskit.errors import InputError
+import yaml
+
+from chaoskit.errors import InputError, escaped
 from chaoskit.faults.manager import FaultManager
 from chaoskit.faults.spec import CLIENT, FaultBase
-from chaoskit.faults.targets import live_target, named_hosts, split_target
+from chaoskit.faults.targets import fault_hosts, live_target, named_hosts, split_target
 from chaoskit.ha.registry import managers
 from chaoskit.inventory.models import Inventory
 from chaoskit.playbook.models import Playbook
@@ -43,19 +46,69 @@ def dry_run_lines(pb: Playbook, inventory: Inventory, *, commands: bool = True) 
     fm = FaultManager(inventory)
     fm.roles = _no_live_roles  # a peer by role is a fact of the instant: planning it must not guess
     lines = [f"{pb.name} on {pb.cluster}: load {pb.load.workload_name} x {pb.load.workers}, duration {pb.duration:g}s"]
+    lines += settings_lines(pb, inventory)
     for i, step in enumerate(pb.steps):
         when = f"at {step.at:>6g}s" if step.at is not None else describe_trigger(step.after)  # type: ignore[arg-type]
         for spec in step.specs:
-            lines.append(f"  {when}  fault {spec.model_dump(exclude_defaults=True)}")
+            lines.append(f"  {when}  fault {spec.kind}: {fields(spec.model_dump(mode='json', exclude_defaults=True))}")
             if commands:
                 lines += [f"    {line}" for line in _fault_commands(fm, spec if spec.cluster else
                                                                      spec.replace(cluster=pb.cluster), i)]
         if step.action is not None:
-            lines.append(f"  {when}  action {step.action.model_dump()}")
+            action = step.action
+            lines.append(f"  {when}  action {action.kind}: {fields(action.model_dump(mode='json', exclude_none=True))}")
             if commands:
-                lines.append(f"    {_action_commands(step.action.kind, step.action.target, inventory, pb.cluster)}")
-    lines.append(f"  checks {', '.join(pb.checks)}; SLOs {pb.slo.model_dump(exclude_none=True)}")
+                lines.append(f"    {_action_commands(action.kind, action.target, inventory, pb.cluster)}")
+    lines.append(f"  checks {', '.join(pb.checks)}; SLOs {fields(pb.slo.model_dump(mode='json', exclude_none=True))}")
+    lines += login_lines(pb, inventory)
     return lines
+
+
+def fields(data: dict[str, Any]) -> str:
+    """A model's fields as YAML flow text (`target: role:primary, processes: [patroni, postgres]`),
+    its `kind` left out (said first by the caller), control characters shown escaped."""
+    data = {k: v for k, v in data.items() if k != "kind"}
+    if not data:
+        return "(defaults)"
+    text = yaml.safe_dump(data, default_flow_style=True, sort_keys=False, width=10_000).strip()
+    return escaped(text.removeprefix("{").removesuffix("}"))
+
+
+def settings_lines(pb: Playbook, inventory: Inventory) -> list[str]:
+    """The HA manager's settings the drill changes for its duration (journaled on the hosts with a
+    dead-man, restored at the end: `healing.Undo`)."""
+    if not pb.settings:
+        return []
+    ha = inventory.clusters[pb.cluster].ha.kind
+    return [f"  settings changed on {ha} for the drill (journaled, restored at its end; the values before are "
+            f"read at run time): {fields(dict(pb.settings))}"]
+
+
+def login_lines(pb: Playbook, inventory: Inventory) -> list[str]:
+    """Every login the drill uses: SSH to each host it reaches (the cluster's members, the hosts its
+    faults name), the database's user for the load, the probe and the checks (and each client group's
+    route), and the HA manager's own credentials where the inventory gives them. Secrets are shown as
+    their references, never their values."""
+    out = ["  logins:"]
+    hosts = list(dict.fromkeys([m.host for m in inventory.clusters[pb.cluster].members if m.host in inventory.hosts]
+                               + fault_hosts(pb.steps, inventory)))
+    for name in hosts:
+        h = inventory.hosts[name]
+        how = [f"key {h.key_file}" if h.key_file else "the ssh agent or default keys",
+               f"known_hosts {h.known_hosts}" if h.known_hosts else "the default known_hosts",
+               *([f"through {h.jump}"] if h.jump else []),
+               *([f"then sudo to {h.become_user}"] if h.become else [])]
+        out.append(f"    ssh {h.user}@{h.address}:{h.port} ({name}): {', '.join(how)}")
+    routes = dict.fromkeys([pb.cluster, *(g.route for g in pb.load.to_spec().client_groups() if g.route)])
+    for name in routes:
+        c = inventory.clusters[name]
+        secret = c.password.describe() if c.password else "no password given"
+        out.append(f"    database {c.engine} cluster {name}: user {c.user}, password {secret}")
+    api = getattr(inventory.clusters[pb.cluster].ha, "api", None)
+    if api is not None and getattr(api, "username", None):
+        secret = api.password.describe() if getattr(api, "password", None) is not None else "no password given"
+        out.append(f"    {inventory.clusters[pb.cluster].ha.kind} API: user {api.username}, password {secret}")
+    return [escaped(line) for line in out]
 
 
 def _action_commands(kind: str, target: str | None, inventory: Inventory, cluster: str) -> str:

@@ -57,7 +57,8 @@ def compare_rows(run_dirs: list[Path]) -> tuple[list[dict[str, Any]], list[str]]
                 what = ", ".join(f"{k}={cell[k]}" for k in ("workload", "workers", "delay_ms", "synchronous_mode",
                                                              "target") if k in cell)
                 rows.append({"run": d.name, "name": exp.get("name"), "type": f"experiment ({exp.get('kind')})",
-                             "verdict": "aborted" if ev.get("aborted") else "done", "what": what,
+                             "verdict": "INCOMPLETE" if ev.get("incomplete") else
+                             "ABORTED" if ev.get("aborted") else "DONE", "what": what,
                              "tps": cell.get("tps"), "p99_ms": cell.get("p99_ms"), "rto_first_client_s": None,
                              "rto_all_clients_s": None, "lost": None,
                              **ctx})
@@ -67,7 +68,8 @@ def compare_rows(run_dirs: list[Path]) -> tuple[list[dict[str, Any]], list[str]]
         for f in res.get("faults") or [{}]:
             ph = f.get("phases") or {}
             rows.append({"run": d.name, "name": ev["playbook"]["content"]["name"], "type": "drill",
-                         "verdict": res.get("verdict"), "what": fault_name(f) if f else "",
+                         "verdict": "INCOMPLETE" if ev.get("incomplete") else verdict_word(res.get("verdict")),
+                         "what": fault_name(f) if f else "",
                          "tps": res.get("baseline_tps"), "p99_ms": None,
                          "rto_first_client_s": f.get("rto_first_client_s"),
                          "rto_all_clients_s": f.get("rto_all_clients_s"),
@@ -93,10 +95,12 @@ def write_compare(rows: list[dict[str, Any]], differing: list[str], out_dir: Pat
 def history(root: Path) -> dict[str, Any]:
     """Every drill under `root`, grouped by cluster and playbook, oldest first. A run is counted
     once however many copies of its directory there are (by run id; a refused run, which has
-    none, by run.json's SHA-256): the copies are listed beside it. Each run says whether its
-    directory still verifies (`evidence`: intact, unsealed, or what changed)."""
+    none, by run.json's SHA-256): the copies are listed beside it. Every directory is verified, the
+    copies too: a run's figures come from a copy that verifies where there is one (`evidence`:
+    intact, unsealed, or what changed), each copy's state is in `copies_evidence`, and every
+    directory that does not verify, original or copy, is in `not_verified`."""
     groups: dict[str, dict[str, Any]] = {}
-    seen: dict[str, dict[str, Any]] = {}
+    found: dict[str, list[tuple[Path, dict[str, Any], str]]] = {}
     for run_json in sorted(root.glob("*/run.json")):
         try:
             raw = run_json.read_bytes()
@@ -106,19 +110,22 @@ def history(root: Path) -> dict[str, Any]:
         if "experiment" in ev or not isinstance(ev.get("playbook"), dict) or "content" not in ev["playbook"]:
             continue
         key = str(ev.get("run_id") or "sha256:" + hashlib.sha256(raw).hexdigest())
-        if key in seen:
-            seen[key]["copies"].append(run_json.parent.name)
-            continue
+        found.setdefault(key, []).append((run_json.parent, ev, _evidence_state(run_json.parent)))
+    for dirs in found.values():
+        first_intact = next((d for d in dirs if d[2] == "intact"), dirs[0])
+        run_dir, ev, state = first_intact
+        copies = [d for d in dirs if d is not first_intact]
         res = ev.get("results") or {}
         name = f"{(ev.get('cluster') or {}).get('name')}/{ev['playbook']['content']['name']}"
         entry = groups.setdefault(name, {"cluster": (ev.get("cluster") or {}).get("name"),
                                          "playbook": ev["playbook"]["content"]["name"], "runs": []})
-        seen[key] = {"run": run_json.parent.name, "run_id": ev.get("run_id"), "started": ev.get("started"),
-                     "verdict": "refused" if ev.get("refused") else res.get("verdict"),
-                     "rto_all_clients_s": worst_over_outages(res, "rto_all_clients_s"),
-                     "lost": (res.get("rpo") or {}).get("lost_acknowledged"),
-                     "evidence": _evidence_state(run_json.parent), "copies": []}
-        entry["runs"].append(seen[key])
+        entry["runs"].append({
+            "run": run_dir.name, "run_id": ev.get("run_id"), "started": ev.get("started"),
+            "verdict": "refused" if ev.get("refused") else "incomplete" if ev.get("incomplete") else res.get("verdict"),
+            "rto_all_clients_s": worst_over_outages(res, "rto_all_clients_s"),
+            "lost": (res.get("rpo") or {}).get("lost_acknowledged"), "evidence": state,
+            "copies": [c[0].name for c in copies], "copies_evidence": {c[0].name: c[2] for c in copies},
+            "not_verified": [d[0].name for d in dirs if d[2] != "intact"]})
     for entry in groups.values():
         runs = sorted(entry["runs"], key=lambda r: r["started"] if isinstance(r["started"], int | float) else 0)
         entry["runs"] = runs
@@ -126,7 +133,7 @@ def history(root: Path) -> dict[str, Any]:
         entry["last_verdict"] = runs[-1]["verdict"]
         entry["pass_rate"] = pass_rate([r["verdict"] for r in runs])
         entry["rto_all_clients_trend_s"] = [r["rto_all_clients_s"] for r in runs]
-        entry["not_verified"] = [r["run"] for r in runs if r["evidence"] != "intact"]
+        entry["not_verified"] = [name for r in runs for name in r.pop("not_verified")]
     return {"root": str(root), "generated": time.time(), "playbooks": dict(sorted(groups.items()))}
 
 

@@ -40,9 +40,31 @@ def test_every_fault_of_every_shipped_drill_says_where_it_runs(path: Path) -> No
                     assert header in text or f"# host {host}: its commands name peers chosen by role" in text
                     if header in text:
                         assert "## 000000000000.inject" in text and "## 000000000000.revert" in text
+            assert f"  fault {spec.kind}: " in text  # the kind first, then its fields
         if step.action is not None:
-            assert f"action {{'kind': '{step.action.kind}'" in text
-    assert text.splitlines()[-1].startswith("  checks ")
+            assert f"  action {step.action.kind}: " in text
+    lines = text.splitlines()
+    checks = next(i for i, line in enumerate(lines) if line.startswith("  checks "))
+    assert lines[checks + 1] == "  logins:" and all(line.startswith("    ") for line in lines[checks + 2:])
+    assert "{'" not in text and "('" not in text  # no Python repr of a model or a tuple
+
+
+def test_a_step_line_says_the_kind_first_and_the_settings_and_logins_the_drill_uses() -> None:
+    """Issue 43: the fault's kind was dropped (it is its own default) and the fields were a Python
+    repr; the HA settings a drill changes and the logins it uses were not said at all."""
+    pb = load_playbook(ROOT / "playbooks" / "pg-kill-primary-sync.yaml", LAB).playbook
+    lines = dry_run_lines(pb, LAB)
+    assert "  at     12s  fault kill: target: 'role:primary', cluster: pg, ttl: 28.5, duration: 20.0, processes: " \
+           "[patroni, postgres]" in lines
+    assert any(line.startswith("  settings changed on patroni for the drill") and
+               line.endswith(": synchronous_mode: true") for line in lines)
+    logins = lines[lines.index("  logins:") + 1:]
+    for member in ("pg1", "pg2", "pg3"):
+        h = LAB.hosts[member]
+        assert any(line.startswith(f"    ssh {h.user}@{h.address}:{h.port} ({member}): key {h.key_file}")
+                   for line in logins)
+    c = LAB.clusters["pg"]
+    assert f"    database postgres cluster pg: user {c.user}, password {c.password.describe()}" in logins
 
 
 def test_a_named_hosts_commands_are_its_journal_as_a_run_builds_it() -> None:

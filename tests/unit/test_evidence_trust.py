@@ -182,6 +182,27 @@ def test_history_counts_a_copy_once_and_flags_a_run_that_does_not_verify(tmp_pat
     assert entry["not_verified"] == [b.name + "-2"]
 
 
+def test_history_verifies_every_copy_and_lists_an_altered_one(tmp_path: Path) -> None:
+    """Issue 43: only the first directory of a run id was verified, so an altered copy was folded
+    into the intact original ("not verified: none"). Now each is verified; the figures come from the
+    directory that verifies, whichever sorts first."""
+    root = tmp_path / "reports"
+    a = sealed_run(root, run_id="r1")
+    early = root / ("0-" + a.name)  # sorts before the original
+    shutil.copytree(a, early)
+    edit_json(early / "run.json", {"operator": "someone else"})
+    late = root / (a.name + "-copy")
+    shutil.copytree(a, late)
+    data = history(root)
+    (entry,) = data["playbooks"].values()
+    (run,) = entry["runs"]
+    assert run["run"] == a.name and run["evidence"] == "intact"
+    assert run["copies"] == [early.name, late.name]
+    assert run["copies_evidence"][late.name] == "intact"
+    assert run["copies_evidence"][early.name].startswith("ALTERED: run.json: changed since the manifest")
+    assert entry["not_verified"] == [early.name]
+
+
 def test_junit_for_ci(tmp_path: Path) -> None:
     """The suite says when, how long and where; properties carry the run id, the report and the
     figures; case names are readable and a failure says value, comparator and unit."""
