@@ -114,7 +114,8 @@ def _junit(result: dict[str, Any], path: Path) -> None:
     cases: list[tuple[str, bool, str]] = [
         ("experiment.completed", not result.get("aborted"), str(result.get("aborted") or "")),
         ("settings.restored", not result.get("settings_restore_errors"),
-         json.dumps(result.get("settings_restore_errors") or "", default=str))]
+         json.dumps(result.get("settings_restore_errors") or "", default=str)),
+        ("evidence.complete", not result.get("incomplete"), str(result.get("incomplete") or ""))]
     for i, cell in enumerate(result.get("cells") or []):
         what = ", ".join(f"{k}={v}" for k, v in cell.items() if k in ("workload", "workers", "delay_ms",
                                                                         "synchronous_mode", "target"))

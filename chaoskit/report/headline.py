@@ -112,6 +112,8 @@ def headline(ev: dict[str, Any], signed: bool | None = None) -> list[tuple[str, 
     rows = [("verdict", verdict),
             *([("incomplete", f"{ev['incomplete']} (the run directory is sealed with what was written; "
                               "tracebacks in logs/chaoskit-error.txt)")] if ev.get("incomplete") else []),
+            *([("verdict of the checks", f"{verdict_word(res['verdict'])} (as far as they ran)")]
+              if ev.get("incomplete") and res.get("verdict") is not None else []),
             ("environment", f"{env.get('name', 'not stated')}" + (f" ({env['from']})" if env.get("from") else "")),
             ("what was done", _done(ev))]
     why = _why_not(res) if verdict == "FAIL" else None

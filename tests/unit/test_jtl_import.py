@@ -115,3 +115,50 @@ def test_a_jtl_or_events_file_it_cannot_read_names_file_and_line(tmp_path: Path)
 def test_an_instant_is_read_as_utc_to_the_microsecond(text: str, t: float) -> None:
     """1796324556 s is 2026-12-03T19:02:36Z (date -u -d @1796324556)."""
     assert parse_instant(text) == pytest.approx(t, abs=1e-6)
+
+
+def test_the_same_file_imported_twice_gets_two_sealed_directories(tmp_path: Path) -> None:
+    """Issue 43: a second import of the same file ended in FileExistsError (a traceback)."""
+    jtl = _jtl(tmp_path / "r.jtl")
+    for _ in range(2):
+        res = _import(str(jtl), "--fault-at", "1970-01-01T00:16:50.05Z", "--out", str(tmp_path / "out"),
+                      "--name", "hand")
+        assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    first, second = sorted((tmp_path / "out").iterdir())
+    assert second.name == first.name + "-2"
+    for d in (first, second):
+        check = subprocess.run([sys.executable, "-m", "chaoskit.cli", "verify", str(d)], capture_output=True,
+                               text=True, timeout=60)
+        assert check.returncode == 0 and "intact" in check.stdout, check.stderr
+
+
+def test_a_fault_inside_the_warm_up_is_measured_and_reported(tmp_path: Path) -> None:
+    """Issue 43: the shipped JMeter fixture with its fault 3.3 s after the first sample (inside the
+    5 s warm-up: no baseline, so no dip) ended in `UndefinedError: ... 'dip_depth'` from the
+    report's template, leaving no report and no manifest."""
+    jtl = Path(__file__).parents[1] / "fixtures" / "tools" / "jmeter-2.13-server-stopped" / "results.jtl"
+    res = _import(str(jtl), "--fault-at", "2026-12-03T05:33:33.000Z", "--out", str(tmp_path / "out"))
+    assert res.returncode == 0, res.stderr
+    (run_dir,) = (tmp_path / "out").iterdir()
+    ev = json.loads((run_dir / "run.json").read_text())
+    assert ev["incomplete"] is None and ev["results"]["baseline_tps"] is None
+    assert "not measured" in (run_dir / "report.html").read_text() and (run_dir / "manifest.json").exists()
+
+
+def test_an_import_whose_report_fails_is_sealed_incomplete(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from chaoskit.imports.jtl import GivenFault, ImportSettings, import_jtl
+    from chaoskit.report.manifest import verify, write_manifest
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ValueError("no fonts")
+
+    monkeypatch.setattr("chaoskit.report.imported.timeline_plot", broken)
+    path, incomplete = import_jtl(_jtl(tmp_path / "r.jtl"), [GivenFault("f0", 1010.05)], tmp_path / "out",
+                                  ImportSettings(name="hand"))
+    assert incomplete and incomplete.startswith("plots: ValueError: no fonts")
+    ev = json.loads((path / "run.json").read_text())
+    assert ev["incomplete"] == incomplete and ev["results"]["faults"][0]["rto_all_clients_s"] == pytest.approx(3.06)
+    assert "INCOMPLETE" in (path / "report.html").read_text()
+    assert "Traceback" in (path / "logs" / "chaoskit-error.txt").read_text()
+    write_manifest(path)
+    assert verify(path).problems == []

@@ -6,6 +6,7 @@ import csv
 import json
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from chaoskit.report.runs import compare_rows, history, write_compare, write_history
@@ -44,7 +45,7 @@ def test_compare_shows_what_differs(tmp_path: Path) -> None:
     rows, differing = compare_rows([a, b])
     assert differing == ["ha_version"]  # the one thing that may explain the two rows
     assert [(r["verdict"], r["rto_first_client_s"], r["rto_all_clients_s"], r["lost"], r["ha_version"])
-            for r in rows] == [(True, 10.5, 11.5, 1, "3.0.2"), (False, 31.0, 32.0, 0, "4.1.5")]
+            for r in rows] == [("PASS", 10.5, 11.5, 1, "3.0.2"), ("FAIL", 31.0, 32.0, 0, "4.1.5")]
     rows, differing = compare_rows([a, experiment(tmp_path)])
     assert [r["type"] for r in rows] == ["drill", "experiment (sweep)", "experiment (sweep)"]
     assert rows[2]["what"] == "workload=update, workers=4, delay_ms=5" and rows[2]["tps"] == 300.0
@@ -85,6 +86,36 @@ def test_experiments_write_junit(tmp_path: Path) -> None:
               "cells": [{"workers": 4, "tps": 100.0}, {"workers": 8, "tps": None}]}
     _junit(result, tmp_path / "junit.xml")
     suite = ET.parse(tmp_path / "junit.xml").getroot()
-    assert (suite.get("tests"), suite.get("failures")) == ("4", "2")
+    assert (suite.get("tests"), suite.get("failures")) == ("5", "2")
     failed = [tc.get("name") for tc in suite if tc.find("failure") is not None]
     assert failed == ["experiment.completed", "cell[1] workers=8"]
+
+
+def test_an_experiment_with_a_failed_cell_is_sealed_incomplete_with_the_cells_it_measured(tmp_path: Path) -> None:
+    """A cell that raised during the run (the runner keeps the cells done and the failure) and a
+    report template that raises: run.json says both, the plain INCOMPLETE report names its digest,
+    verify accepts the directory."""
+    from chaoskit.incomplete import Failures
+    from chaoskit.report.experiment import write_experiment
+    from chaoskit.report.manifest import verify, write_manifest
+
+    failures = Failures()
+    try:
+        raise ConnectionError("the writer went away")
+    except ConnectionError as exc:
+        failures.add("cell 1", exc)
+    result = {"experiment": {"name": "sweep", "kind": "sweep"}, "aborted": None, "settings_restore_errors": None,
+              "rows": [], "cells": [{"workload": "ledger", "workers": 4, "delay_ms": 0.0, "tps": 100.0}],
+              "failures": failures}
+    run_dir = tmp_path / "exp"
+    run_dir.mkdir()
+    written = write_experiment(result, run_dir)
+    ev = json.loads((run_dir / "run.json").read_text())
+    assert ev["incomplete"] == written["incomplete"]
+    assert ev["incomplete"].startswith("cell 1: ConnectionError: the writer went away")
+    assert ev["cells"][0]["tps"] == 100.0 and (run_dir / "results.csv").exists()
+    assert "INCOMPLETE" in (run_dir / "report.html").read_text()
+    failed = [tc.get("name") for tc in ET.parse(run_dir / "junit.xml").getroot() if tc.find("failure") is not None]
+    assert failed == ["evidence.complete"]
+    write_manifest(run_dir)
+    assert verify(run_dir).problems == []
