@@ -561,16 +561,22 @@ def run(
 def _said(sealed: Any) -> None:
     """A drill's summary on the terminal; an incomplete run's one line on stderr (its traceback is in
     the run directory, never here)."""
-    from chaoskit.incomplete import ERROR_FILE
     from chaoskit.report.summary import print_drill_summary
 
     if sealed.incomplete:
         with contextlib.suppress(Exception):  # what is known of an incomplete run, as far as it can be said
             print_drill_summary(out, sealed.evidence, sealed.path)
-        err.print(f"incomplete: {sealed.incomplete} (run directory {sealed.path}, sealed; traceback in "
-                  f"{ERROR_FILE})", highlight=False, markup=False, soft_wrap=True)
+        _say_incomplete(sealed.incomplete, sealed.path)
         return
     print_drill_summary(out, sealed.evidence, sealed.path)
+
+
+def _say_incomplete(line: str, run_dir: Path) -> None:
+    """An incomplete run's one line on stderr, for a drill, an experiment or an import alike."""
+    from chaoskit.incomplete import ERROR_FILE
+
+    err.print(f"incomplete: {line} (run directory {run_dir}, sealed; traceback in {ERROR_FILE})",
+              highlight=False, markup=False, soft_wrap=True)
 
 
 def _audit(pb: Any, operator: str | None, participants: list[str] | None, change_ref: str | None) -> Any:
@@ -714,6 +720,7 @@ def experiment_run(
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     from chaoskit.guard import cluster_hosts, refuse_production
+    from chaoskit.incomplete import Failures
     from chaoskit.inventory.reach import refuse_unreachable_lab
     from chaoskit.playbook.experiment import check_required, load_experiment, run_experiment
     from chaoskit.report.experiment import write_experiment
@@ -745,8 +752,6 @@ def experiment_run(
         try:
             result = run_experiment(exp, inv, str(inventory), progress, tool_dir=rd.path / "tools")
         except BaseException as exc:  # outside the runner's own guards: what is known is still sealed
-            from chaoskit.incomplete import Failures
-
             failures = Failures()
             failures.add("experiment", exc)
             result = {"experiment": exp.model_dump(mode="json"), "cells": [], "rows": [], "failures": failures,
@@ -757,7 +762,6 @@ def experiment_run(
     try:
         written = write_experiment(result, run_dir)
     except BaseException as exc:  # outside the writing's own stages
-        from chaoskit.incomplete import Failures
         from chaoskit.report.writer import write_incomplete
 
         failures = Failures()
@@ -766,10 +770,7 @@ def experiment_run(
                                    failures, "Experiment")
     _seal(run_dir, None)
     if written.get("incomplete"):
-        from chaoskit.incomplete import ERROR_FILE
-
-        err.print(f"incomplete: {written['incomplete']} (run directory {run_dir}, sealed; traceback in {ERROR_FILE})",
-                  highlight=False, markup=False, soft_wrap=True)
+        _say_incomplete(written["incomplete"], run_dir)
         raise typer.Exit(3)
     table = Table(title=f"{exp.name} ({exp.kind})")
     cols = [k for k in result["cells"][0] if k not in ("tps_min", "tps_max", "client_saturated_why")] \
@@ -855,10 +856,7 @@ def import_jtl(
         _fail(exc)
     _seal(path, None)
     if incomplete:
-        from chaoskit.incomplete import ERROR_FILE
-
-        err.print(f"incomplete: {incomplete} (run directory {path}, sealed; traceback in {ERROR_FILE})",
-                  highlight=False, markup=False, soft_wrap=True)
+        _say_incomplete(incomplete, path)
         raise typer.Exit(3)
     ev = json.loads((path / "run.json").read_text())
     for f in ev["results"]["faults"]:
@@ -974,7 +972,6 @@ def compare(
     """A table across runs (drills: verdict, RTO and phases, RPO; experiments: each cell), with
     what differs between them (chaoskit, server and HA manager versions, settings, inventory)."""
     from chaoskit.report.runs import CONTEXT, compare_rows, write_compare
-    from chaoskit.report.vocabulary import verdict_word
 
     try:
         rows, differing = compare_rows(run_dirs)
@@ -985,8 +982,7 @@ def compare(
     for col in columns:
         table.add_column(col)
     for r in rows:
-        table.add_row(*["—" if r.get(c) is None else verdict_word(r[c]) if c == "verdict" else
-                        f"{r[c]:.3f}" if isinstance(r.get(c), float) else
+        table.add_row(*["—" if r.get(c) is None else f"{r[c]:.3f}" if isinstance(r.get(c), float) else
                         str(r[c])[:40] for c in columns])  # full values in compare.csv / .html
     out.print(table)
     if out_dir is not None:

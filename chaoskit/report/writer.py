@@ -74,9 +74,7 @@ def write_run(result: DrillResult, rd: RunDirectory, signed: bool | None = None)
         evidence["incomplete"] = failures.summary()
         rd.write_json("run.json", evidence)
     failures.write(rd.path)
-    incomplete = finish_rendering(rd.path, failures, lambda pdf: render(rd.path, signed=signed, pdf=pdf))
-    if incomplete != evidence.get("incomplete"):
-        evidence["incomplete"] = incomplete
+    evidence["incomplete"] = finish_rendering(rd.path, failures, lambda pdf: render(rd.path, signed=signed, pdf=pdf))
     for p in rd.path.rglob("*"):
         p.chmod(0o700 if p.is_dir() else 0o600)
     return evidence

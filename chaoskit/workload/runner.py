@@ -78,9 +78,6 @@ class _Worker:
         self.inflight_since: float | None = None
         self.interrupted = False
 
-    def _record(self, *args: Any, **kwargs: Any) -> None:
-        self.recorder.record(*args, **kwargs)
-
     def _next_start(self) -> float | None:
         """Closed loop: now. Open loop: the next scheduled arrival (counting missed ones)."""
         if self.arrivals is None:
@@ -114,8 +111,8 @@ class _Worker:
             return True
         except Exception as exc:
             cls = connect_error_class(self.driver, exc)
-            self._record(self.wid, "write" if self.workload.writes else "read", t_invoke, time.time(),
-                         FAIL, cls.value, first_line(exc))
+            self.recorder.record(self.wid, "write" if self.workload.writes else "read", t_invoke, time.time(),
+                                 FAIL, cls.value, first_line(exc))
             return False
         finally:
             self.inflight_since = None
@@ -165,7 +162,8 @@ class _Worker:
             kind = self.workload.run(self.conn, ctx)
             t_done = time.time()
             self.inflight_since = None
-            self._record(self.wid, kind, t_invoke, t_done, OK, key=ctx.key, node=self.node, keyed=self.workload.keyed)
+            self.recorder.record(self.wid, kind, t_invoke, t_done, OK, key=ctx.key, node=self.node,
+                                 keyed=self.workload.keyed)
         except Exception as exc:
             t_done = time.time()
             self.inflight_since = None
@@ -174,8 +172,8 @@ class _Worker:
             # server may still commit what it was sent
             gave_up = self.interrupted or self.driver.client_gave_up(exc)
             outcome = outcome_for(cls, ctx.phase, gave_up) if self.workload.writes else FAIL
-            self._record(self.wid, ctx.kind or kind, t_invoke, t_done, outcome, cls.value, first_line(exc),
-                         key=ctx.key, node=self.node, keyed=self.workload.keyed)
+            self.recorder.record(self.wid, ctx.kind or kind, t_invoke, t_done, outcome, cls.value, first_line(exc),
+                                 key=ctx.key, node=self.node, keyed=self.workload.keyed)
             if cls in DROP_CONNECTION or self.interrupted:
                 self._drop()
 
