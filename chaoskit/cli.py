@@ -531,6 +531,9 @@ def run(
     operator: Annotated[str | None, typer.Option("--operator", help="Who ran it (default user@host).")] = None,
     participant: Annotated[list[str] | None, typer.Option("--participant", help="Who took part (repeat).")] = None,
     change_ref: Annotated[str | None, typer.Option("--change-ref", help="Change / ticket reference.")] = None,
+    no_pdf: Annotated[bool, typer.Option("--no-pdf", help="Write no report.pdf (no WeasyPrint/pango needed; "
+                                         "`chaoskit report` makes it later from run.json).")] = False,
+    no_plots: Annotated[bool, typer.Option("--no-plots", help="Draw no plots (the report has none).")] = False,
 ) -> None:
     """Run a drill and write its run directory. Exit 0: SLOs held; 1: an SLO or check failed; 3: aborted."""
     from chaoskit.inventory.reach import refuse_unreachable_lab
@@ -551,7 +554,8 @@ def run(
         refuse_unreachable_lab(inv)
     except ChaoskitError as exc:
         _fail(exc)
-    sealed = _drill_once(loaded, inv, playbook, inventory, out_root, allow_production, sign_key, audit)
+    sealed = _drill_once(loaded, inv, playbook, inventory, out_root, allow_production, sign_key, audit,
+                         _outputs(no_pdf, no_plots))
     _said(sealed)
     if sealed.aborted or sealed.incomplete:
         raise typer.Exit(3)
@@ -603,8 +607,14 @@ def _audit(pb: Any, operator: str | None, participants: list[str] | None, change
         raise InputError(msg, source="command line", field=field) from None
 
 
+def _outputs(no_pdf: bool, no_plots: bool) -> Any:
+    from chaoskit.report.writer import Outputs
+
+    return Outputs(pdf=not no_pdf, plots=not no_plots)
+
+
 def _drill_once(loaded: Any, inv: Any, playbook: Path, inventory: Path, out_root: Path, allow_production: bool,
-                sign_key: Path | None, audit: Any = None) -> Any:
+                sign_key: Path | None, audit: Any = None, outputs: Any = None) -> Any:
     """One drill into a new, sealed run directory (`chaoskit.drill.session`), with the live view."""
     import time as _t
 
@@ -624,7 +634,8 @@ def _drill_once(loaded: Any, inv: Any, playbook: Path, inventory: Path, out_root
                                      f"ms  errors={w['fail'] + w['info']}  roles={roles}  last: {last}")))
 
         try:
-            return drill_into(out_root, inputs, sign_key=sign_key, progress=progress)
+            return drill_into(out_root, inputs, sign_key=sign_key, progress=progress,
+                              outputs=outputs or _outputs(no_pdf=False, no_plots=False))
         except ChaoskitError as exc:
             live.stop()
             _fail(exc)
@@ -643,6 +654,9 @@ def campaign(
     sign_key: Annotated[Path | None, typer.Option("--sign-key", envvar="CHAOSKIT_SIGN_KEY",
                                                   help="SSH private key to sign each run (default: "
                                                   "CHAOSKIT_SIGN_KEY).")] = None,
+    no_pdf: Annotated[bool, typer.Option("--no-pdf", help="Write no report.pdf (no WeasyPrint/pango needed; "
+                                         "`chaoskit report` makes it later from run.json).")] = False,
+    no_plots: Annotated[bool, typer.Option("--no-plots", help="Draw no plots (the report has none).")] = False,
 ) -> None:
     """Run one drill N times (waiting for a healthy cluster between runs) and report the RTO/RPO
     distribution: min / median / p95 / max, pass rate, a plot. Exit 0 all passed, 1 not, 3 aborted."""
@@ -678,7 +692,8 @@ def campaign(
         if i and not wait_healthy(lambda: writer_roles(cluster, inv), len(cluster.members), settle_s):
             err.print(f"the cluster was not healthy within {settle} after run {i}: campaign stopped", highlight=False)
             break
-        sealed = _drill_once(loaded, inv, playbook, inventory, root, allow_production, sign_key)
+        sealed = _drill_once(loaded, inv, playbook, inventory, root, allow_production, sign_key,
+                             outputs=_outputs(no_pdf, no_plots))
         aborted = sealed.aborted or bool(sealed.incomplete)
         if sealed.incomplete:
             err.print(f"run {i + 1}: incomplete: {sealed.incomplete} (run directory {sealed.path}, sealed)",

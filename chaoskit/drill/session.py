@@ -18,7 +18,7 @@ from chaoskit.playbook.record import DrillInputs
 from chaoskit.report.intoto import write_statement
 from chaoskit.report.manifest import write_manifest
 from chaoskit.report.rundir import RunDirectory
-from chaoskit.report.writer import SCHEMA_VERSION, write_incomplete, write_run
+from chaoskit.report.writer import SCHEMA_VERSION, Outputs, write_incomplete, write_run
 
 
 class SealError(ChaoskitError):
@@ -37,11 +37,13 @@ class SealedRun:
 
 
 def drill_into(out_root: Path, inputs: DrillInputs, *, sign_key: Path | None = None,
-               progress: Progress | None = None, parts: DrillParts = DrillParts()) -> SealedRun:
+               progress: Progress | None = None, parts: DrillParts = DrillParts(),
+               outputs: Outputs = Outputs()) -> SealedRun:
     """One drill into a new run directory under `out_root`, sealed. A refusal (preflight, or any
     ChaoskitError before the load) leaves a sealed run.json that says why, and is raised. Anything
     else that fails, in the drill or in writing its evidence (an interrupt too), leaves a sealed run
-    directory whose run.json says `incomplete` (`chaoskit.incomplete`)."""
+    directory whose run.json says `incomplete` (`chaoskit.incomplete`). `outputs`: which derived
+    files (the PDF, the plots) are written."""
     rd = RunDirectory.create(out_root, inputs.playbook.name, time.time())
     known = {"schema_version": SCHEMA_VERSION, "name": inputs.playbook.name,
              "playbook": {"path": inputs.playbook_path, "sha256": inputs.playbook_sha256},
@@ -61,7 +63,7 @@ def drill_into(out_root: Path, inputs: DrillInputs, *, sign_key: Path | None = N
         seal(rd.path, sign_key)
         return SealedRun(evidence, rd.path, True, evidence["incomplete"])
     try:
-        evidence = write_run(result, rd, signed=sign_key is not None)
+        evidence = write_run(result, rd, signed=sign_key is not None, outputs=outputs)
     except BaseException as exc:  # outside the writing's own stages (they record their own)
         result.record.failures.add("writing the run directory", exc)
         evidence = write_incomplete(rd.path, _read_or(rd.path, known), result.record.failures)

@@ -11,6 +11,7 @@ import platform
 import re
 import socket
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,23 @@ CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'n
 METHODOLOGY = Path(__file__).parents[1] / "docs" / "methodology.md"
 
 
-def write_run(result: DrillResult, rd: RunDirectory, signed: bool | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Outputs:
+    """Which of a drill's derived files are written (`chaoskit run --no-pdf --no-plots`). The
+    evidence never depends on them: run.json, events, history, timeline and report.html are always
+    written; report.pdf can be made later from run.json (`chaoskit report`), the plots only
+    at the drill. run.json says what was left out and why (`not_written`)."""
+
+    pdf: bool = True
+    plots: bool = True
+
+    def not_written(self) -> dict[str, str]:
+        left = {"report.pdf": "--no-pdf"} if not self.pdf else {}
+        return left | ({"plots": "--no-plots"} if not self.plots else {})
+
+
+def write_run(result: DrillResult, rd: RunDirectory, signed: bool | None = None,
+              outputs: Outputs = Outputs()) -> dict[str, Any]:
     """Everything of a finished drill into its run directory; returns run.json's content.
     The inventory is copied from an allow-list of its fields (secrets only as their references), the
     inputs are identified by the SHA-256 of the bytes that were actually loaded.
@@ -61,6 +78,7 @@ def write_run(result: DrillResult, rd: RunDirectory, signed: bool | None = None)
     if not evidence:  # what is known without the analysis' figures: enough to say what ran and why it stopped
         evidence = _known(result)
     evidence["incomplete"] = failures.summary()
+    evidence["not_written"] = outputs.not_written()
     rd.write_json("run.json", evidence)
     with failures.guard("methodology.md"):
         rd.write_text("methodology.md", METHODOLOGY.read_text())  # the evidence carries its own definitions
@@ -68,13 +86,15 @@ def write_run(result: DrillResult, rd: RunDirectory, signed: bool | None = None)
         _history(result, rd)
     with failures.guard("timeline"):
         _timeline(result, rd)
-    with failures.guard("plots"):
-        _drill_plots(result, rd)
+    if outputs.plots:
+        with failures.guard("plots"):
+            _drill_plots(result, rd)
     if failures.summary() != evidence["incomplete"]:
         evidence["incomplete"] = failures.summary()
         rd.write_json("run.json", evidence)
     failures.write(rd.path)
-    evidence["incomplete"] = finish_rendering(rd.path, failures, lambda pdf: render(rd.path, signed=signed, pdf=pdf))
+    evidence["incomplete"] = finish_rendering(rd.path, failures,
+                                              lambda pdf: render(rd.path, signed=signed, pdf=pdf and outputs.pdf))
     for p in rd.path.rglob("*"):
         p.chmod(0o700 if p.is_dir() else 0o600)
     return evidence

@@ -210,3 +210,35 @@ def test_the_recorder_is_read_while_another_thread_merges() -> None:
     # sealed: a batch after finish() is counted and left out
     parent.merge(batches[0])
     assert parent.late_batches == 1 and parent.totals() == totals
+
+
+def test_a_drill_asked_for_no_pdf_and_no_plots_writes_everything_else_and_says_so(tmp_path: Path) -> None:
+    """`chaoskit run --no-pdf --no-plots`: no report.pdf, no plots, nothing incomplete; run.json and
+    the report say what was left out and how to make the PDF; the run verifies; `chaoskit report`
+    then makes the PDF from run.json."""
+    from chaoskit.cli import app
+    from chaoskit.report.writer import Outputs
+
+    lab = Lab(tmp_path)
+    inputs = DrillInputs(playbook(), lab.inv, "pb.yaml", "inv.yaml")
+    run = drill_into(tmp_path / "runs", inputs, parts=lab.parts(), outputs=Outputs(pdf=False, plots=False))
+    ev = json.loads((run.path / "run.json").read_text())
+    assert run.incomplete is None and ev["incomplete"] is None
+    assert ev["not_written"] == {"report.pdf": "--no-pdf", "plots": "--no-plots"}
+    assert not (run.path / "report.pdf").exists() and not list(run.path.glob("plots/*"))
+    for name in ("report.html", "summary.md", "junit.xml", "history.jsonl.gz", "timeline.csv", "events.jsonl"):
+        assert (run.path / name).exists(), name
+    html = (run.path / "report.html").read_text()
+    assert "report.pdf (--no-pdf), plots (--no-plots)" in html and "<img" not in html
+    assert verify(run.path).problems == []
+    res = CliRunner().invoke(app, ["report", str(run.path)])
+    assert res.exit_code == 0, res.output
+    assert (run.path / "report.pdf").stat().st_size > 0 and verify(run.path).problems == []
+
+
+def test_a_drill_writes_its_pdf_and_plots_unless_asked_not_to(tmp_path: Path) -> None:
+    run = sealed(tmp_path, Lab(tmp_path))
+    ev = json.loads((run.path / "run.json").read_text())
+    assert ev["not_written"] == {} and (run.path / "report.pdf").exists()
+    assert {p.name for p in run.path.glob("plots/*.png")} == {"timeline.png", "latency_histogram.png"}
+    assert "Not written at the drill" not in (run.path / "report.html").read_text()
