@@ -17,6 +17,7 @@ from pathlib import Path
 
 import matplotlib.image as mpimg
 import pytest
+from drillrun import LEAN
 
 from chaoskit.faults.manager import FaultManager
 from chaoskit.inventory.models import Inventory
@@ -25,8 +26,10 @@ from chaoskit.report.vocabulary import slo_test_name
 INV = "inventories/lab.yaml"
 
 
-def drill(playbook: str, out: Path, timeout: float = 300) -> tuple[subprocess.CompletedProcess[str], Path]:
-    res = subprocess.run(["chaoskit", "run", playbook, "-i", INV, "--out", str(out)], capture_output=True,
+def drill(playbook: str, out: Path, timeout: float = 300, outputs: tuple[str, ...] = LEAN
+          ) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """A drill as a user runs it; without its PDF and plots (`LEAN`) unless a test reads them."""
+    res = subprocess.run(["chaoskit", "run", playbook, "-i", INV, "--out", str(out), *outputs], capture_output=True,
                          text=True, timeout=timeout)
     dirs = sorted(out.glob("*"))
     assert dirs, res.stdout + res.stderr
@@ -56,7 +59,7 @@ class _Collect(HTMLParser):
 @pytest.fixture(scope="module")
 def kill_primary(lab: Inventory, tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str],
                                                                                      Path]:
-    return drill("playbooks/pg-kill-primary.yaml", tmp_path_factory.mktemp("runs"))
+    return drill("playbooks/pg-kill-primary.yaml", tmp_path_factory.mktemp("runs"), outputs=())  # PDF, plots read
 
 
 def test_kill_primary_end_to_end(kill_primary: tuple[subprocess.CompletedProcess[str], Path]) -> None:
@@ -804,8 +807,8 @@ def test_ctrl_c_heals_every_fault(lab: Inventory, tmp_path: Path) -> None:
     out = tmp_path / "runs"
     # started as a background job of a non-interactive shell starts it (CI, nohup scripts): with
     # SIGINT ignored. Ctrl-C must abort and heal all the same (it ran to its end with exit 0 before).
-    proc = subprocess.Popen(["chaoskit", "run", "playbooks/pg-partition-primary.yaml", "-i", INV, "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = subprocess.Popen(["chaoskit", "run", "playbooks/pg-partition-primary.yaml", "-i", INV, "--out", str(out),
+                             *LEAN], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     fm = FaultManager(lab)
     try:
@@ -852,7 +855,7 @@ def test_client_link_cut_and_restored(lab: Inventory, tmp_path: Path) -> None:
 
     links_before = set(glob.glob("/tmp/chaoskit-link-*"))
     proc = subprocess.Popen(["chaoskit", "run", "playbooks/pg-client-link-down.yaml", "-i", INV, "--out",
-                             str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             str(tmp_path), *LEAN], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, out + err
     (run_dir,) = sorted(tmp_path.glob("*"))
@@ -885,7 +888,8 @@ def test_campaign_of_three_switchovers(lab: Inventory, tmp_path: Path) -> None:
     pb.write_text(Path("playbooks/pg-switchover.yaml").read_text()
                   .replace("name: pg-switchover", "name: short-switchover").replace("baseline: 10s", "baseline: 5s")
                   .replace("at: 12s", "at: 6s").replace("duration: 30s", "duration: 14s"))
-    res = subprocess.run(["chaoskit", "campaign", str(pb), "-i", INV, "--repeat", "3", "--out", str(tmp_path / "c")],
+    res = subprocess.run(["chaoskit", "campaign", str(pb), "-i", INV, "--repeat", "3", "--out", str(tmp_path / "c"),
+                          *LEAN],
                          capture_output=True, text=True, timeout=600)
     print(res.stdout[-600:])
     (root,) = (tmp_path / "c").iterdir()

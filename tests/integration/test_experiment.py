@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from drillrun import LEAN
 
 from chaoskit.inventory.models import Inventory
 
@@ -393,7 +394,7 @@ def test_a_managed_database_drilled_through_its_client_link_only(lab: Inventory,
 
     inventory = without_ssh(tmp_path)
     path = shortened("playbooks/managed-mysql-client-link.yaml", tmp_path, ["7s", "14s"], "22s", ["3s", "5s"])
-    res = subprocess.run(["chaoskit", "run", str(path), "-i", str(inventory), "--out", str(tmp_path / "runs")],
+    res = subprocess.run(["chaoskit", "run", str(path), "-i", str(inventory), "--out", str(tmp_path / "runs"), *LEAN],
                          capture_output=True, text=True, timeout=600)
     assert res.returncode in (0, 1), res.stdout + res.stderr
     (run_dir,) = sorted((tmp_path / "runs").glob("*"))

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
-from drillrun import SETTLED
+from drillrun import LEAN, SETTLED
 
 from chaoskit.inventory.models import Inventory
 from chaoskit.lab import manager
@@ -99,8 +99,8 @@ def shortened(src: str, tmp: Path, **changes: Any) -> Path:
 
 def run(playbook: Path, tmp: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     out = tmp / "runs"
-    res = subprocess.run(["chaoskit", "run", str(playbook), "-i", INV, "--out", str(out)], capture_output=True,
-                         text=True, timeout=400)
+    res = subprocess.run(["chaoskit", "run", str(playbook), "-i", INV, "--out", str(out), *LEAN],
+                         capture_output=True, text=True, timeout=400)
     dirs = sorted(out.glob("*"))
     assert dirs, res.stdout + res.stderr
     return res, json.loads((dirs[-1] / "run.json").read_text())
