@@ -430,11 +430,11 @@ class FaultManager:
                 out[host] = f"revert failed: {(res.stderr or res.stdout).strip()[-200:]}"
         return out
 
-    def recover(self, force: bool = False) -> dict[str, Any]:
-        """Revert every journaled fault on every host, except those of a controller still running
-        on this machine (a drill in progress) unless `force`."""
+    def recover(self, force: bool = False, hosts: list[str] | None = None) -> dict[str, Any]:
+        """Revert every journaled fault on every host (or on `hosts`), except those of a controller
+        still running on this machine (a drill in progress) unless `force`."""
         report: dict[str, Any] = {}
-        for host, entries in self.journaled().items():
+        for host, entries in self.journaled(hosts).items():
             if isinstance(entries, BaseException):
                 report[host] = {"error": str(entries)}
                 continue

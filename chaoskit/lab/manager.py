@@ -106,8 +106,18 @@ def _read_state() -> dict[str, Any] | None:
         return None
 
 
+def _replace_text(path: Path, text: str, mode: int = 0o644) -> None:
+    """Written beside and renamed over: a `chaoskit` process reading the lab's state or known_hosts
+    while a stack is added or removed (another session on the same lab) sees the old file or the
+    new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.chmod(mode)
+    os.replace(tmp, path)
+
+
 def _write_state(state: dict[str, Any]) -> None:
-    Paths.state.write_text(json.dumps(state, indent=2))
+    _replace_text(Paths.state, json.dumps(state, indent=2))
 
 
 def _pid_alive(entry: dict[str, Any]) -> bool:
@@ -308,15 +318,16 @@ def _unlock_postgres() -> None:
 
 def _write_known_hosts(hosts: list[Any]) -> None:
     lines = [f"{h.address} {daemons.host_public_key(h)}" for h in hosts]
-    Paths.known_hosts.write_text("\n".join(lines) + "\n")
-    Paths.known_hosts.chmod(0o644)
+    _replace_text(Paths.known_hosts, "\n".join(lines) + "\n")
 
 
 # -- health ---------------------------------------------------------------------------------
-def health(spec: LabSpec | None = None, stacks: tuple[str, ...] | None = None) -> tuple[bool, str]:
-    """The lab as built: every stack that is up healthy (the base always)."""
+def health(spec: LabSpec | None = None, stacks: tuple[str, ...] | None = None,
+           with_base: bool = True) -> tuple[bool, str]:
+    """The lab as built: every stack that is up healthy (the base too, unless `with_base` is
+    false: a session that shares the lab and drills only stacks that do not use the base)."""
     spec = spec or lab_spec()
-    for name in ("base", *(stacks if stacks is not None else up_stacks())):
+    for name in (*(("base",) if with_base else ()), *(stacks if stacks is not None else up_stacks())):
         ok, why = recipe(name).health(spec)
         if not ok:
             return False, why
@@ -324,7 +335,8 @@ def health(spec: LabSpec | None = None, stacks: tuple[str, ...] | None = None) -
 
 
 def wait_healthy(timeout: float = 90.0, spec: LabSpec | None = None, stacks: tuple[str, ...] | None = None,
-                 repair_after: float = 15.0, keep_up: Callable[[], object] | None = None) -> None:
+                 repair_after: float = 15.0, keep_up: Callable[[], object] | None = None,
+                 with_base: bool = True) -> None:
     """Wait for the lab as built; a stack still unhealthy after `repair_after` s gets its repair
     (e.g. a diverged Patroni replica is reinitialised); `keep_up`, if given, runs about once a
     second while waiting (a revive starts dead daemons again with it)."""
@@ -333,14 +345,14 @@ def wait_healthy(timeout: float = 90.0, spec: LabSpec | None = None, stacks: tup
     deadline = start + timeout
     repaired: set[str] = set()
     stacks = stacks if stacks is not None else up_stacks()
-    ok, why = health(spec, stacks)
+    ok, why = health(spec, stacks, with_base)
     kept_up = time.monotonic()
     while not ok and time.monotonic() < deadline:
         time.sleep(0.3)
         if keep_up is not None and time.monotonic() - kept_up >= 1.0:
             keep_up()
             kept_up = time.monotonic()
-        ok, why = health(spec, stacks)
+        ok, why = health(spec, stacks, with_base)
         if not ok and time.monotonic() - start > repair_after:
             for name in stacks:
                 module = recipe(name)

@@ -281,6 +281,17 @@ def test_recover_leaves_a_running_controllers_fault_alone_unless_forced(tmp_path
         other.wait()
 
 
+def test_recover_of_some_hosts_never_asks_the_others(tmp_path: Path) -> None:
+    """Another session's drill runs on the other hosts (its journal listed by nobody here)."""
+    h1 = ScriptedRemote("h1", default=None)
+    h1.on(lambda c: '"$J"/*.json' in c, Reply(stdout=listing(("cccccccccccc", {}))))
+    h1.on('.revert" recover', Reply(stdout="reverted 5.0 recover"))
+    h2 = ScriptedRemote("h2", default=None)
+    fm = manager(inventory(tmp_path), {"h1": h1, "h2": h2})
+    assert fm.recover(hosts=["h1"]) == {"h1": {"cccccccccccc": "reverted"}}
+    assert h2.calls == []
+
+
 # -- this machine as the host (root) ---------------------------------------------------------------
 @pytest.fixture
 def sleeper(tmp_path: Path):  # type: ignore[no-untyped-def]
