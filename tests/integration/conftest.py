@@ -6,6 +6,7 @@ import os
 import sys
 from collections.abc import Iterator
 
+import lanes
 import pytest
 
 from chaoskit.inventory.fanout import RemotePool
@@ -14,16 +15,20 @@ from chaoskit.inventory.models import Inventory
 
 def _extra_stacks(item: pytest.Item) -> tuple[str, ...]:
     """The stacks a module adds to the session's lab (its `LAB_STACKS`, beyond the default ones)."""
-    from chaoskit.lab.recipes import default_stacks
-
-    module = getattr(item, "module", None)
-    return tuple(s for s in getattr(module, "LAB_STACKS", ()) if s not in default_stacks())
+    return lanes.extra_stacks(getattr(item, "module", None))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "integration" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
+    group = lanes.group()
+    if group is not None:  # one of the sessions `.ci/run` runs on one lab (tests/integration/lanes.py)
+        other = [it for it in items if lanes.group_of(getattr(it, "module", None)) != group]
+        if other:
+            config.hook.pytest_deselected(items=other)
+            items[:] = [it for it in items if it not in other]
+    lanes.set_owned(list({id(m): m for it in items if (m := getattr(it, "module", None))}.values()))
     # Modules that add a stack run after those on the default lab, and each removes its stacks
     # when no later module needs them (`lab_stacks`): an idle stack costs CPU the drills of the
     # other modules need (Galera and MHA about 12% of this 2-core machine, pg_auto_failover and
@@ -39,6 +44,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 _PLAN: list[tuple[str, tuple[str, ...]]] = []  # (module, stacks it adds), in the order they run
+_KEPT: set[str] = set()  # the stacks of a lab that was already up when the session began: left up
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -53,7 +59,8 @@ def lab_stacks(request: pytest.FixtureRequest) -> Iterator[None]:
     needed_later = {s for _, stacks in _PLAN[index + 1:] for s in stacks}
     from chaoskit.lab import manager
 
-    drop = [s for s in mine if s not in needed_later and s in manager.up_stacks()]
+    drop = [s for s in mine if s not in needed_later and s in manager.up_stacks() and s not in _KEPT
+            and (lanes.owned() is None or s in lanes.owned())]
     if drop:
         manager.down_stacks(drop)
 
@@ -65,7 +72,21 @@ def lab() -> Iterator[Inventory]:
     from chaoskit.lab import manager
     from chaoskit.lab.inventory_file import lab_inventory
 
-    manager.up()
+    if lanes.owned() is not None:
+        # this session shares the lab with another one (`.ci/run`): it was brought up for both,
+        # with every stack either needs, and is taken down after both
+        if not manager.up_stacks():
+            pytest.exit(f"${lanes.ENV} is set but the lab is not up: `chaoskit lab up --stack ...` first", returncode=1)
+        yield lab_inventory()
+        return
+    before = manager.up_stacks()
+    started = manager.up()
+    if started.already_up:
+        # a lab someone brought up (`chaoskit lab up`) to run one module against: used and left up,
+        # with every stack it had (the health check before the first test still applies)
+        _KEPT.update(before)
+        yield lab_inventory()
+        return
     try:
         yield lab_inventory()
     finally:
@@ -89,13 +110,14 @@ def lab_reset(request: pytest.FixtureRequest) -> Iterator[None]:
     from chaoskit.lab import manager
 
     lab_inv = request.getfixturevalue("lab")
+    mine = lanes.owned()
     fm = FaultManager(lab_inv)
-    try:
-        fm.recover()
+    try:  # a session sharing the lab heals only its own hosts: the other one's drill goes on
+        fm.recover(hosts=None if mine is None else [h for h in lanes.hosts(mine) if h in lab_inv.hosts])
     finally:
         fm.close()
     try:
-        manager.wait_healthy(90)
+        lanes.wait_owned(90)
     except manager.LabError as exc:
         _rebuild(request, str(exc))
     yield
@@ -114,6 +136,9 @@ def _rebuild(request: pytest.FixtureRequest, why: str) -> None:
     from chaoskit.lab import manager
     from chaoskit.lab.spec import STATE_DIR
 
+    if lanes.owned() is not None:
+        pytest.exit(f"the lab did not heal before {request.node.nodeid}: {why} (a session sharing the lab "
+                    "never rebuilds it: the other session's drills run on it)", returncode=1)
     if _REBUILT:
         pytest.exit(f"the lab broke again before {request.node.nodeid}: {why} (rebuilt once already: {_REBUILT[0]})",
                     returncode=1)

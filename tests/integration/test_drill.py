@@ -17,7 +17,7 @@ from pathlib import Path
 
 import matplotlib.image as mpimg
 import pytest
-from drillrun import LEAN
+from drillrun import LEAN, run, shortened
 
 from chaoskit.faults.manager import FaultManager
 from chaoskit.inventory.models import Inventory
@@ -488,6 +488,22 @@ def test_sync_variant_loses_no_acknowledged_write(lab: Inventory, tmp_path: Path
                for e in map(json.loads, (run_dir / "events.jsonl").read_text().splitlines()))
     assert ev["ha"]["settings"]["synchronous_mode"] is False  # read before the drill; restored after it
     assert ev["settings_changed"]["previous"] == {"synchronous_mode": False}
+
+
+def test_standby_kill_reports_its_catch_up(lab: Inventory, tmp_path: Path) -> None:
+    res, ev, _ = run(shortened("playbooks/pg-kill-standby.yaml", tmp_path, ["8s"], "25s", ["6s"]), tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    (f,) = ev["results"]["faults"]
+    assert f["outcome"] == "no_reaction" and not f["outage"]
+    c = f["catchup"]
+    assert c["member"] == f["target_host"]
+    assert c["t_back"] == pytest.approx(ev["faults_injected"][0]["t_reverted"])
+    assert 0 < c["streaming_s"] <= c["caught_up_s"] < 30
+    # it came back behind by what was written while it was away: the load kept acknowledging
+    # writes on the primary, so its WAL position moved past the standby's last one (the lag the
+    # primary samples after the return, and the baseline's lag, are samples: never compared here)
+    assert ev["results"]["rpo"]["acknowledged"] > 0
+    assert c["missed_bytes"] > 0 and c["peak_lag_bytes"] is not None
 
 
 def _own_clients_retry_s() -> float:

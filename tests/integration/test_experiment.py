@@ -17,6 +17,9 @@ from drillrun import LEAN
 
 from chaoskit.inventory.models import Inventory
 
+# run on a lab no other session drills at the same time (`.ci/run`, tests/integration/lanes.py):
+ALONE = "its ladders and sweeps measure throughput and latency"
+
 INV = "inventories/lab.yaml"
 
 

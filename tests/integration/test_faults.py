@@ -23,6 +23,10 @@ from chaoskit.inventory.models import Inventory
 from chaoskit.inventory.remote import SshRemote
 from chaoskit.topology.roles import discover_roles
 
+# run on a lab no other session drills at the same time (`.ci/run`, tests/integration/lanes.py):
+ALONE = ("stress faults load the machine's CPU, one test reads every lab host's CPU, and `fault recover` "
+         "heals every host")
+
 INV = "inventories/lab.yaml"
 
 

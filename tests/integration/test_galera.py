@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 from drillrun import expected_rows, rows_on, run, shortened
+from lanes import use_stacks
 
 from chaoskit.inventory.models import Inventory
-from chaoskit.lab import manager
 
 SUSPECT_S = 5.0  # galera-4's evs.suspect_timeout default, read back below from the run's evidence
 
@@ -26,8 +26,7 @@ LAB_STACKS = ("galera",)  # added beside the session's lab, removed after this m
 
 @pytest.fixture(scope="module")
 def galera(lab: Inventory) -> Inventory:
-    manager.up(stacks=LAB_STACKS)
-    manager.wait_healthy(120)
+    use_stacks(LAB_STACKS)
     return lab
 
 

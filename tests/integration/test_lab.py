@@ -23,6 +23,9 @@ from chaoskit.lab.recipes import lab_spec
 from chaoskit.lab.spec import CGROUP_ROOT, LAB_CGROUP_PARENT, LAB_CONTROLLERS, Paths
 from chaoskit.topology.roles import discover_roles
 
+# run on a lab no other session drills at the same time (`.ci/run`, tests/integration/lanes.py):
+ALONE = "it takes the lab down and brings it up again"
+
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["chaoskit", *args], capture_output=True, text=True, timeout=120)

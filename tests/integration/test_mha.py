@@ -12,17 +12,16 @@ from typing import Any
 
 import pytest
 from drillrun import expected_rows, rows_on, run, shortened
+from lanes import use_stacks
 
 from chaoskit.inventory.models import Inventory
-from chaoskit.lab import manager
 
 LAB_STACKS = ("mha",)  # added beside the session's lab, removed after this module (conftest)
 
 
 @pytest.fixture(scope="module")
 def mha(lab: Inventory) -> Inventory:
-    manager.up(stacks=LAB_STACKS)
-    manager.wait_healthy(120)
+    use_stacks(LAB_STACKS)
     return lab
 
 

@@ -20,6 +20,9 @@ from chaoskit.inventory.fanout import RemotePool
 from chaoskit.inventory.models import Inventory
 from chaoskit.lifeline import ENV_MARK
 
+# run on a lab no other session drills at the same time (`.ci/run`, tests/integration/lanes.py):
+ALONE = "a stress fault loads the machine's CPU during a drill whose controller is killed"
+
 INV = "inventories/lab.yaml"
 DURATION_S = 4.0
 FAULTS = {

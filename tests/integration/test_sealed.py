@@ -17,6 +17,9 @@ import yaml
 from chaoskit.inventory.models import Inventory
 from chaoskit.workload.tool_group import LATE_S
 
+# run on a lab no other session drills at the same time (`.ci/run`, tests/integration/lanes.py):
+ALONE = "one drill keeps both cores of the control node busy"
+
 INV = "inventories/lab.yaml"
 
 
