@@ -1,4 +1,5 @@
-"""One lab per test session: brought up once, always torn down; tests reset state, not the lab."""
+"""One lab per test session: brought up once, always torn down (a lab already up is used and left
+up); tests reset state, not the lab. Sessions that share one lab (`.ci/run`): tests/integration/lanes.py."""
 
 from __future__ import annotations
 

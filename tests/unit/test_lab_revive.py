@@ -50,7 +50,7 @@ def test_a_daemon_that_can_start_only_after_25_s_is_revived(monkeypatch: pytest.
 
     monkeypatch.setattr(manager.subprocess, "run", run)
     monkeypatch.setattr(manager, "_pid_alive", lambda entry: running())
-    monkeypatch.setattr(manager, "health", lambda spec, stacks: (running(), "repmgr: 1 of 3 answer"))
+    monkeypatch.setattr(manager, "health", lambda spec, stacks, with_base=True: (running(), "repmgr: 1 of 3 answer"))
     monkeypatch.setattr(manager, "recipe", lambda name: types.SimpleNamespace(health=lambda spec: (running(), "")))
 
     assert manager._revive(_state(script), {"repmgr"}, lab_spec(), 60.0) == ""
@@ -62,7 +62,8 @@ def test_a_revive_that_gives_up_names_the_daemons_not_running(monkeypatch: pytes
                                                               script: Path) -> None:
     monkeypatch.setattr(manager.subprocess, "run", lambda argv, **_: subprocess.CompletedProcess(argv, 0, "", ""))
     monkeypatch.setattr(manager, "_pid_alive", lambda entry: False)
-    monkeypatch.setattr(manager, "health", lambda spec, stacks: (False, "repmgr: 1 of 3 answer, primaries []"))
+    monkeypatch.setattr(manager, "health",
+                        lambda spec, stacks, with_base=True: (False, "repmgr: 1 of 3 answer, primaries []"))
     monkeypatch.setattr(manager, "recipe", lambda name: types.SimpleNamespace(health=lambda spec: (False, "")))
 
     why = manager._revive(_state(script), {"repmgr"}, lab_spec(), 60.0)

@@ -343,8 +343,12 @@ def test_an_interrupt_after_the_fault_heals_first(tmp_path: Path, how: str) -> N
             else:
                 raise KeyboardInterrupt
 
+    # the fault would last 60 s: healed within that is healed by the interrupt, however slowly this
+    # machine runs the test (the log's order says the same)
+    long = playbook(steps=[{"at": "2s", "fault": {"kind": "pause", "target": "pg1", "duration": "60s"}}],
+                    duration="70s")
     try:
-        ctx = lab.drill(progress=progress)
+        ctx = lab.drill(long, progress=progress)
         assert signal.getsignal(signal.SIGTERM) is mine  # the drill's handler is gone again
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -352,7 +356,7 @@ def test_an_interrupt_after_the_fault_heals_first(tmp_path: Path, how: str) -> N
     assert lab.log[5:] == ["stage pg1", "trigger pg1", "event aborted", "revert pg1", "load.stop", "metrics.stop",
                            "probe.stop", "logs.collect", "pool.close"]
     [fault] = ctx.faults
-    assert fault.revert_verified and fault.t_reverted - fault.t_effect < 1.0  # before its planned end
+    assert fault.revert_verified and fault.t_reverted - fault.t_effect < 60.0  # before its planned end
     assert lab.result.results["verdict"] == "aborted"
 
 
