@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 from chaoskit.db.base import Driver
 from chaoskit.inventory.models import Cluster
+from chaoskit.timesource import SYSTEM_CLOCK, Clock
 from chaoskit.topology.probe import ProbeLog, same_component
 
 
@@ -71,7 +71,8 @@ def _component_at(probe: ProbeLog, member: str, t: float) -> str | None:
 
 
 def gather_convergence(driver: Driver, cluster: Cluster, digest: Callable[[Any], tuple[int, int]],
-                       within: float, rows_only_added: bool = False, multi_writer: bool = False) -> dict[str, Any]:
+                       within: float, rows_only_added: bool = False, multi_writer: bool = False,
+                       clock: Clock = SYSTEM_CLOCK) -> dict[str, Any]:
     """Per member: the workload's digest of this run's data (`rows`, `seq_sum`: the ledger's row
     count and sum of sequence numbers) and its role, read directly; repeated (bounded by `within`)
     until every member answers with the same digest.
@@ -81,7 +82,7 @@ def gather_convergence(driver: Driver, cluster: Cluster, digest: Callable[[Any],
     the load has stopped, the writer replicates from nobody, so those rows are on that member
     for good (an old primary that took writes nobody else got and was not rewound). The reading
     then stops at once, with `stopped_early` saying why, instead of spending the whole bound."""
-    deadline = time.time() + within
+    deadline = clock.now() + within
     while True:
         digests: dict[str, Any] = {}
         for member in cluster.members:
@@ -96,14 +97,14 @@ def gather_convergence(driver: Driver, cluster: Cluster, digest: Callable[[Any],
             finally:
                 Driver.close_quietly(conn)
         ahead = _ahead_of_the_writer(digests) if rows_only_added and not multi_writer else []
-        if _converged(digests, len(cluster.members)) or time.time() >= deadline or ahead:
-            out = {"members": digests, "waited_s": round(within - max(0.0, deadline - time.time()), 3)}
+        if _converged(digests, len(cluster.members)) or clock.now() >= deadline or ahead:
+            out = {"members": digests, "waited_s": round(within - max(0.0, deadline - clock.now()), 3)}
             if ahead and not _converged(digests, len(cluster.members)):
                 out["stopped_early"] = (f"{', '.join(ahead)} {'holds' if len(ahead) == 1 else 'hold'} more of this "
                                         "run's rows than the one writer: rows are only ever added, so no replication "
                                         "can make them equal; not waited for")
             return out
-        time.sleep(0.5)
+        clock.sleep(0.5)
 
 
 def _ahead_of_the_writer(digests: dict[str, Any]) -> list[str]:

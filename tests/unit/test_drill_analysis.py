@@ -24,6 +24,7 @@ from chaoskit.inventory.models import Cluster
 from chaoskit.playbook.models import Playbook
 from chaoskit.playbook.record import DrillRecord
 from chaoskit.recorder import OK, SEQUENCE, VERSION, error_rate
+from chaoskit.testing.clock import FakeClock
 from chaoskit.workload.workloads import Bank, Ledger, Update, WorkloadParams
 
 PLAYBOOK = {
@@ -250,9 +251,9 @@ def cluster() -> Cluster:
 def test_convergence_waits_for_a_lagging_member_then_judges_the_old_primary() -> None:
     drv = FakeDriver({"pg1": [(10, 55, False)], "pg2": [(10, 55, True)],
                       "pg3": [(9, 45, False), (10, 55, False)]})  # pg3 one row behind on the first read
-    got = gather_convergence(drv, cluster(), digest(drv), within=1.5)
+    got = gather_convergence(drv, cluster(), digest(drv), within=1.5, clock=FakeClock())
     assert got["members"]["pg3"] == {"rows": 10, "seq_sum": 55, "role": "replica"}
-    assert 0.4 <= got["waited_s"] < 2.0  # one 0.5 s pause between the two reads
+    assert got["waited_s"] == 0.5  # one 0.5 s pause between the two reads
     v = convergence_verdict(got, "pg1", {"manager": "patroni"})
     assert v["valid"] is True
     assert v["old_primary"] == {"host": "pg1", "role_now": "replica", "rejoined": True, "diverged": False,
@@ -264,8 +265,8 @@ def test_convergence_stops_waiting_for_a_member_ahead_of_the_one_writer() -> Non
     """The old primary kept 2 rows the new writer never got (12 > 10): rows are only ever added and
     the load stopped, so no read within the 30 s bound could differ: one read, a reason."""
     drv = FakeDriver({"pg1": [(12, 99, False)], "pg2": [(10, 55, True)], "pg3": [(10, 55, False)]})
-    got = gather_convergence(drv, cluster(), digest(drv), within=30.0, rows_only_added=True)
-    assert got["waited_s"] < 1.0
+    got = gather_convergence(drv, cluster(), digest(drv), within=30.0, rows_only_added=True, clock=FakeClock())
+    assert got["waited_s"] == 0.0
     assert got["stopped_early"].startswith("pg1 holds more of this run's rows than the one writer")
     assert convergence_verdict(got, "pg1", {"manager": "patroni"})["old_primary"]["diverged"] is True
 
@@ -281,8 +282,8 @@ def test_convergence_waits_its_bound_where_the_rows_could_still_change(
         answers: dict[str, list[Any]], rows_only_added: bool, multi_writer: bool) -> None:
     drv = FakeDriver(answers)
     got = gather_convergence(drv, cluster(), digest(drv), within=1.2, rows_only_added=rows_only_added,
-                             multi_writer=multi_writer)
-    assert got["waited_s"] >= 1.2 and "stopped_early" not in got
+                             multi_writer=multi_writer, clock=FakeClock())
+    assert got["waited_s"] == 1.2 and "stopped_early" not in got  # reads at 0, 0.5, 1.0 and 1.5 s: the bound
 
 
 def test_convergence_reports_divergence_and_a_member_down() -> None:
@@ -684,8 +685,8 @@ def test_gather_convergence_closes_what_it_opens_and_names_errors() -> None:
     drv = ClosingDriver({"pg1": [(2, 3, True)], "pg2": [(2, 3, False)], "pg3": [RuntimeError("x" * 300)]})
     assert gather_convergence(drv, cluster(), digest(drv), within=0.0)["members"]["pg3"] == {"error": "x" * 200}
     drv = ClosingDriver({"pg1": [(2, 3, True)], "pg2": [(2, 3, False)], "pg3": [(1, 1, False), (2, 3, False)]})
-    got = gather_convergence(drv, cluster(), digest(drv), within=3.0)
-    assert 0.4 <= got["waited_s"] < 1.0 and got["waited_s"] == round(got["waited_s"], 3)  # one 0.5 s pause
+    got = gather_convergence(drv, cluster(), digest(drv), within=3.0, clock=FakeClock())
+    assert got["waited_s"] == 0.5  # one 0.5 s pause
 
 
 def test_expectation_rows_for_actions_in_full() -> None:
