@@ -167,6 +167,7 @@ class ConnLoop:
                 if not self.stopping and should_stop():
                     self.stopping = True
                     stop_by = now + self.deadline + 1
+                    self._missed_at_stop(now)
                 if self.stopping:
                     busy = [s for s in self.slots if s.state in (BUSY, CLEANUP)]
                     if not busy or now > stop_by:
@@ -208,6 +209,17 @@ class ConnLoop:
             slot = self.idle.pop()
             self.recorder.dispatched(now, t_sched, slot.idle_since)
             self._begin(slot, t_sched)
+
+    def _missed_at_stop(self, now: float) -> None:
+        """Open loop: the arrivals already more than `max_lateness` late when the stop is seen,
+        that no slot took because every slot was stuck, are missed too (a run that ends during an
+        outage books its backlog; those less late might still have started and are not counted)."""
+        while self.rate:
+            t_sched = self.t_start + self.k / self.rate
+            if now - t_sched <= self.spec.max_lateness:
+                return
+            self.k += 1
+            self.recorder.missed(now)
 
     def _begin(self, slot: Slot, t_invoke: float, now: float | None = None) -> None:
         slot.t_invoke = t_invoke
