@@ -242,16 +242,30 @@ all_recorded() { cut -d' ' -f2 "$J/$ID.pids" 2>/dev/null | tr -dc '0-9\n' | tr '
 # running when the fault was staged (a refused staging, a service an operator stopped) is left as
 # it was; the restart action (no ONLY_RECORDED) starts every declared process not running
 recorded() { [ -z "${ONLY_RECORDED:-}" ] || grep -q "^$1 " "$J/$ID.pids" 2>/dev/null; }
+# the named process runs: its pid (file or unit) is alive, is what the inventory says it is
+# (comm, exe), and is not another process that took the pid of the one this fault ended (same pid
+# as recorded, other start time): pids are reused, on a busy host within seconds
+running_now() {
+  _rp=$(pid_of "$1")
+  [ -n "$_rp" ] && alive "$_rp" || return 1
+  _wc=$(proc_field "$1" 2); _we=$(proc_field "$1" 3)
+  if [ -n "$_wc" ] && [ "$(cat "/proc/$_rp/comm" 2>/dev/null)" != "$_wc" ]; then return 1; fi
+  if [ -n "$_we" ] && [ "$(readlink "/proc/$_rp/exe" 2>/dev/null)" != "$_we" ]; then return 1; fi
+  _rec=$(awk -v n="$1" '$1 == n { print $2, $3; exit }' "$J/$ID.pids" 2>/dev/null)
+  if [ -n "$_rec" ] && [ "${_rec%% *}" = "$_rp" ]; then
+    start_time_of "$_rp" && [ "$_st" = "${_rec#* }" ] || return 1
+  fi
+  return 0
+}
 restart_missing() {
   for n in $PROCS; do
     recorded "$n" || continue
     st=$(proc_field "$n" 4); [ -n "$st" ] || continue
-    rp=$(pid_of "$n")
-    if [ -z "$rp" ] || ! alive "$rp"; then
+    if ! running_now "$n"; then
       sh -c "$st" </dev/null >/dev/null 2>&1
       i=0
       while [ "$i" -lt 600 ]; do
-        rp=$(pid_of "$n"); if [ -n "$rp" ] && alive "$rp"; then break; fi
+        if running_now "$n"; then break; fi
         sleep 0.1; i=$((i + 1))
       done
     fi
@@ -261,8 +275,7 @@ restart_pending() {
   for n in $PROCS; do
     recorded "$n" || continue
     st=$(proc_field "$n" 4); [ -n "$st" ] || continue
-    rp=$(pid_of "$n")
-    if [ -z "$rp" ] || ! alive "$rp"; then return 0; fi
+    if ! running_now "$n"; then return 0; fi
   done
   return 1
 }

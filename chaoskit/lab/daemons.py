@@ -51,13 +51,18 @@ def write_launcher(host: LabHost, daemon: str, command: str, pid_file: Path, *, 
         inner += f"setpriv --reuid={user} --regid={user} --init-groups "
     inner += command
     script = Paths.launcher(host, daemon)
+    started = shlex.quote(str(pid_file) + ".start")
     script.write_text(
         "#!/bin/sh\n"
         f"# chaoskit lab: start {daemon} of {host.name} detached in netns {host.netns}, pid to {pid_file}\n"
         "cd /\n"
+        # a pid's start time (clock ticks since boot): with the pid, which process it is
+        "start_of() { awk '{ sub(/.*\\) /, \"\"); print $20 }' \"/proc/$1/stat\" 2>/dev/null; }\n"
         f"pid=$(cat {shlex.quote(str(pid_file))} 2>/dev/null)\n"
-        # running, and not a zombie its reaper has not collected yet (kill -0 succeeds on those)
-        'if [ -n "$pid" ] && [ -r "/proc/$pid/status" ] && ! grep -q "^State:[[:space:]]*Z" "/proc/$pid/status"; '
+        # running, not a zombie its reaper has not collected yet (kill -0 succeeds on those), and
+        # the process this script started, not another that took its pid since
+        'if [ -n "$pid" ] && [ -r "/proc/$pid/status" ] && ! grep -q "^State:[[:space:]]*Z" "/proc/$pid/status" '
+        f'&& {{ [ ! -s {started} ] || [ "$(start_of "$pid")" = "$(cat {started})" ]; }}; '
         "then exit 0; fi\n"
         # the daemon joins its host's cgroups (made here if missing) before it starts: what it
         # forks stays there, so the host metrics read this host's CPU and block I/O alone
@@ -67,6 +72,7 @@ def write_launcher(host: LabHost, daemon: str, command: str, pid_file: Path, *, 
         + f" exec setsid ip netns exec {host.netns} unshare --uts sh -c {shlex.quote(inner)}\n"
         f") >>{shlex.quote(str(log))} 2>&1 </dev/null &\n"
         f"echo $! > {shlex.quote(str(pid_file))}\n"
+        f"start_of $! > {started}\n"
     )
     script.chmod(0o755)
     return script

@@ -545,3 +545,47 @@ def test_a_revert_body_that_exits_never_keeps_the_lock(body: str, active: str, r
     assert again.returncode == rc and "another revert holds the lock" not in again.stderr
     (jdir / f"{FID}.active").write_text("#!/bin/sh\nexit 1\n")
     assert sh(journal.revert_script(FID, root=root), env).returncode == 0
+
+
+@ROOT_ONLY
+@pytest.mark.parametrize("reused_by", ["another program", "the same program"])
+def test_a_stopped_process_whose_pid_was_reused_is_started_again(reused_by: str, stubbed: dict,
+                                                                  tmp_path: Path) -> None:
+    """A stop fault ends its process; before the revert another process holds the pid in the pid
+    file (pids are reused within seconds on a busy host). That is not the stopped service running
+    again: a process of another program (comm) is told apart by its name, one of the same program
+    under the stopped process's own pid by its start time. The revert starts the service and is
+    verified only once the pid file names it."""
+    env, root = stubbed["env"], stubbed["root"]
+    pid_file = tmp_path / "svc.pid"
+    target = subprocess.Popen(["sleep", "60"])
+    pid_file.write_text(f"{target.pid}\n")
+    ref = ProcessRef(pid_file=str(pid_file), comm="sleep",
+                     start=f"sleep 60 </dev/null >/dev/null 2>&1 & echo $! > {pid_file}")
+    facts = HostFacts(host="h", processes={"p": ref})
+    scripts = scripts_for(FID, spec_of("stop", processes=("p",)), facts)
+    squatter = subprocess.Popen(["tail", "-f", "/dev/null"] if reused_by == "another program" else ["sleep", "60"])
+    started = None
+    try:
+        res = sh(journal.stage_script(FID, journal.journal_files(FID, scripts, {"id": FID}, None), 30, root=root),
+                 env)
+        assert res.returncode == 0, res.stderr
+        res = sh(journal.trigger_script(FID, root=root), env)
+        assert res.returncode == 0, res.stderr
+        target.wait(10)  # stopped (SIGTERM)
+        pid_file.write_text(f"{squatter.pid}\n")
+        if reused_by == "the same program":  # the squatter holds the pid the stopped process had
+            [pids] = Path(root).glob(f"faults/*/{FID}.pids")
+            pids.write_text(f"p {squatter.pid} 1\n")
+        assert sh(journal.active_script(FID, root=root), env).returncode == 0  # still stopped
+        res = sh(journal.revert_script(FID, root=root), env)
+        started = int(pid_file.read_text())
+        assert res.returncode == 0 and journal.parse_reverted(res.stdout)[1] == "controller", res.stderr
+        assert started != squatter.pid and Path(f"/proc/{started}/comm").read_text().strip() == "sleep"
+        assert sh(journal.active_script(FID, root=root), env).returncode == 1
+    finally:
+        for p in (target, squatter):
+            p.kill()
+            p.wait()
+        if started is not None and started != squatter.pid:
+            os.kill(started, 9)
