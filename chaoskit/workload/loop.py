@@ -32,7 +32,7 @@ import select
 import socket
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -109,6 +109,18 @@ class Wire(ABC):
         """A transaction is open on the connection (an error left it to roll back)."""
 
 
+def missed_at_stop(recorder: Recorder, arrivals: Iterator[int], rate: float, t_start: float, now: float,
+                   max_lateness: float) -> None:
+    """Open loop, when the stop is seen: the arrivals no slot or worker took (`arrivals` yields
+    their indexes in order) because every one was stuck are missed too where they are already
+    more than `max_lateness` late (a run that ends during an outage books its backlog); the first
+    one less late might still have started, and it and those after it are not counted."""
+    for k in arrivals:
+        if now - (t_start + k / rate) <= max_lateness:
+            return
+        recorder.missed(now)
+
+
 class ConnLoop:
     """Run `workers` from the calling thread until `should_stop()` says so."""
 
@@ -167,7 +179,9 @@ class ConnLoop:
                 if not self.stopping and should_stop():
                     self.stopping = True
                     stop_by = now + self.deadline + 1
-                    self._missed_at_stop(now)
+                    if self.rate:
+                        missed_at_stop(self.recorder, itertools.count(self.k), self.rate, self.t_start, now,
+                                       self.spec.max_lateness)
                 if self.stopping:
                     busy = [s for s in self.slots if s.state in (BUSY, CLEANUP)]
                     if not busy or now > stop_by:
@@ -209,17 +223,6 @@ class ConnLoop:
             slot = self.idle.pop()
             self.recorder.dispatched(now, t_sched, slot.idle_since)
             self._begin(slot, t_sched)
-
-    def _missed_at_stop(self, now: float) -> None:
-        """Open loop: the arrivals already more than `max_lateness` late when the stop is seen,
-        that no slot took because every slot was stuck, are missed too (a run that ends during an
-        outage books its backlog; those less late might still have started and are not counted)."""
-        while self.rate:
-            t_sched = self.t_start + self.k / self.rate
-            if now - t_sched <= self.spec.max_lateness:
-                return
-            self.k += 1
-            self.recorder.missed(now)
 
     def _begin(self, slot: Slot, t_invoke: float, now: float | None = None) -> None:
         slot.t_invoke = t_invoke

@@ -49,6 +49,7 @@ from chaoskit.inventory.models import Cluster, Inventory
 from chaoskit.lifeline import die_with_parent
 from chaoskit.recorder import FAIL, OK, Recorder
 from chaoskit.workload.client_cpu import ClientCpu, CpuWindow
+from chaoskit.workload.loop import missed_at_stop
 from chaoskit.workload.outcomes import DROP_CONNECTION, client_deadline, connect_error_class, first_line, outcome_for
 from chaoskit.workload.spec import ClientGroup, LoadSpec
 from chaoskit.workload.tool_group import prepare_tool, tool_main
@@ -232,7 +233,7 @@ def _child_main(cluster_json: str, inventory_json: str, spec: LoadSpec, group: C
             last_drain = now
     stop.set()
     if arrivals is not None:
-        _missed_at_stop(recorder, arrivals, t_start, time.time(), spec.max_lateness)
+        missed_at_stop(recorder, arrivals[1], arrivals[0], t_start, time.time(), spec.max_lateness)
     end = time.time() + deadline + 1
     for t in threads:
         while t.is_alive() and time.time() < end:
@@ -241,15 +242,6 @@ def _child_main(cluster_json: str, inventory_json: str, spec: LoadSpec, group: C
                 w.watchdog_check(time.time(), deadline, stopping=True)
     batch = recorder.drain(time.time(), final=True)
     out.put(("final", os.getpid(), batch))
-
-
-def _missed_at_stop(recorder: Recorder, arrivals: tuple[float, Any], t_start: float, now: float,
-                    max_lateness: float) -> None:
-    """Open loop: the arrivals already more than `max_lateness` late when the stop is seen, that no
-    worker drew because every worker was stuck, are missed too (as `ConnLoop` books them)."""
-    rate_share, counter = arrivals
-    while now - (t_start + next(counter) / rate_share) > max_lateness:
-        recorder.missed(now)
 
 
 def _run_loop(driver: Any, workload: Any, spec: LoadSpec, recorder: Recorder, worker_ids: list[int],

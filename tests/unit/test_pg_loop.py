@@ -10,8 +10,9 @@ import time
 
 from chaoskit.recorder import FAIL, INFO, Recorder
 from chaoskit.testing.fake_pg import HANG, LOST, OK, FakePgDriver, Reply, Script, error
+from chaoskit.workload.loop import missed_at_stop
 from chaoskit.workload.pg_loop import PgLoop
-from chaoskit.workload.runner import LoadSpec, _missed_at_stop
+from chaoskit.workload.runner import LoadSpec
 from chaoskit.workload.workloads import WorkloadParams, make_workload
 
 
@@ -107,12 +108,12 @@ def test_open_loop_counts_arrivals_it_could_not_start() -> None:
     assert totals["missed"] + totals["dispatched"] >= 190, totals
 
 
-def test_the_thread_runner_books_the_arrivals_nobody_drew_at_the_stop() -> None:
+def test_the_arrivals_nobody_took_are_booked_at_the_stop() -> None:
     """10 arrivals/s from t=100, three drawn by workers, the stop seen at 101.0 with max_lateness
     0.25 s: arrivals 3..7 (100.3 to 100.7 s) are more than 0.25 s late, missed; arrival 8 (100.8 s,
     0.2 s late) might still have started and is not counted."""
     rec = Recorder(base=100.0)
     counter = itertools.count(3)
-    _missed_at_stop(rec, (10.0, counter), 100.0, 101.0, 0.25)
+    missed_at_stop(rec, counter, 10.0, 100.0, 101.0, 0.25)
     rec.finish()
     assert rec.totals()["missed"] == 5
