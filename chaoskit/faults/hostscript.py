@@ -173,9 +173,20 @@ pid_of() {
   _p=$(systemctl show -p MainPID --value -- "$_u" 2>/dev/null | tr -dc '0-9' | cut -c1-10)
   [ "$_p" = 0 ] || echo "$_p"
 }
+# why pid $2 is not the program the inventory names for process $1 (comm, exe); nothing when it is
+not_the_program() {
+  _wc=$(proc_field "$1" 2); _we=$(proc_field "$1" 3)
+  if [ -n "$_wc" ]; then
+    _got=$(cat "/proc/$2/comm" 2>/dev/null)
+    if [ "$_got" != "$_wc" ]; then echo "is '$_got', not '$_wc'"; return; fi
+  fi
+  if [ -n "$_we" ]; then
+    _got=$(readlink "/proc/$2/exe" 2>/dev/null)
+    if [ "$_got" != "$_we" ]; then echo "runs '$_got', not '$_we'"; fi
+  fi
+}
 checked_pid() {
   pf=$(proc_field "$1" 1); [ -n "$pf" ] || pf="unit $(proc_field "$1" 6)"
-  want_comm=$(proc_field "$1" 2); want_exe=$(proc_field "$1" 3)
   cp=$(pid_of "$1")
   if [ -z "$cp" ]; then echo "$1: no pid in $pf" >&2; return 3; fi
   if [ "$cp" -le 1 ]; then echo "$1: refusing pid $cp from $pf (pid <= 1)" >&2; return 3; fi
@@ -183,14 +194,8 @@ checked_pid() {
   for a in $MY_ANCESTORS; do
     if [ "$a" = "$cp" ]; then echo "$1: refusing pid $cp from $pf: an ancestor of chaoskit's own shell" >&2; return 3; fi
   done
-  if [ -n "$want_comm" ]; then
-    got=$(cat "/proc/$cp/comm" 2>/dev/null)
-    if [ "$got" != "$want_comm" ]; then echo "$1: pid $cp from $pf is '$got', not '$want_comm'" >&2; return 3; fi
-  fi
-  if [ -n "$want_exe" ]; then
-    got=$(readlink "/proc/$cp/exe" 2>/dev/null)
-    if [ "$got" != "$want_exe" ]; then echo "$1: pid $cp from $pf runs '$got', not '$want_exe'" >&2; return 3; fi
-  fi
+  why=$(not_the_program "$1" "$cp")
+  if [ -n "$why" ]; then echo "$1: pid $cp from $pf $why" >&2; return 3; fi
   echo "$cp"
 }
 protected_groups() { cat "$J"/*.deadman.pid 2>/dev/null | tr -dc '0-9\n' | tr '\n' ' '; }
@@ -248,9 +253,7 @@ recorded() { [ -z "${ONLY_RECORDED:-}" ] || grep -q "^$1 " "$J/$ID.pids" 2>/dev/
 running_now() {
   _rp=$(pid_of "$1")
   [ -n "$_rp" ] && alive "$_rp" || return 1
-  _wc=$(proc_field "$1" 2); _we=$(proc_field "$1" 3)
-  if [ -n "$_wc" ] && [ "$(cat "/proc/$_rp/comm" 2>/dev/null)" != "$_wc" ]; then return 1; fi
-  if [ -n "$_we" ] && [ "$(readlink "/proc/$_rp/exe" 2>/dev/null)" != "$_we" ]; then return 1; fi
+  [ -z "$(not_the_program "$1" "$_rp")" ] || return 1
   _rec=$(awk -v n="$1" '$1 == n { print $2, $3; exit }' "$J/$ID.pids" 2>/dev/null)
   if [ -n "$_rec" ] && [ "${_rec%% *}" = "$_rp" ]; then
     start_time_of "$_rp" && [ "$_st" = "${_rec#* }" ] || return 1
