@@ -32,6 +32,7 @@ from chaoskit.playbook.record import DrillInputs, DrillRecord
 from chaoskit.recorder import FAIL, OK, SEQUENCE, Recorder
 from chaoskit.testing.clock import FakeClock
 from chaoskit.testing.remote import Reply, ScriptedRemote, is_revert, is_stage, is_trigger
+from chaoskit.timesource import SYSTEM_CLOCK
 from chaoskit.topology.probe import ProbeLog
 from chaoskit.workload.client_cpu import CpuWindow
 
@@ -123,7 +124,7 @@ class Lab:
         return DrillParts(pool=pool, ha=lambda cluster, inv, pool: SimpleNamespace(kind="none"),
                           preflight=preflight or ready, load=self.load, probe=self.probe,
                           truth=self.truth, journal_root="/var/lib/chaoskit", logs=self.logs, metrics=self.metrics,
-                          **({"clock": self.clock} if self.clock is not None else {}))
+                          clock=self.clock or SYSTEM_CLOCK)
 
     def metrics(self, inv: Inventory, pool: RemotePool, hosts: list[str]) -> HostSampler:
         """A real sampler over scripted counter lines: each host's CPU counter (cgroup source) grows
