@@ -596,16 +596,21 @@ def test_jmeter_beside_chaoskits_clients_and_its_jtl_imported_again(lab: Invento
         threads.setdefault(s.thread, 5 + len(threads))
     assert len(threads) == 6
     per_client = jm["faults"][0]["per_client_rto_s"]
+    before_back: dict[str, list[tuple[float, float, str]]] = {}  # the last samples before each thread was back
     for thread, w in threads.items():
         mine = [s for s in samples if s.thread == thread]
         first_fail = next(i for i, s in enumerate(mine) if not s.ok and s.t_end >= f["t_open"])
-        back = next(s for s in mine[first_fail:] if s.ok)
+        i_back, back = next((i, s) for i, s in enumerate(mine) if i >= first_fail and s.ok)
         assert per_client[str(w)] == pytest.approx(back.t_end - f["t_fault"], abs=1e-6), thread
+        before_back[thread] = [(round(s.t_start - f["t_fault"], 3), round(s.t_end - f["t_fault"], 3), s.code)
+                               for s in mine[max(0, i_back - 3):i_back + 1]]
     # one failover, two kinds of client, each back within its own retry interval of the writer
     # being there: chaoskit's and JMeter's plan (its 20 ms timer, one JDBC connect over the 3
     # endpoints at connectTimeout=1 s each, one statement at socketTimeout=2 s)
     jmeter_retry = 0.020 + 3 * 1.0 + 2.0
-    assert abs(jm["rto_first_client_s"] - own["rto_first_client_s"]) <= max(OWN_CLIENTS_RETRY_S, jmeter_retry)
+    assert abs(jm["rto_first_client_s"] - own["rto_first_client_s"]) <= max(OWN_CLIENTS_RETRY_S, jmeter_retry), (
+        {k: f.get(k) for k in ("t_fault", "t_detect", "t_promoted", "t_open", "t_close")}, per_client,
+        own["faults"][0]["per_client_rto_s"], jm["rto_first_client_s"], own["rto_first_client_s"], before_back)
     assert jm["tool_restarts"]["aborted"] == 0 and not [
         e for e in map(json.loads, (run_dir / "events.jsonl").read_text().splitlines())
         if e["kind"] in ("tool_ended", "tool_samples_dropped")]
