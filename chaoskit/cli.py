@@ -162,7 +162,7 @@ def _print_lab_status(data: dict) -> None:
 @inventory_app.command("check")
 def inventory_check(inventory: InventoryOpt, as_json: JsonOpt = False) -> None:
     """Reach every host in parallel: SSH round-trip, clock offset, capabilities, cluster roles."""
-    from chaoskit.inventory.check import check_inventory, render_check
+    from chaoskit.topology.check import check_inventory, render_check
 
     try:
         inv = _inventory(inventory)

@@ -202,19 +202,14 @@ def parse_yaml(text: str, source: str) -> SourceDoc:
     return SourceDoc(source, data, LineMap(lines))
 
 
-def _tags() -> set[str]:
-    from chaoskit.faults.spec import KINDS
-
-    return set(KINDS)
-
-
 def raise_validation(exc: ValidationError, doc: SourceDoc, prefix: Path_ = (),
-                     lines: LineMap | None = None) -> InputError:
-    """The first pydantic error as one line: file:line: field: message."""
+                     lines: LineMap | None = None, fault_tags: frozenset[str] = frozenset()) -> InputError:
+    """The first pydantic error as one line: file:line: field: message. `fault_tags` are the tags of
+    the discriminated union under `fault`/`faults` (the fault kinds: the caller knows them)."""
     err = exc.errors(include_url=False)[0]
     loc = [part for part in err["loc"] if not (isinstance(part, str) and part.startswith("function-"))]
     # a discriminated union (a fault's kind) puts its tag into the location: drop it
-    loc = [part for i, part in enumerate(loc) if not (i and loc[i - 1] in ("fault", "faults") and part in _tags())]
+    loc = [part for i, part in enumerate(loc) if not (i and loc[i - 1] in ("fault", "faults") and part in fault_tags)]
     path = (*prefix, *loc)
     msg = err["msg"]
     if err["type"] == "extra_forbidden":

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from chaoskit.errors import InputError
 from chaoskit.faults.manager import FaultManager
-from chaoskit.faults.spec import CLIENT, STEP_TARGET, FaultBase
+from chaoskit.faults.spec import CLIENT, KINDS, STEP_TARGET, FaultBase
 from chaoskit.faults.targets import live_target, named_hosts, split_target, validate_target
 from chaoskit.inventory.models import Inventory
 from chaoskit.playbook.models import Playbook
@@ -43,7 +43,7 @@ def load_playbook(path: str | Path, inventory: Inventory | None = None) -> Loade
         # a file a playbook names (a pgbench script) is found from the playbook's own directory
         pb = Playbook.model_validate(doc.data, context={"base_dir": str(Path(path).parent)})
     except ValidationError as exc:
-        raise raise_validation(exc, doc) from None
+        raise raise_validation(exc, doc, fault_tags=frozenset(KINDS)) from None
     if inventory is not None:
         check_against_inventory(pb, inventory, doc)
     return LoadedPlaybook(pb, str(path), doc.sha256)

@@ -13,10 +13,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from chaoskit.report.manifest import MANIFEST, SIGNATURE, sha256_of
-from chaoskit.report.rundir import evidence_ids
+from chaoskit.report.rundir import MANIFEST, SIGNATURE, STATEMENT, evidence_ids, sha256_of
 
-STATEMENT = "attestation.intoto.json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://in-toto.io/attestation/test-result/v0.1"
 

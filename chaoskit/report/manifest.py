@@ -15,7 +15,6 @@ key and signer paths are the user's own files.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -25,21 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaoskit.report.rundir import evidence_ids
+from chaoskit.report.rundir import MANIFEST, SIGNATURE, STATEMENT, evidence_ids, sha256_of, verify_chain
 
 FORMAT = "chaoskit-manifest/1"
-MANIFEST = "manifest.json"
-SIGNATURE = "manifest.json.sig"
 NAMESPACE = "chaoskit"
 _NOT_LISTED = {MANIFEST, SIGNATURE}
-
-
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _files(run_dir: Path) -> list[Path]:
@@ -122,9 +111,6 @@ def verify(run_dir: Path, allowed_signers: Path | None = None) -> Verification:
     """Everything a run directory's records say about its files, checked against the files: an
     empty `problems` when the directory is exactly what the run sealed (and, with allowed
     signers, signed by one of them)."""
-    from chaoskit.report.intoto import STATEMENT
-    from chaoskit.report.rundir import verify_chain
-
     v = Verification()
     missing: set[str] = set()
     path = run_dir / MANIFEST

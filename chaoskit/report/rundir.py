@@ -21,6 +21,19 @@ from typing import Any
 from chaoskit.errors import InputError
 
 GENESIS = "0" * 64
+# the files that seal a run directory (report/manifest.py writes and checks the first two,
+# report/intoto.py the statement; each names the others')
+MANIFEST = "manifest.json"
+SIGNATURE = "manifest.json.sig"
+STATEMENT = "attestation.intoto.json"
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def clean(value: Any) -> Any:

@@ -14,7 +14,8 @@ from typing import Any
 from chaoskit.errors import InputError
 from chaoskit.report.campaign import pass_rate
 from chaoskit.report.legacy import upgrade
-from chaoskit.report.manifest import MANIFEST, verify
+from chaoskit.report.manifest import verify
+from chaoskit.report.rundir import MANIFEST
 from chaoskit.report.vocabulary import fault_name, verdict_word, worst_over_outages
 from chaoskit.report.writer import CSP, template_env
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from chaoskit.report.intoto import PREDICATE_TYPE, STATEMENT, statement, write_statement
+from chaoskit.report.intoto import PREDICATE_TYPE, statement, write_statement
 from chaoskit.report.manifest import verify, write_manifest
+from chaoskit.report.rundir import STATEMENT
 
 JUNIT = """<?xml version='1.0' encoding='utf-8'?>
 <testsuite name="chaoskit.x" tests="3" failures="1">
