@@ -368,7 +368,7 @@ def fault_inject(
             hosts = fm.resolve(spec)
             refuse_production(inv, hosts, [spec.cluster] if spec.cluster else [], allow=allow_production)
             if dry_run:
-                from chaoskit.playbook.dryrun import planned_lines
+                from chaoskit.drill.dryrun import planned_lines
 
                 fault_id, planned = fm.plan(spec, hosts=hosts)
                 for p in planned:
@@ -547,7 +547,7 @@ def run(
         audit = _audit(pb, operator, participant, change_ref)
         _check_sign_key(sign_key)  # a key named by --sign-key or CHAOSKIT_SIGN_KEY must exist, dry run or not
         if dry_run:  # plain lines on stdout: scripts are shown as they are, never re-wrapped
-            from chaoskit.playbook.dryrun import dry_run_lines
+            from chaoskit.drill.dryrun import dry_run_lines
 
             sys.stdout.write("\n".join(dry_run_lines(pb, inv)) + "\n")
             return
@@ -734,10 +734,11 @@ def experiment_run(
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
+    from chaoskit.drill.experiment import check_required, run_experiment
     from chaoskit.guard import cluster_hosts, refuse_production
     from chaoskit.incomplete import Failures
     from chaoskit.inventory.reach import refuse_unreachable_lab
-    from chaoskit.playbook.experiment import check_required, load_experiment, run_experiment
+    from chaoskit.playbook.experiment import load_experiment
     from chaoskit.report.experiment import write_experiment
     from chaoskit.report.rundir import RunDirectory
 
@@ -750,7 +751,7 @@ def experiment_run(
         refuse_unreachable_lab(inv)
         check_required(exp, inv)  # refused with the setting named, before a run directory exists
         rd = RunDirectory.create(out_root, exp.name, _t.time())
-        from chaoskit.playbook.experiment import MANAGED_NOTE
+        from chaoskit.drill.experiment import MANAGED_NOTE
 
         for name in dict.fromkeys((exp.cluster, *exp.targets)):
             if inv.clusters[name].managed:

@@ -11,6 +11,8 @@ from typing import Any
 from chaoskit.analysis.drill import LoadSource, analyse, gather_truth
 from chaoskit.db.base import Driver
 from chaoskit.db.registry import driver_for
+from chaoskit.drill.healing import Undo
+from chaoskit.drill.preflight import run_preflight
 from chaoskit.drill.recovery import wait_recovery
 from chaoskit.drill.steps import Steps
 from chaoskit.errors import ChaoskitError
@@ -23,13 +25,11 @@ from chaoskit.faults.ttl import DRILL_HEAL_MARGIN_S
 from chaoskit.guard import cluster_hosts
 from chaoskit.ha.base import HAManager
 from chaoskit.ha.registry import manager_for
-from chaoskit.healing import Undo
 from chaoskit.hostlogs import LogWindow, window_for
 from chaoskit.hostmetrics import HostSampler, sampler_for
 from chaoskit.interrupts import stop_signals_interrupt
 from chaoskit.inventory.fanout import RemotePool
 from chaoskit.inventory.models import Cluster, Inventory
-from chaoskit.playbook.preflight import run_preflight
 from chaoskit.playbook.record import DrillInputs, DrillRecord, DrillResult, EvidenceSink
 from chaoskit.recorder import Recorder, error_rate
 from chaoskit.timesource import SYSTEM_CLOCK, Clock, Held

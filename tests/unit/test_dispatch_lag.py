@@ -86,7 +86,7 @@ def test_an_open_loop_late_by_itself_is_client_bound() -> None:
 
 
 def test_a_cell_keeps_the_median_share_over_its_repeats() -> None:
-    from chaoskit.playbook.experiment import summarise
+    from chaoskit.drill.experiment import summarise
 
     def row(pct: float | None, why: str | None) -> dict:
         return {"workload": "w", "workers": 8, "delay_ms": 0.0, "tps": 100.0, "p50_ms": 1.0, "p99_ms": 2.0,

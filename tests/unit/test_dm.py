@@ -19,12 +19,12 @@ import pytest
 
 from chaoskit.db.base import ErrorClass
 from chaoskit.db.dameng import DamengDriver, dm_error_code, dm_svc_dir, dm_svc_text
+from chaoskit.drill.dryrun import dry_run_lines
 from chaoskit.errors import InputError
 from chaoskit.ha.dm import DmManager, DwRow, command_script, monitor_event, parse_show, view_events
 from chaoskit.inventory import load_inventory
 from chaoskit.inventory.fanout import RemotePool
 from chaoskit.inventory.models import Cluster, Host, Inventory
-from chaoskit.playbook.dryrun import dry_run_lines
 from chaoskit.playbook.experiment import is_experiment, load_experiment
 from chaoskit.playbook.loader import load_playbook
 from chaoskit.testing.remote import LocalRemote, Reply, ScriptedRemote

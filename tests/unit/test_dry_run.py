@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from chaoskit.drill.dryrun import dry_run_lines
 from chaoskit.faults.spec import CLIENT
 from chaoskit.faults.targets import live_target, named_hosts, split_target
 from chaoskit.inventory import load_inventory
-from chaoskit.playbook.dryrun import dry_run_lines
 from chaoskit.playbook.loader import load_playbook
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,8 +71,8 @@ def test_a_named_hosts_commands_are_its_journal_as_a_run_builds_it() -> None:
     """mha-manager-down-then-kill-primary stops masterha_manager on mham: the lines after the host's
     header are the journal files `FaultManager.plan` makes for that host (the shared prelude left
     out), each line indented under the step."""
+    from chaoskit.drill.dryrun import SHARED
     from chaoskit.faults.manager import FaultManager
-    from chaoskit.playbook.dryrun import SHARED
 
     pb = load_playbook(ROOT / "playbooks" / "mha-manager-down-then-kill-primary.yaml", LAB).playbook
     lines = dry_run_lines(pb, LAB)

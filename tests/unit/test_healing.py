@@ -1,4 +1,4 @@
-"""The way out shared by drills and experiments (`chaoskit.healing.Undo`): faults reverted first,
+"""The way out shared by drills and experiments (`chaoskit.drill.healing.Undo`): faults reverted first,
 then every settings change restored newest first; a restore that fails is reported, never raised,
 and does not stop the others."""
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from chaoskit import healing
+from chaoskit.drill import healing
 
 
 class Change:

@@ -318,7 +318,8 @@ def _ladder(tmp_path: Path, plan: Path, workers: str = "[8, 16]", tool: str = "j
 def test_a_jmeter_ladder_sets_each_cells_threads_through_the_plans_property(tmp_path: Path) -> None:
     from pydantic import ValidationError
 
-    from chaoskit.playbook.experiment import Experiment, cell_load
+    from chaoskit.drill.experiment import cell_load
+    from chaoskit.playbook.experiment import Experiment
     from chaoskit.yamlsrc import load_yaml
 
     shipped = Experiment.model_validate(load_yaml(ROOT / "playbooks" / "jmeter-thread-ladder.yaml").data,

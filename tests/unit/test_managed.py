@@ -14,11 +14,12 @@ import pytest
 
 from chaoskit.db.mysql import MySQLDriver
 from chaoskit.db.roles import observed
+from chaoskit.drill.experiment import cell_load, summarise
 from chaoskit.errors import InputError, PreflightError
 from chaoskit.faults.manager import FaultManager
 from chaoskit.inventory import load_inventory
 from chaoskit.inventory.fanout import RemotePool
-from chaoskit.playbook.experiment import ToolConfig, cell_load, summarise
+from chaoskit.playbook.experiment import ToolConfig
 from chaoskit.playbook.loader import load_playbook
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,8 +139,8 @@ def _no_host(name: str) -> object:
 
 def test_a_managed_preflight_asks_the_endpoints_over_sql_and_no_host(tmp_path: Path) -> None:
     from chaoskit.db.roles import sql_roles
+    from chaoskit.drill.preflight import run_preflight
     from chaoskit.ha.none import NoManager, sql_member_view
-    from chaoskit.playbook.preflight import run_preflight
 
     inv = load_inventory(LAB)
     pb = load_playbook(ROOT / "playbooks" / "managed-mysql-client-link.yaml", inv).playbook

@@ -192,7 +192,7 @@ def test_a_route_against_the_base_per_repeat() -> None:
     """Worked by hand: TPS 900/1000, 880/1100 and 1000/1000 are -10 %, -20 % and 0 %: median -10 %,
     spread -20 % to 0 %; p50 2.5/2.0 and 2.2/2.0 are +25 % and +10 % (the third repeat has no p50 on
     the route): median +17.5 %."""
-    from chaoskit.playbook.experiment import _compare
+    from chaoskit.drill.experiment import _compare
 
     rows = [{"target": t, "repeat": rep, "tps": tps, "p50_ms": p50}
             for rep, (a, b) in enumerate([((1000, 2.0), (900, 2.5)), ((1100, 2.0), (880, 2.2)),

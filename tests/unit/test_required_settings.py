@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from chaoskit.drill.experiment import check_required, setting_matches
 from chaoskit.errors import PreflightError
-from chaoskit.playbook.experiment import Experiment, check_required, setting_matches
+from chaoskit.playbook.experiment import Experiment
 
 
 @pytest.mark.parametrize(("actual", "wanted", "ok"), [

@@ -156,7 +156,7 @@ def test_two_clusters_listing_the_same_member_process_alike_are_one_declaration(
 def test_the_hosts_a_tag_target_changes_go_through_the_production_guard() -> None:
     """pg-dcs-down stops etcd on the hosts tagged component=dcs: dcs1 is among the hosts the drill
     may change (the production guard and the capability checks see it), beside the members."""
-    from chaoskit.playbook.preflight import touched_hosts
+    from chaoskit.drill.preflight import touched_hosts
 
     pb = load_playbook(ROOT / "playbooks" / "pg-dcs-down.yaml", LAB).playbook
     assert touched_hosts(pb, LAB) == sorted(["dcs1", *(m.host for m in LAB.clusters["pg"].members)])

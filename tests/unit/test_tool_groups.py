@@ -600,7 +600,8 @@ def test_validate_shows_what_each_tool_group_will_run_here() -> None:
 def test_a_sysbench_ladder_names_sysbench_tests_and_each_cell_is_one_sysbench_group() -> None:
     import yaml
 
-    from chaoskit.playbook.experiment import Experiment, cell_load
+    from chaoskit.drill.experiment import cell_load
+    from chaoskit.playbook.experiment import Experiment
     from chaoskit.tools import sysbench
 
     exp = Experiment.model_validate(yaml.safe_load((ROOT / "playbooks" / "mariadb-sysbench-ladder.yaml").read_text()))
@@ -628,7 +629,8 @@ def test_a_pgbench_ladder_names_pgbench_scripts_and_its_tables_are_made_once() -
     are made once per target; a sysbench test is not one of pgbench's."""
     import yaml
 
-    from chaoskit.playbook.experiment import Experiment, cell_load, tables_of
+    from chaoskit.drill.experiment import cell_load, tables_of
+    from chaoskit.playbook.experiment import Experiment
 
     exp = Experiment.model_validate(yaml.safe_load((ROOT / "playbooks" / "pgbench-thread-ladder.yaml").read_text()))
     assert exp.load is not None and exp.load.tool == "pgbench" and exp.grid.workload == ("tpcb-like", "select-only")
@@ -646,7 +648,7 @@ def test_the_tools_latency_is_its_per_second_p99_over_the_measured_window(tmp_pa
     """reports.tsv lines read at 100.5 .. 104.5; the window [101, 104] holds the three read at
     101.5, 102.5, 103.5 (p99 3.0, 9.0, 4.0 ms): median 4.0, worst 9.0; a second with no
     transaction (tps 0) says nothing of latency."""
-    from chaoskit.playbook.experiment import tool_latency
+    from chaoskit.drill.experiment import tool_latency
 
     line = ("[ {s}s ] thds: 8 tps: {tps} qps: 1.00 (r/w/o: 1.00/0.00/0.00) lat (ms,99%): {lat} err/s: 0.00 "
             "reconn/s: 0.00")
@@ -722,7 +724,7 @@ def test_a_client_bound_cell_is_marked_and_the_knee_ignores_it() -> None:
     """Repeats of 64 workers: one client-bound, so the cell is; the ladder 8 -> 16 -> 64 with TPS
     1000 -> 1500 -> 1520 would saturate at 16 (1520 is +0.7 % per doubling) with 64 counted; without
     it, 8 -> 16 (+50 %) is no knee within the ramp."""
-    from chaoskit.playbook.experiment import ladder_knees, summarise
+    from chaoskit.drill.experiment import ladder_knees, summarise
 
     def row(workers: int, tps: float, p99: float, why: str | None = None) -> dict:
         return {"workload": "w", "workers": workers, "delay_ms": 0.0, "tps": tps, "p50_ms": 1.0, "p99_ms": p99,
