@@ -42,6 +42,12 @@ class ErrorClass(StrEnum):
     other = "other"
 
 
+def connect_class(cls: ErrorClass | None) -> ErrorClass:
+    """What a failed connect is called, from the class of its error (an exception's, or a load
+    tool's words as the driver reads them): a timeout or a standby reached, else refused."""
+    return cls if cls in (ErrorClass.timeout, ErrorClass.read_only) else ErrorClass.connect_refused
+
+
 @dataclass(frozen=True)
 class ClientProfile:
     """How a client's connections are configured (see chaoskit.workload.spec.ClientGroup): the

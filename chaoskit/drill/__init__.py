@@ -6,4 +6,8 @@ in read backwards: heal, recovery wait, load stop, probe stop, link and logs, ho
 - `steps`: the playbook's steps on their instants (stage, trigger, revert, act).
 - `recovery`: the wait after the heal (the cluster steady, throughput back).
 - `session`: a drill inside its run directory (created first, run.json on refusal, sealed last).
+- `preflight`: what is checked on the hosts and servers before anything changes.
+- `dryrun`: what a drill would do, said without touching a host.
+- `healing`: the way out shared by drills and experiments (faults reverted, settings restored).
+- `experiment`: the experiment runner (sweep, ramp, compare cells).
 """

@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from chaoskit.db.base import ErrorClass
+from chaoskit.db.base import ErrorClass, connect_class
 from chaoskit.recorder import FAIL, INFO
-from chaoskit.workload.outcomes import connect_class
 
 FAILURES = ("serialization", "deadlock", "failed")
 # pgbench's builtin scripts (`pgbench --show-script=NAME`); which one only reads; and the number of

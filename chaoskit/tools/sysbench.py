@@ -25,8 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from chaoskit.db.base import ErrorClass
-from chaoskit.workload.outcomes import connect_class
+from chaoskit.db.base import ErrorClass, connect_class
 
 _REPORT = re.compile(
     r"^\[ *(?P<t>\d+(?:\.\d+)?)s \] thds: (?P<thds>\d+) tps: (?P<tps>[\d.]+) qps: (?P<qps>[\d.]+) "

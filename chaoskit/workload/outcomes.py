@@ -7,7 +7,7 @@ pointed at the wrong node drop the connection, so the next op reconnects to the 
 
 from __future__ import annotations
 
-from chaoskit.db.base import Driver, ErrorClass
+from chaoskit.db.base import Driver, ErrorClass, connect_class
 from chaoskit.recorder import FAIL, INFO
 
 # the server answered with an error for the transaction itself: it did not commit (a failure
@@ -32,12 +32,6 @@ def outcome_for(exc_class: ErrorClass, phase: str, interrupted: bool) -> str:
 def connect_error_class(driver: Driver, exc: BaseException) -> ErrorClass:
     """A failed connect: a timeout or a standby reached, else refused (the op never started)."""
     return connect_class(driver.classify(exc))
-
-
-def connect_class(cls: ErrorClass | None) -> ErrorClass:
-    """What a failed connect is called, from the class of its error (an exception's, or a load
-    tool's words as the driver reads them): a timeout or a standby reached, else refused."""
-    return cls if cls in (ErrorClass.timeout, ErrorClass.read_only) else ErrorClass.connect_refused
 
 
 def client_deadline(op_timeout: float) -> float:
