@@ -304,7 +304,7 @@ def fault_kinds(as_json: JsonOpt = False) -> None:
     settable in a playbook step and with `fault inject --set FIELD=VALUE`)."""
     from chaoskit.faults.registry import REGISTRY
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for kind in REGISTRY.values():
         fields = {name: "required" if f.is_required() else f.get_default(call_default_factory=True)
                   for name, f in kind.spec.model_fields.items() if name != "kind"}
@@ -381,10 +381,10 @@ def fault_inject(
     except ChaoskitError as exc:
         _fail(exc)
     for f in faults:
-        planned = f" (planned end {f.planned_end - f.t_effect:g}s after that)" if f.planned_end else ""
+        ends = f" (planned end {f.planned_end - f.t_effect:g}s after that)" if f.planned_end else ""
         out.print(f"{f.id} {f.kind} on {f.host}: in effect at {f.t_effect:.3f} "
                   f"(±{f.offset_uncertainty_s * 1000:.1f} ms)"
-                  f"{planned}; the host reverts it itself after {spec.ttl:g}s at the latest", highlight=False)
+                  f"{ends}; the host reverts it itself after {spec.ttl:g}s at the latest", highlight=False)
 
 
 def _with_faults(inventory: Path, fn: Any) -> Any:

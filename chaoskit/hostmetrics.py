@@ -197,7 +197,7 @@ class HostSeries:
         """For run.json: the source, samples, and per figure its mean and max over the run."""
         stats: dict[str, Any] = {}
         for name in FIGURE_NAMES:
-            vals = [v[name] for _, v in self.samples if v.get(name) is not None]
+            vals = [x for _, v in self.samples if (x := v.get(name)) is not None]
             if vals:
                 stats[name] = {"mean": round(sum(vals) / len(vals), 3), "max": round(max(vals), 3)}
         return {"source": self.source, "samples": len(self.samples), "error": self.error, "figures": stats,
@@ -347,6 +347,6 @@ def window_means(series: dict[str, HostSeries], start: float, end: float,
     experiment cell's measured window)."""
     out: dict[str, float | None] = {}
     for host, s in series.items():
-        vals = [v[figure] for t, v in s.samples if start < t <= end and v.get(figure) is not None]
+        vals = [x for t, v in s.samples if start < t <= end and (x := v.get(figure)) is not None]
         out[host] = round(sum(vals) / len(vals), 2) if vals else None
     return out

@@ -53,7 +53,7 @@ class Plugins(Generic[T]):
     def names(self) -> tuple[str, ...]:
         return tuple(self.all())
 
-    def get(self, name: str) -> T:
+    def get(self, name: object) -> T:
         found = self.all()
         if not isinstance(name, str):  # a list or a mapping where a name belongs (unhashable, or never a name)
             raise UnknownPlugin(f"not a name: a {type(name).__name__} ({str(name)[:40]!r}) where the name of a "

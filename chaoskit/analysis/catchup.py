@@ -63,8 +63,8 @@ def standby_catchup(probe: ProbeLog, member: str, t_fault: float, t_back: float 
     if not probe.replication:
         out["notes"].append("the engine reports no replication status: no catch-up figures")
         return out
-    before = [s[member][1] for t, s in probe.replication
-              if baseline[0] <= t <= baseline[1] and member in s and s[member][1] is not None]
+    before = [lag for t, s in probe.replication
+              if baseline[0] <= t <= baseline[1] and member in s and (lag := s[member][1]) is not None]
     level = max(before) if before else 0
     out["baseline_lag_bytes"] = level
     if t_back is None:

@@ -136,7 +136,7 @@ def convergence_verdict(gathered: dict[str, Any], old_primary: str | None, ha: d
         out["not_converged"] = behind = _behind(members, said or {})
         out["text"] = "; ".join(b["text"] for b in behind)
     if old_primary and old_primary in members:
-        writer = next((d for d in members.values() if d.get("role") == "primary"), {})
+        writer: dict[str, Any] = next((d for d in members.values() if d.get("role") == "primary"), {})
         mine = members[old_primary]
         same = "rows" in mine and (mine.get("rows"), mine.get("seq_sum")) == (writer.get("rows"), writer.get("seq_sum"))
         out["old_primary"] = {

@@ -172,7 +172,7 @@ def _rpo(pb: Playbook, run: DrillRecord, rec: Recorder, truth: dict[str, Any], t
          ) -> dict[str, Any]:
     """Acknowledged writes lost, judged on what the workload read: row versions (the update
     workload: lost updates) or the rows present (the ledger: lost writes)."""
-    error = {"valid": "unknown", "error": truth.get("writer_error")}
+    error: dict[str, Any] = {"valid": "unknown", "error": truth.get("writer_error")}
     if "versions" in truth:
         versions = truth["versions"]
         if versions.get("before") is None:

@@ -33,7 +33,8 @@ def error_table(errors: list[tuple], faults: list[dict[str, Any]], t0: float, dr
     timed = sorted((f for f in faults if f.get("t_open") is not None), key=lambda f: f["t_open"])
     rows: dict[tuple, dict[str, Any]] = {}
     for t, _worker, _kind, outcome, cls, message in sorted(errors, key=lambda e: e[0]):
-        owner = None
+        owner: int | None = None
+        key: tuple[int | None, str, Any, Any]
         for i, f in enumerate(timed):
             if t >= f["t_open"]:
                 owner = i

@@ -132,7 +132,7 @@ class PostgresDriver(Driver):
         info = conninfo_to_dict(self.writer_conninfo())
         password = info.pop("password", None)
         info["application_name"] = application
-        return make_conninfo(**info), ({"PGPASSWORD": str(password)} if password is not None else {})
+        return make_conninfo("", **info), ({"PGPASSWORD": str(password)} if password is not None else {})
 
     def endpoints(self) -> list[tuple[str, int]]:
         if not self.cluster.dsn:

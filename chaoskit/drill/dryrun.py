@@ -11,7 +11,7 @@ resolved at run time, never guessed. The client link runs on this machine (no ho
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -20,7 +20,7 @@ from chaoskit.faults.manager import FaultManager
 from chaoskit.faults.spec import CLIENT, FaultBase
 from chaoskit.faults.targets import fault_hosts, live_target, named_hosts, split_target
 from chaoskit.ha.registry import managers
-from chaoskit.inventory.models import Inventory
+from chaoskit.inventory.models import Cluster, Inventory
 from chaoskit.playbook.models import Playbook
 
 SHARED = ("lib", "deadman", "proxy.py")  # the prelude every journal carries and chaoskit's own relay code
@@ -43,8 +43,8 @@ def dry_run_lines(pb: Playbook, inventory: Inventory, *, commands: bool = True) 
     """The plan of `pb` on `inventory`, line by line (see the module's docstring)."""
     from chaoskit.drill.triggers import describe_trigger
 
-    fm = FaultManager(inventory)
-    fm.roles = _no_live_roles  # a peer by role is a fact of the instant: planning it must not guess
+    # a peer by role is a fact of the instant: planning must not guess it
+    fm = FaultManager(inventory, roles=_no_live_roles)
     lines = [f"{pb.name} on {pb.cluster}: load {pb.load.workload_name} x {pb.load.workers}, duration {pb.duration:g}s"]
     lines += settings_lines(pb, inventory)
     for i, step in enumerate(pb.steps):
@@ -155,5 +155,5 @@ class _LiveRoleNeeded(Exception):
     """Planning asked for the cluster's live roles (a peer chosen by role)."""
 
 
-def _no_live_roles(cluster: object) -> object:
+def _no_live_roles(cluster: Cluster) -> NoReturn:
     raise _LiveRoleNeeded

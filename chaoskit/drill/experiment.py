@@ -151,15 +151,20 @@ def measure_cell(inv: Inventory, cluster: str, fm: FaultManager, *, workload: st
                 spec = LatencySpec(target=source, cluster=cluster, peers=(link.dest or "",), peer_port=link.port,
                                    delay_ms=delay_ms, jitter_ms=link.jitter_ms, stream=link.stream, ttl=ttl)
                 faults = fm.inject(spec)
-                stack.callback(lambda: [fm.revert(f) for f in faults])
+
+                def revert_all() -> None:
+                    for f in faults:
+                        fm.revert(f)
+
+                stack.callback(revert_all)
                 wait_links_through_relays(fm, faults)
                 if sync_standby is not None:
                     deadline = time.time() + 15
                     while not any(m.sync for m in sync_standby.members()) and time.time() < deadline:
                         time.sleep(0.2)
         rec = Recorder(base=time.time())
-        spec = cell_load(workload, workers, op_timeout, table_rows, load, prepare)
-        runner = LoadRunner(target, inv, spec, rec, tool_dir=tool_dir)
+        load_spec = cell_load(workload, workers, op_timeout, table_rows, load, prepare)
+        runner = LoadRunner(target, inv, load_spec, rec, tool_dir=tool_dir)
         runner.setup()
         t_start, client = runner.run_measured(warmup, measure)
         window = (t_start + warmup, t_start + warmup + measure)
@@ -275,6 +280,7 @@ def _run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progre
             if exp.settings:
                 undo.change_settings(dict(exp.settings), ttl)
             modes: tuple[bool | None, ...] = exp.grid.synchronous_mode or (None,)
+            plan: list[tuple[str, str, int, float, bool | None]]
             if exp.kind == "compare":  # the targets alternate innermost: each delay's routes side by side
                 plan = [(t, wl, w, d, None) for _ in range(exp.repeats) for d in exp.grid.delay_ms
                         for wl in exp.grid.workload for w in exp.grid.workers for t in targets]

@@ -34,6 +34,7 @@ def wait_recovery(record: DrillRecord, pb: Playbook, cluster: Cluster, roles: Ca
         if multi_writer:
             now_roles = first_writer(now_roles, [m.host for m in cluster.members])
         if held.look(steady(now_roles, len(cluster.members)), clock.now()):
+            assert held.since is not None  # look() holds only with a start
             record.event("cluster_steady", held.since, roles=now_roles)
             wait_throughput(record, pb, recorder, clock, deadline)
             return

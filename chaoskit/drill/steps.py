@@ -162,8 +162,11 @@ class Steps:
         hosts = list(dict.fromkeys(s.host for s in ready))
         if len(hosts) <= 1:
             return [self.fm.trigger(s) for s in ready]
+        def on(host: str) -> list[InjectedFault]:
+            return [self.fm.trigger(s) for s in ready if s.host == host]
+
         with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
-            jobs = {h: pool.submit(lambda h=h: [self.fm.trigger(s) for s in ready if s.host == h]) for h in hosts}
+            jobs = {h: pool.submit(on, h) for h in hosts}
         errors = [exc for job in jobs.values() if (exc := job.exception()) is not None]
         if errors:
             raise errors[0]

@@ -157,7 +157,7 @@ class Stream:
         self.pending.clear()
 
 
-def _reset(transport: asyncio.BaseTransport | None) -> None:
+def _reset(transport: asyncio.Transport | None) -> None:
     """Close with SO_LINGER 0: the peer gets a RST (connection reset by peer), not a FIN."""
     if transport is None:
         return

@@ -333,7 +333,7 @@ class FaultManager:
             raise InputError("target client needs the load to run through a client link (a drill step with "
                              "target: client sets one up)", source="command line", field="--target")
         t_sent = self.clock()
-        t_effect = self.client_link.apply(spec)  # type: ignore[arg-type]
+        t_effect = self.client_link.apply(spec)
         fault = InjectedFault(
             id=uuid.uuid4().hex[:12], kind=spec.kind, host=CLIENT, target=spec.target,
             spec=spec.model_dump(mode="json"), t_scheduled=t_scheduled, t_staged=None, t_sent=t_sent,

@@ -17,6 +17,7 @@ Roles, from each node's wsrep status (`wsrep_local_state_comment`, `wsrep_cluste
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from typing import Any, ClassVar, Literal
@@ -141,7 +142,7 @@ class GaleraManager(HAManager):
             Driver.close_quietly(conn)
 
         for member in self.cluster.members:
-            watcher.spawn(lambda m=member: follow(m), f"galera-view-{member.host}")
+            watcher.spawn(functools.partial(follow, member), f"galera-view-{member.host}")
         return watcher
 
     def _options(self) -> dict[str, str]:

@@ -234,7 +234,7 @@ class PgAutoFailoverManager(HAManager):
                     clock = measure_sql_clock(lambda sql, c=conn: c.execute(sql).fetchall())
                     if last_id is None:
                         last_id = int(conn.execute("SELECT coalesce(max(eventid), 0) FROM pgautofailover.event")
-                                      .fetchone()[0])
+                                      .fetchall()[0][0])
                 rows = conn.execute(
                     "SELECT eventid, extract(epoch from eventtime), nodename, reportedstate::text, goalstate::text, "
                     "description FROM pgautofailover.event WHERE eventid > %s AND formationid = %s ORDER BY eventid",

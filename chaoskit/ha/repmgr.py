@@ -24,6 +24,7 @@ elect one to promote; metadata and events live in the `repmgr` database, replica
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 import time
@@ -208,7 +209,7 @@ class RepmgrManager(HAManager):
                     any_rows = any_rows or rows
                     in_recovery, tli = conn.execute(
                         f"SELECT pg_is_in_recovery(), CASE WHEN pg_is_in_recovery() THEN 0 ELSE {CURRENT_TIMELINE} END"
-                    ).fetchone()
+                    ).fetchall()[0]
             except Exception:
                 continue
             if not in_recovery and (best is None or tli > best[0]):
@@ -334,7 +335,7 @@ class RepmgrManager(HAManager):
         w.spawn(lambda: self._poll_events(sink, max(0.1, interval), w), "watch-repmgr-events")
         if self.pool is not None:
             for member in self.cluster.members:
-                w.spawn(lambda h=member.host: self._follow_log(h, sink, w), f"watch-repmgrd-log-{member.host}")
+                w.spawn(functools.partial(self._follow_log, member.host, sink, w), f"watch-repmgrd-log-{member.host}")
         return w
 
     def log_file(self, host: str) -> str | None:
@@ -394,7 +395,7 @@ class RepmgrManager(HAManager):
                             clocks[member.host] = measure_sql_clock(lambda sql, c=conn: c.execute(sql).fetchall())
                             start[member.host] = float(conn.execute(
                                 "SELECT extract(epoch from coalesce(max(event_timestamp), now())) "
-                                "FROM repmgr.events").fetchone()[0])
+                                "FROM repmgr.events").fetchall()[0][0])
                         if not node_names:
                             node_names = dict(conn.execute("SELECT node_id, node_name FROM repmgr.nodes").fetchall())
                             names = self._names()

@@ -73,7 +73,7 @@ def parse_instant(text: str, field: str = "--fault-at") -> float:
 
 def faults_from_events(path: Path) -> list[GivenFault]:
     """Every `fault_injected` of a chaoskit run's events.jsonl, with its host-clock window."""
-    out = []
+    out: list[GivenFault] = []
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:

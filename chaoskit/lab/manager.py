@@ -121,8 +121,8 @@ def _write_state(state: dict[str, Any]) -> None:
 
 
 def _pid_alive(entry: dict[str, Any]) -> bool:
-    pid = read_pid_file(Path(entry["pid_file"])) if entry.get("pid_file") else entry["pid"]
-    return bool(pid) and alive(pid)
+    pid: int | None = read_pid_file(Path(entry["pid_file"])) if entry.get("pid_file") else entry["pid"]
+    return alive(pid) if pid else False
 
 
 def _daemons_alive(state: dict[str, Any], stacks: set[str]) -> bool:
@@ -188,8 +188,8 @@ def up(flavour: str = "debian", stacks: tuple[str, ...] | list[str] | None = Non
     wanted = check_stacks(stacks)
     t0 = time.monotonic()
     with _locked():
-        state = _read_state()
-        have = set(state.get("stacks", ())) if state else set()
+        state = _read_state() or {}
+        have = set(state.get("stacks", ()))
         same = bool(state) and state.get("patroni") == flavour and network.link_exists(BRIDGE)
         reusable = same and _daemons_alive(state, have) and all(recipe(s).health(spec)[0] for s in ("base", *have))
         revived, revive_failed = False, ""

@@ -387,13 +387,14 @@ class Step(Frozen):
             raise ValueError("a step has exactly one of fault, faults (several at one instant) or action")
         if (self.at is None) == (self.after is None):
             raise ValueError("a step has exactly one of at (an offset) or after (an event)")
-        if self.faults:
-            if not 2 <= len(self.faults) <= MAX_FAULTS_PER_STEP:
+        together: tuple[FaultBase, ...] = self.faults
+        if together:
+            if not 2 <= len(together) <= MAX_FAULTS_PER_STEP:
                 raise ValueError(f"faults: 2 to {MAX_FAULTS_PER_STEP} faults started together (one fault: fault:)")
-            if len({f.duration for f in self.faults}) != 1:
+            if len({f.duration for f in together}) != 1:
                 raise ValueError("the faults of one step share their duration (they start and end together; "
                                  "give a fault with another duration a step of its own at the same instant)")
-            if any(f.target == CLIENT for f in self.faults):
+            if any(f.target == CLIENT for f in together):
                 raise ValueError("target client goes in a step of its own (fault:), not in faults:")
         return self
 
@@ -457,7 +458,7 @@ class Playbook(Frozen):
     duration: Seconds
     recovery: Recovery = Recovery()
     # None: the workload's own checks and the cluster's (workload.workloads.default_checks)
-    checks: tuple[CheckName, ...] = Field(None, validate_default=True)  # type: ignore[assignment]
+    checks: tuple[CheckName, ...] = Field(None, validate_default=True)
     slo: Slo = Slo()
     abort: Abort = Abort()
     # HA manager settings set for the drill and restored afterwards (journaled like a fault), e.g.
@@ -475,9 +476,9 @@ class Playbook(Frozen):
         if "patroni" in data and "settings" not in data:
             raise ValueError("patroni: {...} is now settings: {...} (the cluster's HA manager applies them)")
         try:
-            duration = parse_duration(data.get("duration"))
+            duration = parse_duration(data["duration"])
             within = parse_duration((data.get("recovery") or {}).get("within", 60.0))
-        except (ValueError, TypeError, AttributeError):
+        except (ValueError, TypeError, AttributeError, KeyError):
             return data  # the fields' own validation reports it
         steps = data.get("steps")
         if not isinstance(steps, list):
@@ -489,9 +490,9 @@ class Playbook(Frozen):
             fault.setdefault("cluster", data.get("cluster"))
             if "ttl" not in fault:
                 try:
-                    at = parse_duration(step.get("at"))
+                    at = parse_duration(step["at"])
                     dur = parse_duration(fault["duration"]) if fault.get("duration") is not None else None
-                except (ValueError, TypeError):
+                except (ValueError, TypeError, KeyError):
                     at, dur = None, None
                 if at is not None:
                     fault["ttl"] = drill_fault_ttl(None, dur, max(0.0, duration - at), within)
@@ -516,7 +517,7 @@ class Playbook(Frozen):
     @field_validator("slo")
     @classmethod
     def _slo_group_exists(cls, value: Slo, info: ValidationInfo) -> Slo:
-        load = info.data.get("load")
+        load: Any = info.data.get("load")  # the LoadConfig validated before, or None when it failed
         names = [g.group_name for g in (load.groups or ())] if load and load.groups else ["main"]
         if value.group is not None and value.group not in names:
             raise ValueError(f"slo.group {value.group!r} is not a group of the load ({', '.join(names)})")
@@ -534,7 +535,7 @@ class Playbook(Frozen):
         """No checks named: the ones the load's workload can judge, and the cluster's."""
         from chaoskit.workload.workloads import CLUSTER_CHECKS, default_checks
 
-        load = info.data.get("load")
+        load: Any = info.data.get("load")  # the LoadConfig validated before, or None when it failed
         if value is not None:
             return value
         if load is None:
@@ -547,7 +548,7 @@ class Playbook(Frozen):
         """The workload says which checks it can judge; one it cannot is refused, never dropped."""
         from chaoskit.workload.workloads import CLUSTER_CHECKS, unsupported_check
 
-        load = info.data.get("load")
+        load: Any = info.data.get("load")  # the LoadConfig validated before, or None when it failed
         for check in value if load is not None else ():
             why = unsupported_check(load.workload_name, check, load.workload_params())
             if why:

@@ -30,7 +30,7 @@ def _mode(value: Any) -> str:
     return "sync" if value is True else "async" if value is False else ""
 
 
-def _series_label(mode: Any, workload: str, modes: set, workloads: set) -> str:
+def _series_label(mode: Any, workload: Any, modes: set, workloads: set) -> str:
     bits = []
     if len(modes) > 1:
         bits.append(f"{_mode(mode)} commit")

@@ -20,7 +20,8 @@ PREDICATE_TYPE = "https://in-toto.io/attestation/test-result/v0.1"
 
 
 def _tests(junit: Path) -> tuple[list[str], list[str]]:
-    passed, failed = [], []
+    passed: list[str] = []
+    failed: list[str] = []
     for case in ET.parse(junit).getroot().iter("testcase"):
         name = case.get("name") or "?"
         (failed if case.find("failure") is not None or case.find("error") is not None else passed).append(name)

@@ -31,7 +31,8 @@ def _upgrade_figures(f: dict[str, Any], per_fault: list[dict[str, Any]] | None =
         f["rto_all_clients_s"] = _all_back(f.get("per_client_rto_s")) if f.get("outage") else None
     else:  # a group: its worst over the faults that caused it an outage
         backs = [_all_back(x.get("per_client_rto_s")) for x in per_fault if x.get("outage")]
-        f["rto_all_clients_s"] = None if None in backs else max(backs, default=0.0)
+        known = [b for b in backs if b is not None]
+        f["rto_all_clients_s"] = None if len(known) < len(backs) else max(known, default=0.0)
 
 
 def upgrade(ev: dict[str, Any]) -> dict[str, Any]:

@@ -58,7 +58,7 @@ def observations(ev: dict[str, Any]) -> list[str]:
         if bound is not None and lost <= bound:
             text += f"; within the target of {bound:,} (rpo_max_writes)"
         out.append(text + ".")
-    rpo = res.get("rpo") if isinstance(res.get("rpo"), dict) else {}
+    rpo = res["rpo"] if isinstance(res.get("rpo"), dict) else {}
     if rpo.get("indeterminate"):
         n, found = rpo["indeterminate"], rpo.get("indeterminate_found", 0)
         out.append(f"{n:,} write{'s' if n != 1 else ''} had an unknown outcome (the connection was lost at commit): "

@@ -134,8 +134,8 @@ def timeline_plot(df: pd.DataFrame, t0: float, faults: list[dict[str, Any]], pat
         ax_lag = axes[4 + c]
         members = sorted({m for _, values in lag for m in values})
         for member in members:
-            points = [(t - origin, v.get(member)) for t, v in lag]
-            ax_lag.plot([p[0] for p in points], [p[1] / 1e6 if p[1] is not None else float("nan") for p in points],
+            lags = [(t - origin, v.get(member)) for t, v in lag]
+            ax_lag.plot([p[0] for p in lags], [p[1] / 1e6 if p[1] is not None else float("nan") for p in lags],
                         lw=1, label=member)
         ax_lag.set_ylabel("lag (MB)")
         _legend(ax_lag, keys[3 + c], title="replica")

@@ -16,7 +16,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from chaoskit.errors import InputError
 
@@ -57,7 +57,7 @@ class RunDirectory:
         self._lock = threading.Lock()
         self._seq = 0
         self._prev = GENESIS
-        self._events = None
+        self._events: TextIO | None = None
 
     @classmethod
     def create(cls, root: Path, name: str, started: float) -> RunDirectory:

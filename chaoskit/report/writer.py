@@ -284,7 +284,7 @@ def _plots(rec: Recorder, t0: float, faults: list[dict[str, Any]], name: str, ru
            probe: ProbeLog | None = None, host_metrics: dict[str, HostSeries] | None = None) -> None:
     roles = list(probe.samples) if probe is not None else None
     lag = [(t, values) for t, values, _ in probe.lag] if probe is not None else None
-    cpu = {h: [(t, v["cpu_busy_pct"]) for t, v in s.samples if v.get("cpu_busy_pct") is not None]
+    cpu = {h: [(t, busy) for t, v in s.samples if (busy := v.get("cpu_busy_pct")) is not None]
            for h, s in sorted((host_metrics or {}).items())}
     timeline_plot(rec.to_frame(), t0, faults, run_dir / "plots" / "timeline.png",
                   f"{name}: throughput, errors, latency and roles", roles=roles, lag=lag,
@@ -440,7 +440,7 @@ def _sec(v: Any) -> str:
 
 
 def _ts(t: float | None) -> str:
-    if _missing(t):
+    if t is None or _missing(t):
         return "—"
     return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 

@@ -182,7 +182,7 @@ class FakePgDriver(PostgresDriver):
         self.connects = 0
         self.connections: list[FakeConnection] = []
 
-    def connect_writer(self) -> FakeConnection:
+    def connect_writer(self) -> Any:
         self.connects += 1
         if self.refuse > 0:
             self.refuse -= 1

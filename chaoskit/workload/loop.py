@@ -192,11 +192,11 @@ class ConnLoop:
             if self.rate and not self.stopping and self.idle:
                 timeout = min(timeout, self.t_start + self.k / self.rate - now)
             for fd, mask in self.poller.poll(max(0.0, timeout)):
-                slot = self.by_fd.get(fd)
-                if slot is None:
+                ready = self.by_fd.get(fd)
+                if ready is None:
                     self._reap_connects()
                 else:
-                    self._on_ready(slot, mask)
+                    self._on_ready(ready, mask)
         self.close()
 
     def close(self) -> None:

@@ -180,7 +180,7 @@ class MyWire(Wire):
 
     @staticmethod
     def _row(st: _MyState, p: bytes) -> tuple:
-        out = []
+        out: list[Any] = []
         pos = 0
         for encoding, converter in st.columns:
             n, pos = parse_lenenc(p, pos)

@@ -213,8 +213,8 @@ def parse(text: str, source: str = "<sql>") -> SqlScript:
     setup: tuple[Statement, ...] = ()
     transactions: list[Transaction] = []
     used: set[str] = set()
-    for kind, name, weight, line, body in sections:
-        statements = _statements(source, body, line)
+    for kind, name, weight, at, body in sections:
+        statements = _statements(source, body, at)
         if kind == "setup":
             for st in statements:
                 if st.params:
@@ -222,7 +222,7 @@ def parse(text: str, source: str = "<sql>") -> SqlScript:
                                                            f":{st.params[0]}")
             setup = tuple(statements)
             continue
-        tx = _transaction(source, name, weight, line, statements, params, ledger)
+        tx = _transaction(source, name, weight, at, statements, params, ledger)
         used |= {p for st in tx.statements for p in st.params}
         transactions.append(tx)
     if not transactions:
@@ -375,7 +375,8 @@ def _statements(source: str, body: list[tuple[int, str]], head_line: int) -> lis
 
 def _statement(source: str, parts: list[str], names: list[str], line: int) -> Statement:
     head = re.sub(r"^(\s|--[^\n]*\n|/\*.*?\*/|\()*", "", parts[0], flags=re.DOTALL)
-    verb = (re.match(r"[A-Za-z]+", head) or re.match("", "")).group(0).upper()
+    word = re.match(r"[A-Za-z]+", head)
+    verb = word.group(0).upper() if word else ""
     whole = "".join(parts)
     if verb in _CONTROL:
         writes = False
@@ -461,7 +462,9 @@ def _ledger_insert(st: Statement, ledger: Ledger) -> dict[str, str | None] | Non
 
 
 def _top_level_split(text: str) -> list[str]:
-    out, depth, buf, quote = [], 0, [], ""
+    out: list[str] = []
+    buf: list[str] = []
+    depth, quote = 0, ""
     for c in text:
         if quote:
             quote = "" if c == quote else quote

@@ -411,7 +411,7 @@ class UserSql(Workload):
         own (a written START TRANSACTION too), the others in the driver's parameter style."""
         self._ops: list[list[tuple[Stmt, tuple[str, ...]]]] = []
         for tx in self.script.transactions:
-            ops = []
+            ops: list[tuple[Stmt, tuple[str, ...]]] = []
             for n, st in enumerate(tx.statements):
                 if tx.explicit and n == 0:
                     ops.append((BEGIN, ()))

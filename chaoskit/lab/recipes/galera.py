@@ -130,7 +130,7 @@ def haproxy_launcher(spec: LabSpec) -> Path:
 
 def running(host: LabHost) -> bool:
     pid = read_pid_file(Paths.mariadb_pid(host))
-    return bool(pid) and alive(pid)
+    return alive(pid) if pid else False
 
 
 def health(spec: LabSpec) -> tuple[bool, str]:

@@ -231,7 +231,7 @@ def replication_health(spec: LabSpec) -> tuple[bool, str]:
 
 def manager_running(spec: LabSpec) -> bool:
     pid = read_pid_file(manager_host(spec).dir / "masterha_manager.pid")
-    return bool(pid) and alive(pid)
+    return alive(pid) if pid else False
 
 
 def health(spec: LabSpec) -> tuple[bool, str]:
