@@ -66,11 +66,12 @@ def run_preflight(pb: Playbook, inv: Inventory, pool: RemotePool, ha: HAManager,
     offsets = fan_out_pool(pool, measure_offset, hosts)
     caps = fan_out_pool(pool, probe_capabilities, hosts)
     for host in hosts:
-        for what in (offsets[host], caps[host]):
-            if isinstance(what, BaseException):
-                raise PreflightError(f"{host}: {what}")
-        fm.offsets[host] = offsets[host]  # type: ignore[assignment]
-        fm.capabilities[host] = caps[host]  # type: ignore[assignment]
+        offset, cap = offsets[host], caps[host]
+        if isinstance(offset, BaseException):
+            raise PreflightError(f"{host}: {offset}")
+        if isinstance(cap, BaseException):
+            raise PreflightError(f"{host}: {cap}")
+        fm.measured(host, offset, cap)
     for i, step in enumerate(pb.steps):
         for fault in step.specs:
             base = split_target(fault.target)[0]

@@ -247,6 +247,11 @@ class FaultManager:
                 "spec": spec.model_dump(mode="json")}
 
     # -- capabilities and clocks -----------------------------------------------------------
+    def measured(self, host: str, offset: ClockOffset, capabilities: Capabilities) -> None:
+        """What a preflight measured on a host (every host at once), kept for the faults to come."""
+        self.offsets[host] = offset
+        self.capabilities[host] = capabilities
+
     def host_capabilities(self, host: str) -> Capabilities:
         if host not in self.capabilities:
             self.capabilities[host] = probe_capabilities(self.pool.get(host))

@@ -11,7 +11,7 @@ from pydantic import Field, model_validator
 
 from chaoskit.inventory.models import Inventory
 from chaoskit.models import Frozen
-from chaoskit.playbook.models import JmeterConfig, Seconds
+from chaoskit.playbook.models import JmeterConfig, Seconds, refuse_renamed_patroni
 from chaoskit.validation import FreeText, Name
 from chaoskit.workload import spec as load_defaults
 
@@ -100,8 +100,7 @@ class Experiment(Frozen):
     @model_validator(mode="before")
     @classmethod
     def _renamed(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "patroni" in data and "settings" not in data:
-            raise ValueError("patroni: {...} is now settings: {...} (the cluster's HA manager applies them)")
+        refuse_renamed_patroni(data)
         return data
 
     @model_validator(mode="after")

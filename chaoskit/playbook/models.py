@@ -38,6 +38,13 @@ def _playbook_file(value: str, info: ValidationInfo) -> str:
     return str(path.resolve())
 
 
+def refuse_renamed_patroni(data: Any) -> None:
+    """A playbook or experiment written when only Patroni's settings could change (`patroni: {...}`)
+    is refused with the new name, never read as something else."""
+    if isinstance(data, dict) and "patroni" in data and "settings" not in data:
+        raise ValueError("patroni: {...} is now settings: {...} (the cluster's HA manager applies them)")
+
+
 class SqlWorkloadConfig(Frozen):
     """`workload: {sql: my.sql}`: your own SQL as the load (its format: README, "Your own SQL"),
     a path relative to the playbook. It is read and checked when the playbook is: a mistake in it
@@ -471,10 +478,9 @@ class Playbook(Frozen):
     @classmethod
     def _fault_defaults(cls, data: Any) -> Any:
         """Each step fault gets the playbook's cluster and the drill's TTL unless it names its own."""
+        refuse_renamed_patroni(data)
         if not isinstance(data, dict):
             return data
-        if "patroni" in data and "settings" not in data:
-            raise ValueError("patroni: {...} is now settings: {...} (the cluster's HA manager applies them)")
         try:
             duration = parse_duration(data["duration"])
             within = parse_duration((data.get("recovery") or {}).get("within", 60.0))

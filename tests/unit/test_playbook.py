@@ -111,6 +111,20 @@ def test_actions_need_known_targets(tmp_path: Path) -> None:
         load_playbook(path, LAB)
 
 
+
+def test_the_old_patroni_key_is_refused_with_its_new_name(tmp_path: Path) -> None:
+    """`patroni: {...}` (settings when only Patroni's could change) in a playbook, as in an experiment
+    (test_experiment_errors): refused, naming `settings:`; given together with settings it is an
+    unknown field like any other."""
+    path = tmp_path / "pb.yaml"
+    path.write_text(BASE + "patroni: {synchronous_mode: true}\n")
+    with pytest.raises(InputError, match=r"patroni: \{\.\.\.\} is now settings: \{\.\.\.\}"):
+        load_playbook(path, LAB)
+    path.write_text(BASE + "patroni: {synchronous_mode: true}\nsettings: {synchronous_mode: true}\n")
+    with pytest.raises(InputError, match="unknown field"):
+        load_playbook(path, LAB)
+
+
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "playbooks").glob("*.yaml") if "\nkind: " in p.read_text())
 
 
