@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chaoskit.playbook.models import Trigger
+from chaoskit.topology.roles import steady
 
 
 @dataclass(frozen=True)
@@ -64,8 +65,10 @@ class RoleReader:
         return out
 
     def steady(self, members: Iterable[str]) -> bool:
-        roles = [self.roles.get(m) for m in members]
-        return roles.count("primary") == 1 and all(r in ("primary", "replica") for r in roles)
+        """The members as the probe last saw them make a steady cluster (`topology.roles.steady`);
+        a member not seen yet is not answering."""
+        wanted = list(members)
+        return steady({m: self.roles[m] for m in wanted if m in self.roles}, len(wanted))
 
 
 def from_event(ev: dict[str, Any], reader: RoleReader) -> list[Observation]:
