@@ -41,6 +41,12 @@ def read_pid_file(path: Path) -> int | None:
         return None
 
 
+def pid_file_alive(path: Path) -> bool:
+    """The pid in `path` is a running process (False with no pid file or no pid in it)."""
+    pid = read_pid_file(path)
+    return alive(pid) if pid else False
+
+
 def netns_pids(netns: str) -> list[int]:
     res = sh(["ip", "netns", "pids", netns], check=False)
     return [int(p) for p in res.stdout.split() if p.strip().isdigit()] if res.returncode == 0 else []

@@ -66,3 +66,23 @@ def test_the_launcher_starts_again_when_its_pid_was_taken(tmp_path: Path, monkey
         for pid in pids:
             if _alive(pid):
                 os.kill(pid, 9)
+
+
+
+def test_a_pid_file_is_alive_only_with_a_running_process_in_it(tmp_path: Path) -> None:
+    from chaoskit.lab.procs import pid_file_alive
+
+    path = tmp_path / "d.pid"
+    assert pid_file_alive(path) is False  # no file
+    path.write_text("\n")
+    assert pid_file_alive(path) is False  # no pid in it
+    path.write_text(f"{os.getpid()}\n")
+    assert pid_file_alive(path) is True
+    ended = subprocess.Popen(["true"])
+    try:  # ended, not reaped yet: a zombie holds its pid, so no other process can have it
+        while Path(f"/proc/{ended.pid}/stat").read_text().rsplit(") ", 1)[1].split()[0] != "Z":
+            time.sleep(0.01)
+        path.write_text(f"{ended.pid}\n")
+        assert pid_file_alive(path) is False
+    finally:
+        ended.wait()

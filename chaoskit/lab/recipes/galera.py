@@ -23,7 +23,7 @@ from typing import Any
 
 from chaoskit.errors import LabError
 from chaoskit.lab import daemons
-from chaoskit.lab.procs import alive, read_pid_file, run_launcher
+from chaoskit.lab.procs import pid_file_alive, run_launcher
 from chaoskit.lab.recipes import Build, haproxy_writer, service
 from chaoskit.lab.recipes import mariadb as my
 from chaoskit.lab.spec import MARIADB_DATABASE, MARIADB_PORT, MARIADB_USER, LabHost, LabSpec, Paths
@@ -129,8 +129,7 @@ def haproxy_launcher(spec: LabSpec) -> Path:
 
 
 def running(host: LabHost) -> bool:
-    pid = read_pid_file(Paths.mariadb_pid(host))
-    return alive(pid) if pid else False
+    return pid_file_alive(Paths.mariadb_pid(host))
 
 
 def health(spec: LabSpec) -> tuple[bool, str]:
@@ -139,8 +138,7 @@ def health(spec: LabSpec) -> tuple[bool, str]:
         ok, why = node_ok(h, len(nodes))
         if not ok:
             return False, f"galera: {why}"
-    pid = read_pid_file(proxy_host(spec).dir / "haproxy.pid")
-    if not (pid and alive(pid)):
+    if not pid_file_alive(proxy_host(spec).dir / "haproxy.pid"):
         return False, "galera: HAProxy is not running"
     return True, "ok"
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from chaoskit.errors import LabError
 from chaoskit.lab import daemons
-from chaoskit.lab.procs import alive, read_pid_file
+from chaoskit.lab.procs import pid_file_alive
 from chaoskit.lab.recipes import Build, haproxy_writer, service
 from chaoskit.lab.recipes import mariadb as my
 from chaoskit.lab.spec import MARIADB_DATABASE, MARIADB_PORT, MARIADB_USER, LabHost, LabSpec, Paths
@@ -230,8 +230,7 @@ def replication_health(spec: LabSpec) -> tuple[bool, str]:
 
 
 def manager_running(spec: LabSpec) -> bool:
-    pid = read_pid_file(manager_host(spec).dir / "masterha_manager.pid")
-    return alive(pid) if pid else False
+    return pid_file_alive(manager_host(spec).dir / "masterha_manager.pid")
 
 
 def health(spec: LabSpec) -> tuple[bool, str]:

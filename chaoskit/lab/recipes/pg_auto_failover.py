@@ -16,7 +16,7 @@ from typing import Any
 
 from chaoskit.errors import LabError
 from chaoskit.lab import daemons, disks
-from chaoskit.lab.procs import alive, netns_pids, read_pid_file, terminate
+from chaoskit.lab.procs import netns_pids, pid_file_alive, read_pid_file, terminate
 from chaoskit.lab.recipes import PG_SOCKETS, Build, pg_socket_dir, postgres_cluster, psql, run_in, service
 from chaoskit.lab.spec import SUBNET_PREFIX, LabHost, LabSpec, Paths
 
@@ -181,8 +181,7 @@ def repair(spec: LabSpec) -> list[str]:
     not running; pg_auto_failover then heals the cluster by itself."""
     done = revive(spec)
     for host in [monitor(spec), *keepers(spec)]:
-        pid = read_pid_file(host.dir / "pg_autoctl.pid")
-        if not pid or not alive(pid):
+        if not pid_file_alive(host.dir / "pg_autoctl.pid"):
             subprocess.run(["sh", str(Paths.launcher(host, "pg_autoctl"))], check=False, timeout=30)
             done.append(f"pg_autoctl of {host.name} started")
     return done
