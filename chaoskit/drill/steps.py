@@ -162,6 +162,7 @@ class Steps:
         hosts = list(dict.fromkeys(s.host for s in ready))
         if len(hosts) <= 1:
             return [self.fm.trigger(s) for s in ready]
+
         def on(host: str) -> list[InjectedFault]:
             return [self.fm.trigger(s) for s in ready if s.host == host]
 

@@ -38,6 +38,11 @@ def _playbook_file(value: str, info: ValidationInfo) -> str:
     return str(path.resolve())
 
 
+def _load_so_far(info: ValidationInfo) -> Any:
+    """A playbook's `load` for the fields validated after it: its LoadConfig, or None when it failed."""
+    return info.data.get("load")
+
+
 def refuse_renamed_patroni(data: Any) -> None:
     """A playbook or experiment written when only Patroni's settings could change (`patroni: {...}`)
     is refused with the new name, never read as something else."""
@@ -523,7 +528,7 @@ class Playbook(Frozen):
     @field_validator("slo")
     @classmethod
     def _slo_group_exists(cls, value: Slo, info: ValidationInfo) -> Slo:
-        load: Any = info.data.get("load")  # the LoadConfig validated before, or None when it failed
+        load = _load_so_far(info)
         names = [g.group_name for g in (load.groups or ())] if load and load.groups else ["main"]
         if value.group is not None and value.group not in names:
             raise ValueError(f"slo.group {value.group!r} is not a group of the load ({', '.join(names)})")
@@ -541,7 +546,7 @@ class Playbook(Frozen):
         """No checks named: the ones the load's workload can judge, and the cluster's."""
         from chaoskit.workload.workloads import CLUSTER_CHECKS, default_checks
 
-        load: Any = info.data.get("load")  # the LoadConfig validated before, or None when it failed
+        load = _load_so_far(info)
         if value is not None:
             return value
         if load is None:
@@ -554,7 +559,7 @@ class Playbook(Frozen):
         """The workload says which checks it can judge; one it cannot is refused, never dropped."""
         from chaoskit.workload.workloads import CLUSTER_CHECKS, unsupported_check
 
-        load: Any = info.data.get("load")  # the LoadConfig validated before, or None when it failed
+        load = _load_so_far(info)
         for check in value if load is not None else ():
             why = unsupported_check(load.workload_name, check, load.workload_params())
             if why:
