@@ -803,8 +803,9 @@ def experiment_run(
             out.print(f"client-bound: {where}: {c['client_saturated_why']} (the knee ignores this cell)",
                       highlight=False)
     for wl, knee in (result.get("knees") or ({"": result["knee"]} if result.get("knee") else {})).items():
-        out.print(f"knee{' (' + wl + ')' if wl else ''}: {knee['shape']}; recommended workers "
-                  f"{knee['recommended_workers']}", highlight=False)
+        n = knee["recommended_workers"]
+        out.print(f"knee{' (' + wl + ')' if wl else ''}: {knee['shape']}; recommended workers: "
+                  f"{'none' if n is None else n}", highlight=False)
     for line in result.get("headlines") or []:
         out.print(f"- {line}", highlight=False)
     for line in result.get("conditions") or []:

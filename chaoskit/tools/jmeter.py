@@ -244,12 +244,21 @@ def jdbc_url(family: str, endpoints: Iterable[tuple[str, int]], database: str, c
     read-write search does: PostgreSQL's driver with `targetServerType=primary`, MariaDB's and
     MySQL's in failover order (`sequential` for MariaDB Connector/J 2.x, which also takes the
     `jdbc:mysql:` scheme). Timeouts in the driver's units: PostgreSQL's in whole seconds (its
-    minimum 1), MySQL's in ms."""
-    hosts = ",".join(f"{h}:{int(p)}" for h, p in endpoints)
+    minimum 1), MySQL's in ms.
+
+    The connect timeout is per endpoint, as libpq's `connect_timeout` is. PostgreSQL's driver has
+    no such bound for a whole connection (its `connectTimeout` is the TCP handshake only), and its
+    `loginTimeout` bounds one pass over *all* the hosts: it is the per-endpoint timeout times the
+    number of endpoints. Given one endpoint's timeout for the pass, a plan on a busy control node
+    whose pass takes a little longer (a refused old primary, a replica answering it is read-only,
+    then the writer) failed every connect until the load eased, long after the writer was back."""
+    pairs = [(h, int(p)) for h, p in endpoints]
+    hosts = ",".join(f"{h}:{p}" for h, p in pairs)
     if family == "postgres":
+        per_host = max(1, round(connect_timeout_s))
         return (f"jdbc:postgresql://{hosts}/{database}?targetServerType=primary"
-                f"&connectTimeout={max(1, round(connect_timeout_s))}&socketTimeout={max(1, round(op_timeout_s))}"
-                "&loginTimeout=" + str(max(1, round(connect_timeout_s))))
+                f"&connectTimeout={per_host}&socketTimeout={max(1, round(op_timeout_s))}"
+                f"&loginTimeout={per_host * len(pairs)}")
     if family == "mysql":
         return (f"jdbc:mysql:sequential://{hosts}/{database}?connectTimeout={round(connect_timeout_s * 1000)}"
                 f"&socketTimeout={round(op_timeout_s * 1000)}")

@@ -29,11 +29,17 @@ def experiment(text: str, tmp_path: Path) -> dict:
     res = subprocess.run(["chaoskit", "experiment", "run", str(path), "-i", INV, "--out", str(tmp_path / "runs")],
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
+    (tmp_path / "stdout.txt").write_text(res.stdout)
     (run_dir,) = sorted((tmp_path / "runs").glob("*"))
     for name in ("run.json", "results.csv", "report.html"):
         assert (run_dir / name).stat().st_size > 0
     assert list((run_dir / "plots").glob("*.png"))
     return json.loads((run_dir / "run.json").read_text())
+
+
+def result_stdout(tmp_path: Path) -> str:
+    """What `experiment` printed, kept by experiment()."""
+    return (tmp_path / "stdout.txt").read_text()
 
 
 def test_sweep_sync_commit_tps_falls_with_replica_to_primary_delay(lab: Inventory, tmp_path: Path) -> None:
@@ -70,11 +76,27 @@ grid: {workers: [1, 4, 16, 64, 160], workload: [update]}
 warmup: 1s
 measure: 3s
 """, tmp_path)
-    knee = result["knee"]
-    assert all(c["client_cpu_cores"] > 0 for c in result["cells"])  # chaoskit's own loop processes
-    assert knee["peak"]["tps"] > result["cells"][0]["tps"]
-    assert knee["recommended_workers"] in (4, 16, 64), knee
-    assert all(c["error_rate"] == 0 for c in result["cells"])
+    from chaoskit.analysis.knee import find_knee
+
+    knee, cells = result["knee"], result["cells"]
+    assert [c["workers"] for c in cells] == [1, 4, 16, 64, 160]
+    assert all(c["client_cpu_cores"] > 0 for c in cells)  # chaoskit's own loop processes
+    assert all(c["error_rate"] == 0 for c in cells)
+    # where the knee lies depends on this machine's load at the time (a sample): what holds in every
+    # run is that it is the knee of the cells measured (the rule itself is pinned on worked curves in
+    # tests/unit/test_knee.py), over the cells where the client was not the limit, and that the peak
+    # is the measured maximum
+    judged = [c for c in cells if not c["client_saturated"]]
+    assert {k: v for k, v in knee.items() if k != "ignored_client_saturated"} == find_knee(judged)
+    assert [i["workers"] for i in knee.get("ignored_client_saturated", [])] == [
+        c["workers"] for c in cells if c["client_saturated"]]
+    if judged:
+        assert knee["peak"]["tps"] == max(c["tps"] for c in judged)
+    if knee["recommended_workers"] is None:
+        assert knee["shape"].startswith(("monotone", "empty")), knee
+        assert "recommended workers: none" in result_stdout(tmp_path)
+    else:
+        assert knee["recommended_workers"] in [c["workers"] for c in judged]
 
 
 def test_compare_single_vs_replicated_reports_difference_with_spread(lab: Inventory, tmp_path: Path) -> None:

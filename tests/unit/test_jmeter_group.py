@@ -106,7 +106,9 @@ def test_the_jdbc_url_finds_the_writer_with_each_drivers_own_words() -> None:
     eps = [("10.0.0.1", 5432), ("10.0.0.2", 5433)]
     assert jmeter.jdbc_url("postgres", eps, "app", 1.0, 2.0) == (
         "jdbc:postgresql://10.0.0.1:5432,10.0.0.2:5433/app?targetServerType=primary&connectTimeout=1"
-        "&socketTimeout=2&loginTimeout=1")
+        "&socketTimeout=2&loginTimeout=2")  # one pass over both endpoints, 1 s each
+    assert jmeter.jdbc_url("postgres", eps[:1], "app", 2.4, 0.2).endswith(
+        "connectTimeout=2&socketTimeout=1&loginTimeout=2")
     assert jmeter.jdbc_url("mysql", [("db1", 3306)], "shop", 1.5, 2.0) == (
         "jdbc:mysql:sequential://db1:3306/shop?connectTimeout=1500&socketTimeout=2000")
     with pytest.raises(jmeter.PlanError):
@@ -232,7 +234,7 @@ def test_the_connection_reaches_jmeter_on_a_pipe_and_never_on_its_command_line(t
     raw = tmp_path / "raw"
     props = dict(line.split("=", 1) for line in (raw / "props.seen").read_text().splitlines())
     assert props["chaoskit.jdbc.url"] == ("jdbc\\:postgresql\\://10.0.0.1\\:5432,10.0.0.2\\:5432/shop?targetServerType"
-                                          "\\=primary&connectTimeout\\=1&socketTimeout\\=2&loginTimeout\\=1")
+                                          "\\=primary&connectTimeout\\=1&socketTimeout\\=2&loginTimeout\\=2")
     assert props["chaoskit.jdbc.password"] == "s3cr\\=t pass" and props["chaoskit.jdbc.user"] == "app"
     assert props["chaoskit.threads"] == "3"  # the group's clients: a plan may take its thread count from it
     argv = (raw / "argv.seen").read_text()
