@@ -499,6 +499,7 @@ def validate(playbook: Annotated[Path, typer.Argument(help="Playbook YAML.")], i
         out.print(f"note: the start/stop commands of {', '.join(commands)} are shell commands from {inventory}, run "
                   "as root on their hosts as written (code by design: trust the inventory like a script)",
                   highlight=False)
+    from chaoskit.workload.engine import engine
     from chaoskit.workload.tool_group import describe_tool
 
     sql = pb.load.workload_params().sql
@@ -510,7 +511,7 @@ def validate(playbook: Annotated[Path, typer.Argument(help="Playbook YAML.")], i
         for line in describe(sql):
             out.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
     for group in pb.load.to_spec().client_groups():
-        if group.tool != "builtin":
+        if engine(group.tool).external():
             out.print(f"load group {group.name} runs {group.tool} on this machine:", highlight=False)
             for line in describe_tool(group, inv.clusters[group.route or pb.cluster]):
                 out.print(f"  {line}", highlight=False, soft_wrap=True)

@@ -15,7 +15,7 @@ import math
 import re
 from typing import Annotated
 
-from pydantic import AfterValidator, BeforeValidator
+from pydantic import AfterValidator, BeforeValidator, ValidationInfo
 
 # C0 and C1 controls (U+009B is a one-byte CSI to many terminals, U+0085 a newline to some logs),
 # line/paragraph separators and the bidi controls that reorder what a reader sees
@@ -184,3 +184,16 @@ def is_name(value: str) -> bool:
 def secret_like(key: str) -> bool:
     k = key.lower()
     return any(word in k for word in SECRET_WORDS)
+
+
+def input_file(value: str, info: ValidationInfo) -> str:
+    """A file an input names (a playbook's pgbench script, a JMeter plan), resolved against the
+    input's own directory (the loader's validation context `base_dir`) and found now: a file that
+    is not there is bad input before anything starts."""
+    from pathlib import Path
+
+    base = (info.context or {}).get("base_dir")
+    path = Path(value) if Path(value).is_absolute() or base is None else Path(base) / value
+    if not path.is_file():
+        raise ValueError(f"no file {value[:200]!r} (relative paths count from the playbook's directory)")
+    return str(path.resolve())

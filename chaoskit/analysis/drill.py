@@ -29,8 +29,8 @@ from chaoskit.inventory.models import Cluster
 from chaoskit.playbook.models import Playbook
 from chaoskit.playbook.record import DrillInputs, DrillRecord
 from chaoskit.recorder import OK, Recorder, error_rate
-from chaoskit.tools import MEASURES
 from chaoskit.topology.probe import ProbeLog, writer_view
+from chaoskit.workload.engine import BUILTIN, engine, measures
 
 MARKS = ("t_fault", "t_detect", "t_promoted", "t_first_ok", "t_recovered")
 # why an external tool's group has no RPO (results.groups.<name>.rpo_null_reason)
@@ -222,20 +222,20 @@ def group_figures(groups: dict[str, dict[str, Any]], pb: Playbook, rec: Recorder
         outages = [f for f in per_fault if f["outage"]]
         applies = pb.slo.group in (None, name)
         rpo, tool = None, group.get("tool", "builtin")
-        if "rpo" in pb.checks and rows is not None and MEASURES[tool].rpo:
+        if "rpo" in pb.checks and rows is not None and measures(tool).rpo:
             rpo = rpo_check(rec, rows, t_fault, pb.slo.rpo_max_writes if applies else None, workers=workers,
                             nodes=nodes)
         out[name] = {
             "profile": group["profile"], "tool": tool, "workers": sorted(workers),
             **{key: _worst([f[key] for f in outages]) for key in RTO_FIGURES}, "rpo": rpo, "faults": per_fault}
-        if not MEASURES[tool].rpo:
+        if not measures(tool).rpo:
             out[name]["rpo_null_reason"] = TOOL_RPO_NULL.format(tool=tool)
-        if tool != "builtin":
+        if engine(tool).external():
             out[name]["tool_restarts"] = tool_restarts(name, events)
-        if MEASURES[tool].rto_resolution_s:
-            out[name]["rto_resolution_s"] = MEASURES[tool].rto_resolution_s
+        if measures(tool).rto_resolution_s:
+            out[name]["rto_resolution_s"] = measures(tool).rto_resolution_s
             out[name]["rto_resolution_note"] = TOOL_RTO_RESOLUTION.format(
-                tool=tool, s=MEASURES[tool].rto_resolution_s, d=2 * MEASURES[tool].rto_resolution_s)
+                tool=tool, s=measures(tool).rto_resolution_s, d=2 * measures(tool).rto_resolution_s)
     return out
 
 
@@ -312,7 +312,7 @@ def _slo(pb: Playbook, faults: list[dict[str, Any]], checks: dict[str, Any], rec
         if by_group is not None:
             out["rto_max"]["by_group"] = by_group
     if pb.slo.rpo_max_writes is not None:
-        judged = {n: g for n, g in scope.items() if MEASURES[g.get("tool", "builtin")].rpo}  # a tool's may be null
+        judged = {n: g for n, g in scope.items() if measures(g.get("tool", BUILTIN)).rpo}  # a tool's may be null
         if judged and all(g.get("rpo") for g in judged.values()):
             by_lost = {n: g["rpo"]["lost_acknowledged"] for n, g in judged.items()}
             lost = max(by_lost.values())

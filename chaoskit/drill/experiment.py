@@ -29,7 +29,7 @@ from chaoskit.interrupts import stop_signals_interrupt
 from chaoskit.inventory.models import Inventory
 from chaoskit.playbook.experiment import Experiment, Link, ToolConfig, tool_of_cell
 from chaoskit.recorder import Recorder, error_rate
-from chaoskit.tools import MEASURES
+from chaoskit.workload.engine import TOOL_FIGURE_PREFIX, engine, measures
 from chaoskit.workload.runner import LoadRunner
 from chaoskit.workload.spec import LoadSpec
 from chaoskit.workload.workloads import WorkloadParams
@@ -74,12 +74,11 @@ def _plain(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def tables_of(workload: str) -> str:
-    """Which tables a cell's workload runs on: pgbench's builtin scripts share pgbench's; every
-    other workload or test has its own."""
-    from chaoskit.tools import pgbench
-
-    return "pgbench" if workload in pgbench.BUILTIN_SCRIPTS else workload
+def tables_of(workload: str, load: ToolConfig | None) -> str:
+    """Which tables a cell's workload runs on: a tool says which of its tests share theirs
+    (pgbench's builtin scripts share pgbench's); every other workload has its own."""
+    tool = tool_of_cell(workload, load)
+    return engine(tool.tool).tables_of(workload) if tool is not None else workload
 
 
 def cell_load(workload: str, workers: int, op_timeout: float, table_rows: int, load: ToolConfig | None,
@@ -90,41 +89,17 @@ def cell_load(workload: str, workers: int, op_timeout: float, table_rows: int, l
     load = tool_of_cell(workload, load)
     if load is None:
         return LoadSpec(workload=workload, workers=workers, op_timeout=op_timeout, params=params)
-    from chaoskit.tools import pgbench, sysbench
     from chaoskit.workload.spec import ClientGroup
 
-    if load.tool == "pgbench":  # one pgbench per client, as a drill's group (started again if it aborts)
-        group = ClientGroup(load.tool, workers=workers, tool=load.tool, pgbench=pgbench.Settings(
-            workload, None, load.scale, load.prepare and prepare, workload not in pgbench.READ_ONLY))
-    elif load.jmeter is not None:  # the plan, its threads set through chaoskit.threads (validated)
-        group = ClientGroup(load.tool, workers=workers, tool=load.tool, jmeter=load.jmeter.settings())
-    else:
-        tables = sysbench.Settings(workload, load.tables, load.table_size, load.prepare and prepare)
-        group = ClientGroup(load.tool, workers=workers, tool=load.tool, sysbench=tables)
+    # one group of the tool, as a drill's (pgbench: one per client, started again if it aborts;
+    # JMeter: the plan, its threads set through chaoskit.threads, validated with the experiment)
+    settings = engine(load.tool).cell_settings(load.settings, workload, prepare)
+    group = ClientGroup(load.tool, workers=workers, tool=load.tool, settings=settings)
     return LoadSpec(workload="read", workers=workers, op_timeout=op_timeout, params=params, groups=(group,))
 
 
-TOOL_LATENCY = ("tool_p99_ms_median_of_seconds", "tool_p99_ms_worst_second")
 MANAGED_NOTE = ("a managed service with no host to SSH into: no host checks, no host metrics, no host faults; "
                 "the load, the client link's relays and SQL run on this machine")
-
-
-def tool_latency(raw: Path, t_from: float, t_to: float) -> dict[str, Any]:
-    """What a rate-only tool says of latency in the measured window: sysbench's per-second
-    percentile (`--percentile`, 99 here), the median and the worst over the seconds whose reports
-    were read within it (tools/<cell>/<group>/reports.tsv). Not a window percentile: one cannot
-    be made from per-second ones, so it has its own name."""
-    from chaoskit.tools import sysbench
-
-    values = []
-    path = raw / "reports.tsv"
-    for row in path.read_text().splitlines() if path.exists() else []:
-        t, _, line = row.split("\t", 2)
-        report = sysbench.parse(line).intervals
-        if report and t_from <= float(t) <= t_to and report[0].tps > 0:
-            values.append(report[0].latency_ms)
-    median, worst = TOOL_LATENCY
-    return {median: statistics.median(values) if values else None, worst: max(values) if values else None}
 
 
 def measure_cell(inv: Inventory, cluster: str, fm: FaultManager, *, workload: str, workers: int, delay_ms: float,
@@ -178,10 +153,10 @@ def measure_cell(inv: Inventory, cluster: str, fm: FaultManager, *, workload: st
     latency: dict[str, Any] = {"mean_ms": _ms(w["mean_ms"]), "p50_ms": w["p50_ms"], "p90_ms": _ms(w["p90_ms"]),
                                "p99_ms": w["p99_ms"], "p999_ms": w["p99.9_ms"]}
     load = tool_of_cell(workload, load)
-    if load is not None and not MEASURES[load.tool].latency:  # no op's latency is known: none is made up
+    if load is not None and not measures(load.tool).latency:  # no op's latency is known: none is made up
         assert tool_dir is not None
         latency = {"mean_ms": None, "p50_ms": None, "p90_ms": None, "p99_ms": None, "p999_ms": None,
-                   **tool_latency(tool_dir / load.tool, *window)}
+                   **engine(load.tool).window_latency(tool_dir / load.tool, *window)}
     return {"workload": workload, "workers": workers, "delay_ms": delay_ms, "tps": round(w["tps"], 1),
             "window": [round(window[0], 6), round(window[1], 6)],  # the measured instants (control clock)
             **latency, **client.with_dispatch(w).figures(),
@@ -229,9 +204,8 @@ def summarise(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[st
                 "p90_ms": med("p90_ms"), "p99_ms": med("p99_ms"),
                 "p999_ms": med("p999_ms"), "error_rate": med("error_rate"),
                 "proxy_added_p50_ms": med("proxy_added_p50_ms"), "proxy_added_p99_ms": med("proxy_added_p99_ms")}
-        for name in TOOL_LATENCY:
-            if any(name in r for r in rs):
-                cell[name] = med(name)
+        for name in sorted({k for r in rs for k in r if k.startswith(TOOL_FIGURE_PREFIX)}):
+            cell[name] = med(name)  # what a rate-only tool says of latency (its engine's window_latency)
         for name in sorted({k for r in rs for k in r if k.startswith(HOST_CPU_PREFIX)}):
             cell[name] = med(name)  # each host's CPU busy % over the cell's window
         if any("client_cpu_cores" in r for r in rs):
@@ -308,11 +282,12 @@ def _run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progre
                 sync_on = m is True or (m is None and exp.settings.get("synchronous_mode") is True)
                 tool_cell = tool_of_cell(wl, exp.load) is not None
                 cell_dir = (tool_dir / f"cell-{i:03d}") if tool_dir is not None and tool_cell else None
+                tables = (target, tables_of(wl, exp.load))
                 cell = measure_cell(inv, target, fm, workload=wl, workers=w, delay_ms=d, link=exp.link,
                                     warmup=exp.warmup, measure=exp.measure, table_rows=exp.table_rows,
                                     op_timeout=exp.op_timeout, sync_standby=ha if sync_on else None,
-                                    load=exp.load, tool_dir=cell_dir, prepare=(target, tables_of(wl)) not in prepared)
-                prepared.add((target, tables_of(wl)))
+                                    load=exp.load, tool_dir=cell_dir, prepare=tables not in prepared)
+                prepared.add(tables)
                 if m is not None:
                     cell["synchronous_mode"] = m
                 rows.append({"target": target, "repeat": i // max(1, len(plan) // exp.repeats), **cell})

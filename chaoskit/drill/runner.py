@@ -33,8 +33,8 @@ from chaoskit.inventory.models import Cluster, Inventory
 from chaoskit.playbook.record import DrillInputs, DrillRecord, DrillResult, EvidenceSink
 from chaoskit.recorder import Recorder, error_rate
 from chaoskit.timesource import SYSTEM_CLOCK, Clock, Held
-from chaoskit.tools import MEASURES
 from chaoskit.topology.probe import RoleProbe
+from chaoskit.workload.engine import measures
 from chaoskit.workload.runner import LoadRunner
 
 # what the live view is shown about once a tick: the record so far, the roles now, the last second's load
@@ -233,7 +233,7 @@ class Drill:
         if spec.params.sql is not None and self.out is not None:  # what ran, as it was read
             self.out.write_text(spec.params.sql.kept_as, spec.params.sql.text)
         self.record.groups = {g.name: {"profile": g.profile, "tool": g.tool, "workers": list(g.worker_ids),
-                                       "rto_resolution_s": MEASURES[g.tool].rto_resolution_s,
+                                       "rto_resolution_s": measures(g.tool).rto_resolution_s,
                                        "statement_timeout": g.statement_timeout, "validation": g.validate,
                                        "route": g.route or self.pb.cluster} for g in spec.client_groups()}
         cluster, driver = self.load_route

@@ -4,7 +4,7 @@ user says the faults took effect (`--fault-at`, UTC) or read from a chaoskit run
 (`--faults events.jsonl`: each `fault_injected` with its host-clock window).
 
 Each JMeter thread is one client (worker ids in the order threads first appear in the file); each
-sample is one op, booked as a drill's JMeter group books it (`jmeter_group.book_sample`): so a
+sample is one op, booked as a drill's JMeter group books it (`engines.jmeter.book_sample`): so a
 drill's JTL imported against the same fault gives that drill's JMeter figures again. What an
 import cannot have is said, never guessed: no role probe ran, so the HA phases (detection,
 promotion) are null with that reason; JMeter does not say which writes it had acknowledged, so
@@ -28,9 +28,9 @@ from chaoskit.db.mysql import class_of_words as mysql_words
 from chaoskit.db.postgres import class_of_words as postgres_words
 from chaoskit.errors import InputError
 from chaoskit.recorder import Recorder
-from chaoskit.tools import jmeter
 from chaoskit.topology.probe import ProbeLog
-from chaoskit.workload.jmeter_group import book_sample
+from chaoskit.workload.engines import jmeter
+from chaoskit.workload.engines.jmeter import book_sample
 from chaoskit.workload.outcomes import client_deadline
 from chaoskit.workload.spec import DRILL
 

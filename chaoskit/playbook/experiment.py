@@ -5,15 +5,23 @@ against the inventory without touching any host. The runner is chaoskit/drill/ex
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from chaoskit.inventory.models import Inventory
 from chaoskit.models import Frozen
-from chaoskit.playbook.models import JmeterConfig, Seconds, refuse_renamed_patroni
+from chaoskit.playbook.models import (
+    Seconds,
+    fill_tool_settings,
+    refuse_renamed_patroni,
+    tool_settings,
+    with_tool_fields,
+)
+from chaoskit.plugins import UnknownPlugin
 from chaoskit.validation import FreeText, Name
 from chaoskit.workload import spec as load_defaults
+from chaoskit.workload.engine import ENGINES, engine, tool_engine_refusal
 
 # a server variable / parameter name: it is put into `SELECT @@global.<name>` or `SHOW <name>`
 SettingName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}(\.[A-Za-z_][A-Za-z0-9_]{0,63})?$")]
@@ -44,36 +52,63 @@ class Grid(Frozen):
     synchronous_mode: tuple[bool, ...] = ()
 
 
-JMETER_TEST = "jmeter"  # the grid's workload that runs the experiment's JMeter plan
-
-
-class ToolConfig(Frozen):
+class ToolBase(Frozen):
     """An experiment whose load a tool makes (seed 002 ran its ladder with sysbench, seed 003 its
-    gradient with JMeter): which tool, and its tables or plan; the grid's `workload` names the
-    tool's tests (sysbench: oltp_*; pgbench: its builtin scripts, tpcb-like, simple-update,
-    select-only, on tables of `scale`; JMeter: `jmeter`, the plan, whose threads each cell sets
-    through the property chaoskit.threads)."""
+    gradient with JMeter): which tool, and its settings under its own name, as a playbook's client
+    group says them (`{tool: sysbench, sysbench: {tables: 4, table_size: 100000}}`). The grid's
+    `workload` names the tool's tests (`chaoskit.workload.engine`: sysbench's oltp_*, pgbench's
+    builtin scripts, `jmeter` for the plan, whose threads each cell sets through the property
+    chaoskit.threads). `ToolConfig` is this with a field per tool that has settings."""
 
-    tool: Literal["sysbench", "pgbench", "jmeter"] = "sysbench"
-    tables: int = Field(4, ge=1, le=1000)  # sysbench
-    table_size: int = Field(10_000, ge=1, le=100_000_000)  # sysbench
-    scale: int = Field(1, ge=1, le=10_000)  # pgbench
-    jmeter: JmeterConfig | None = None  # the plan and the JMeter to run it (paths relative to the experiment)
-    prepare: bool = True
+    tool: str = "sysbench"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _settings_moved(cls, data: Any) -> Any:
+        """The settings an experiment once wrote beside `tool:` are refused with their new place."""
+        if isinstance(data, dict) and isinstance(data.get("tool", "sysbench"), str):
+            tool = data.get("tool", "sysbench")
+            model = ENGINES.all()[tool].settings if tool in ENGINES.all() else None
+            renamed = {"prepare": "init"} if tool == "pgbench" else {}  # pgbench's own word for it
+            flat = [k for k in data if k != "tool" and k != tool and
+                    (k in renamed or (model is not None and k in model.model_fields))]
+            if flat:
+                said = ", ".join(f"{renamed.get(k, k)}: ..." for k in flat)
+                raise ValueError(f"{', '.join(flat)} now go under the tool's name, as a playbook's client group "
+                                 f"says them: load: {{tool: {tool}, {tool}: {{{said}}}}}")
+        return data
+
+    @field_validator("tool")
+    @classmethod
+    def _a_tool(cls, value: str) -> str:
+        try:
+            eng = ENGINES.get(value)
+        except UnknownPlugin as exc:
+            raise ValueError(str(exc)) from None
+        if not eng.tests:
+            raise ValueError(f"{value} runs no experiment cell; tools that do: "
+                             f"{', '.join(n for n, e in ENGINES.all().items() if e.tests)}")
+        return value
 
     @model_validator(mode="after")
-    def _jmeter_plan(self) -> ToolConfig:
-        if (self.tool == "jmeter") != (self.jmeter is not None):
-            raise ValueError("a JMeter load needs jmeter: {plan: my-plan.jmx}" if self.tool == "jmeter" else
-                             f"jmeter: {{...}} is for tool: jmeter, not {self.tool}")
+    def _its_settings(self) -> ToolBase:
+        fill_tool_settings(self, self.tool, "tool")
         return self
+
+    @property
+    def settings(self) -> Any:
+        return tool_settings(self, self.tool)
 
     @property
     def tests(self) -> tuple[str, ...]:
         """The names a cell's workload may take to run this tool."""
-        from chaoskit.tools import pgbench, sysbench
+        return engine(self.tool).tests
 
-        return {"sysbench": sysbench.TESTS, "pgbench": pgbench.BUILTIN_SCRIPTS, "jmeter": (JMETER_TEST,)}[self.tool]
+
+if TYPE_CHECKING:
+    ToolConfig = ToolBase
+else:
+    ToolConfig = with_tool_fields(ToolBase, "ToolConfig")
 
 
 class Experiment(Frozen):
@@ -118,23 +153,11 @@ class Experiment(Frozen):
         return self
 
     @model_validator(mode="after")
-    def _plan_threads_follow_the_grid(self) -> Experiment:
-        """A JMeter cell's clients are its plan's threads: the plan must run `workers` threads when
-        chaoskit.threads is set to it (a thread group of `${__P(chaoskit.threads,N)}`), else the
-        cells would all measure the plan's own count under other names."""
-        from chaoskit.tools import jmeter
-
-        if self.load is None or self.load.jmeter is None or JMETER_TEST not in self.grid.workload:
-            return self
-        for workers in self.grid.workers:
-            try:
-                threads = jmeter.plan_threads(self.load.jmeter.plan, {jmeter.THREADS_PROPERTY: workers})
-            except jmeter.PlanError as exc:
-                raise ValueError(str(exc)) from None
-            if threads != workers:
-                raise ValueError(f"grid.workers {workers}: the plan runs {threads or 'an unknown number of'} threads "
-                                 f"with {jmeter.THREADS_PROPERTY}={workers}; a JMeter ladder's thread group takes its "
-                                 f"threads from ${{__P({jmeter.THREADS_PROPERTY},N)}}")
+    def _tool_takes_the_grid(self) -> Experiment:
+        """The tool can run a cell at each of the grid's worker counts (a JMeter plan must take its
+        threads from chaoskit.threads, else every cell would measure the plan's own count)."""
+        if self.load is not None and any(w in self.load.tests for w in self.grid.workload):
+            engine(self.load.tool).check_ladder(self.load.settings, self.grid.workers)
         return self
 
     @model_validator(mode="after")
@@ -179,7 +202,6 @@ def load_experiment(path: Path, inv: Inventory) -> Experiment:
     from pydantic import ValidationError
 
     from chaoskit.ha.registry import managers
-    from chaoskit.playbook.loader import tool_engine_refusal
     from chaoskit.yamlsrc import load_yaml, raise_validation
 
     doc = load_yaml(path)

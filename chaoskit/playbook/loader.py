@@ -13,19 +13,8 @@ from chaoskit.faults.spec import CLIENT, KINDS, STEP_TARGET, FaultBase
 from chaoskit.faults.targets import live_target, named_hosts, split_target, validate_target
 from chaoskit.inventory.models import Inventory
 from chaoskit.playbook.models import Playbook
+from chaoskit.workload.engine import tool_engine_refusal
 from chaoskit.yamlsrc import load_yaml, raise_validation
-
-# the database engines each load tool speaks
-TOOL_ENGINES = {"pgbench": ("postgres",), "sysbench": ("postgres", "mysql"),
-                "jmeter": ("postgres", "mysql")}  # the JDBC URLs chaoskit gives a plan (tools.jmeter.jdbc_url)
-
-
-def tool_engine_refusal(tool: str, cluster: str, engine: str) -> str | None:
-    """Why `tool` cannot load cluster `cluster` (None: it can), for a playbook's group and an
-    experiment's load alike."""
-    if tool not in TOOL_ENGINES or engine in TOOL_ENGINES[tool]:
-        return None
-    return f"{tool} drives {' and '.join(TOOL_ENGINES[tool])} only; cluster {cluster} is {engine}"
 
 
 @dataclass(frozen=True)

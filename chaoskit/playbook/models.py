@@ -8,34 +8,31 @@ are checked on the values the host will actually get.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, PrivateAttr, StringConstraints, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    Field,
+    PrivateAttr,
+    StringConstraints,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from chaoskit.faults.spec import CLIENT, FaultBase, FaultSpec, Seconds
 from chaoskit.faults.ttl import drill_fault_ttl
 from chaoskit.models import Frozen
-from chaoskit.tools import MEASURES, jmeter, pgbench, sysbench
+from chaoskit.plugins import UnknownPlugin
 from chaoskit.units import parse_duration
-from chaoskit.validation import FreeText, Name, SafePath
+from chaoskit.validation import FreeText, Name, SafePath, input_file
 from chaoskit.workload import spec
+from chaoskit.workload.engine import BUILTIN, ENGINES, engine
 from chaoskit.workload.sql_script import SqlScript, load_script
 from chaoskit.workload.workloads import WorkloadParams
 
 CheckName = Annotated[str, Field(pattern=r"^[a-z_]{1,40}$")]  # which ones: the load's workload says
 MAX_DRILL_S = 24 * 3600.0
-
-
-def _playbook_file(value: str, info: ValidationInfo) -> str:
-    """A file a playbook names, resolved against the playbook's directory (the loader's context)
-    and found now: a file that is not there is bad input before anything starts."""
-    from pathlib import Path
-
-    base = (info.context or {}).get("base_dir")
-    path = Path(value) if Path(value).is_absolute() or base is None else Path(base) / value
-    if not path.is_file():
-        raise ValueError(f"no file {value[:200]!r} (relative paths count from the playbook's directory)")
-    return str(path.resolve())
 
 
 def _load_so_far(info: ValidationInfo) -> Any:
@@ -61,7 +58,7 @@ class SqlWorkloadConfig(Frozen):
     @field_validator("sql")
     @classmethod
     def _exists(cls, value: str, info: ValidationInfo) -> str:
-        return _playbook_file(value, info)
+        return input_file(value, info)
 
     @model_validator(mode="after")
     def _read(self) -> SqlWorkloadConfig:
@@ -74,104 +71,15 @@ class SqlWorkloadConfig(Frozen):
         return self._script
 
 
-class PgbenchConfig(Frozen):
-    """What a `tool: pgbench` group runs: one of pgbench's builtin scripts (`script`, default
-    tpcb-like) or the user's own script (`file`, pgbench's script syntax, a path relative to the
-    playbook). `init` makes the builtin scripts' tables first (`pgbench -i`, at `scale`; it drops
-    pgbench's old tables), by default for a builtin script only. `writes` says whether a user's
-    script writes (default true): a read-only one's aborted transactions are failures, never
-    unknown commits."""
-
-    script: Literal[pgbench.BUILTIN_SCRIPTS] | None = None  # type: ignore[valid-type]
-    file: SafePath | None = None
-    scale: int = Field(1, ge=1, le=10_000)
-    init: bool | None = None
-    writes: bool | None = None
-
-    @field_validator("file")
-    @classmethod
-    def _exists(cls, value: str | None, info: ValidationInfo) -> str | None:
-        return None if value is None else _playbook_file(value, info)
-
-    @model_validator(mode="after")
-    def _one_script(self) -> PgbenchConfig:
-        if self.script is not None and self.file is not None:
-            raise ValueError("script (a builtin one) or file (your own), not both")
-        if self.writes is not None and self.file is None:
-            raise ValueError("writes is said of your own script (file); a builtin script's is known")
-        if self.script is None and self.file is None:
-            object.__setattr__(self, "script", "tpcb-like")
-        if self.init is None:
-            object.__setattr__(self, "init", self.file is None)
-        return self
-
-    def settings(self) -> pgbench.Settings:
-        writes = self.writes is not False if self.file else self.script not in pgbench.READ_ONLY
-        return pgbench.Settings(self.script, self.file, self.scale, bool(self.init), writes)
-
-
-class SysbenchConfig(Frozen):
-    """What a `tool: sysbench` group runs: one of sysbench's oltp_* tests on `tables` tables of
-    `table_size` rows, made first (`cleanup`, then `prepare`: sysbench's old tables are dropped)
-    unless `prepare: false`."""
-
-    test: Literal[sysbench.TESTS] = "oltp_read_write"  # type: ignore[valid-type]
-    tables: int = Field(4, ge=1, le=1000)
-    table_size: int = Field(10_000, ge=1, le=100_000_000)
-    prepare: bool = True
-
-    def settings(self) -> sysbench.Settings:
-        return sysbench.Settings(self.test, self.tables, self.table_size, self.prepare)
-
-
-class JmeterConfig(Frozen):
-    """What a `tool: jmeter` group runs: the user's plan (`plan`, a .jmx, relative to the playbook)
-    with the user's JMeter (`bin`: a command on PATH, default `jmeter`, or a path, relative to the
-    playbook or absolute, e.g. /opt/apache-jmeter-5.6/bin/jmeter). `writes` says whether its
-    samples write (default true): a failed write whose connection broke is then an unknown commit."""
-
-    plan: SafePath
-    bin: SafePath = "jmeter"
-    writes: bool = True
-
-    @field_validator("plan")
-    @classmethod
-    def _plan(cls, value: str, info: ValidationInfo) -> str:
-        return _playbook_file(value, info)
-
-    @field_validator("bin")
-    @classmethod
-    def _bin(cls, value: str, info: ValidationInfo) -> str:
-        import os
-        import shutil
-
-        if "/" not in value:
-            found = shutil.which(value)
-            if found is None:
-                raise ValueError(f"no command {value[:60]!r} on PATH: give JMeter's bin/jmeter as a path")
-            return found
-        path = _playbook_file(value, info)
-        if not os.access(path, os.X_OK):
-            raise ValueError(f"{value[:200]!r} is not executable")
-        return path
-
-    def settings(self) -> jmeter.Settings:
-        return jmeter.Settings(self.plan, self.bin, self.writes)
-
-
-TOOLS = ("builtin", "pgbench", "sysbench", "jmeter")  # who makes a group's load: chaoskit's own clients, or a tool
-
-
-class GroupConfig(Frozen):
+class GroupBase(Frozen):
     """One client group of the load (see chaoskit.workload.spec.ClientGroup for the profiles).
     `tool` says who makes its load: chaoskit's own clients (`builtin`) or an external load tool
-    run on the control node against the same route (`pgbench`), one tool process per client."""
+    (`chaoskit.workload.engine`) run on the control node against the same route, its settings
+    under its own name (`pgbench: {scale: 10}`). `GroupConfig` is this with a field per tool that
+    has settings, made from the engines found."""
 
     name: Name | None = None  # default: the profile's name (a tool group's: the tool's)
-    tool: Literal[TOOLS] = "builtin"  # type: ignore[valid-type]
-    pgbench: PgbenchConfig | None = None
-    sysbench: SysbenchConfig | None = None
-    jmeter: JmeterConfig | None = None
+    tool: str = BUILTIN
     profile: Literal["deadline", "pool", "per-op"] = "deadline"
     workers: int = Field(spec.DRILL.workers, ge=1, le=2048)
     statement_timeout: Seconds | None = None  # pool / per-op: the server-side timeout, if the application sets one
@@ -181,52 +89,76 @@ class GroupConfig(Frozen):
     # RTO of each route; default: the drill's cluster
     route: Name | None = None
 
+    @field_validator("tool")
+    @classmethod
+    def _known_tool(cls, value: str) -> str:
+        try:
+            ENGINES.get(value)
+        except UnknownPlugin as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
     @property
     def group_name(self) -> str:
-        return self.name or (self.profile if self.tool == "builtin" else self.tool)
+        return self.name or (self.profile if self.tool == BUILTIN else self.tool)
+
+    @property
+    def settings(self) -> Any:
+        """The tool's settings (None for chaoskit's own clients)."""
+        return tool_settings(self, self.tool)
 
     @model_validator(mode="after")
-    def _fits_tool(self) -> GroupConfig:
-        for tool, default in (("pgbench", PgbenchConfig), ("sysbench", SysbenchConfig), ("jmeter", None)):
-            if getattr(self, tool) is not None and self.tool != tool:
-                raise ValueError(f"{tool}: {{...}} is for a group with tool: {tool}")
-            if self.tool == tool and getattr(self, tool) is None:
-                if default is None:
-                    raise ValueError(f"a {tool} group needs {tool}: {{plan: my-plan.jmx}}")
-                object.__setattr__(self, tool, default())
-        if self.jmeter is not None:
-            self._threads_of_plan(self.jmeter.plan)
-        if not MEASURES[self.tool].profiles and (self.profile != "deadline" or self.statement_timeout is not None):
+    def _fits_tool(self) -> GroupBase:
+        tool = engine(self.tool)
+        fill_tool_settings(self, self.tool, "a group with tool")
+        if self.settings is not None:
+            object.__setattr__(self, "workers", tool.group_workers(self.settings, self.workers,
+                                                                   "workers" in self.model_fields_set))
+        if not tool.measures.profiles and (self.profile != "deadline" or self.statement_timeout is not None):
             raise ValueError(f"{self.tool} keeps its connections its own way: profile and statement_timeout do not "
                              "apply")
-        if self.tool != "builtin" and self.validation:
+        if tool.external() and self.validation:
             raise ValueError(f"{self.tool} has no check on checkout: validation is for chaoskit's own pool clients")
         return self
 
-    def _threads_of_plan(self, plan: str) -> None:
-        """A JMeter group's clients are its plan's threads: read from the plan, or said by
-        `workers` where the plan's thread counts are expressions JMeter alone can work out."""
-        given = "workers" in self.model_fields_set
-        try:  # with workers given, chaoskit.threads is set to it (a plan may take its threads from it)
-            threads = jmeter.plan_threads(plan, {jmeter.THREADS_PROPERTY: self.workers} if given else None)
-        except jmeter.PlanError as exc:
-            raise ValueError(str(exc)) from None
-        if threads is None and not given:
-            raise ValueError("the plan's thread count is not a number nor ${__P(name,default)} in every thread "
-                             "group: say it with workers")
-        if threads is not None and given and threads != self.workers:
-            raise ValueError(f"workers ({self.workers}) is not the plan's {threads} threads; leave workers out")
-        if threads is not None:
-            object.__setattr__(self, "workers", threads)
-
     @model_validator(mode="after")
-    def _fits_profile(self) -> GroupConfig:
+    def _fits_profile(self) -> GroupBase:
         if self.profile == "deadline" and (self.statement_timeout is not None or self.validation):
             raise ValueError("a deadline group takes its timeout from load.op_timeout; statement_timeout and "
                              "validation are for pool and per-op groups")
         if self.validation and self.profile != "pool":
             raise ValueError("validation is a pool's check on checkout (profile: pool)")
         return self
+
+
+def tool_settings(model: Any, tool: str) -> Any:
+    """The settings a model holds under the tool's name (None: none, or a tool without settings)."""
+    return getattr(model, tool, None) if engine(tool).settings is not None else None
+
+
+def fill_tool_settings(model: Any, tool: str, where: str) -> None:
+    """One tool's settings and no other's: a tool's `<name>: {...}` beside another tool is
+    refused; the tool's own, when not given, is its default (or refused when it has required
+    fields). `where` names what takes the settings, for the message."""
+    for name, eng in ENGINES.all().items():
+        if eng.settings is not None and getattr(model, name, None) is not None and name != tool:
+            raise ValueError(f"{name}: {{...}} is for {where}: {name}, not {tool}")
+    if engine(tool).settings is not None and getattr(model, tool, None) is None:
+        object.__setattr__(model, tool, engine(tool).default_settings())
+
+
+def with_tool_fields(base: type[Frozen], name: str) -> type[Frozen]:
+    """`base` with one optional field per engine that has settings, named after the engine and
+    typed by its settings model: the engines found say the format, no list is kept by hand."""
+    fields: dict[str, Any] = {n: (e.settings | None, None) for n, e in ENGINES.all().items()
+                              if e.settings is not None}
+    return create_model(name, __base__=base, __module__=base.__module__, **fields)
+
+
+if TYPE_CHECKING:
+    GroupConfig = GroupBase
+else:
+    GroupConfig = with_tool_fields(GroupBase, "GroupConfig")
 
 
 class LoadConfig(Frozen):
@@ -250,8 +182,9 @@ class LoadConfig(Frozen):
         summing raw input met strings and lists before their types were checked)."""
         if self.groups is None:
             return self
-        if self.rate is not None and any(g.tool == "jmeter" for g in self.groups):
-            raise ValueError("a jmeter group is paced by its plan's timers: rate (open loop) does not apply")
+        paced = next((g.tool for g in self.groups if engine(g.tool).paced_by), None)
+        if self.rate is not None and paced is not None:
+            raise ValueError(f"a {paced} group is paced by {engine(paced).paced_by}: rate (open loop) does not apply")
         total = sum(g.workers for g in self.groups)
         if "workers" in self.model_fields_set and self.workers != total:
             raise ValueError(f"workers ({self.workers}) must be the sum of the groups' workers ({total}), "
@@ -299,7 +232,7 @@ class LoadConfig(Frozen):
     def builtin_clients(self) -> bool:
         """Whether chaoskit's own clients run (they write the workload's keys: the checks that read
         them need them)."""
-        return self.groups is None or any(g.tool == "builtin" for g in self.groups)
+        return self.groups is None or any(g.tool == BUILTIN for g in self.groups)
 
     def to_spec(self) -> spec.LoadSpec:
         """The load this says, as the load runner takes it: client groups numbered in order (a
@@ -308,9 +241,7 @@ class LoadConfig(Frozen):
         first = 1
         for g in self.groups or ():
             groups.append(spec.ClientGroup(g.group_name, g.profile, g.workers, g.statement_timeout, g.validation,
-                                           first, g.route, g.tool, g.pgbench.settings() if g.pgbench else None,
-                                           g.sysbench.settings() if g.sysbench else None,
-                                           g.jmeter.settings() if g.jmeter else None))
+                                           first, g.route, g.tool, g.settings))
             first += g.workers
         return spec.LoadSpec(workload=self.workload_name, workers=self.workers, rate=self.rate,
                              processes=self.processes, op_timeout=self.op_timeout,
@@ -532,7 +463,7 @@ class Playbook(Frozen):
         names = [g.group_name for g in (load.groups or ())] if load and load.groups else ["main"]
         if value.group is not None and value.group not in names:
             raise ValueError(f"slo.group {value.group!r} is not a group of the load ({', '.join(names)})")
-        tools = {g.group_name: g.tool for g in (load.groups or ()) if g.tool != "builtin"} if load else {}
+        tools = {g.group_name: g.tool for g in (load.groups or ()) if not engine(g.tool).measures.rpo} if load else {}
         if value.rpo_max_writes is not None and (value.group in tools or (tools and not load.builtin_clients)):
             name = value.group if value.group in tools else next(iter(tools))
             raise ValueError(f"rpo_max_writes needs writes whose fate is known; group {name!r} runs {tools[name]}, "

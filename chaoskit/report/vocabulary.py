@@ -160,9 +160,9 @@ def fault_name(f: dict[str, Any]) -> str:
 def group_maker(g: dict[str, Any]) -> str:
     """Who made a group's load: its profile, or the external tool (and the profile its connections
     had, where chaoskit's profiles shape them)."""
-    from chaoskit.tools import MEASURES
+    from chaoskit.workload.engine import BUILTIN, measures
 
-    tool = g.get("tool") or "builtin"
-    if tool == "builtin":
+    tool = g.get("tool") or BUILTIN
+    if tool == BUILTIN:
         return str(g.get("profile"))
-    return f"{tool}, {g.get('profile')} connections" if MEASURES[tool].profiles else tool
+    return f"{tool}, {g.get('profile')} connections" if measures(tool).profiles else tool

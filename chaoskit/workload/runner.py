@@ -49,6 +49,7 @@ from chaoskit.inventory.models import Cluster, Inventory
 from chaoskit.lifeline import die_with_parent
 from chaoskit.recorder import FAIL, OK, Recorder
 from chaoskit.workload.client_cpu import ClientCpu, CpuWindow
+from chaoskit.workload.engine import engine
 from chaoskit.workload.loop import missed_at_stop
 from chaoskit.workload.outcomes import DROP_CONNECTION, client_deadline, connect_error_class, first_line, outcome_for
 from chaoskit.workload.spec import ClientGroup, LoadSpec
@@ -325,7 +326,7 @@ class LoadRunner:
 
     @staticmethod
     def tool_groups(spec: LoadSpec) -> list[ClientGroup]:
-        return [g for g in spec.client_groups() if g.tool != "builtin"]
+        return [g for g in spec.client_groups() if engine(g.tool).external()]
 
     def _route(self, group: ClientGroup) -> Cluster:
         """A group with a route reaches the same members through another cluster's endpoints."""
@@ -352,7 +353,7 @@ class LoadRunner:
         spec = self.spec
         out: list[tuple[ClientGroup, list[int]]] = []
         for group in spec.client_groups():
-            if group.tool != "builtin":
+            if engine(group.tool).external():
                 continue
             ids = list(group.worker_ids)
             if group.client_deadline:

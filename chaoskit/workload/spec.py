@@ -7,11 +7,9 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from chaoskit.db.base import ClientProfile
-from chaoskit.tools.jmeter import Settings as JmeterSettings
-from chaoskit.tools.pgbench import Settings as PgbenchSettings
-from chaoskit.tools.sysbench import Settings as SysbenchSettings
 from chaoskit.workload.workloads import WorkloadParams
 
 LOOP_WORKERS = 64
@@ -59,10 +57,8 @@ class ClientGroup:
     validate: bool = False
     first_worker: int = 1
     route: str | None = None  # the inventory cluster it connects through (default: the load's)
-    tool: str = "builtin"  # who makes the load: chaoskit's own clients, or an external tool (pgbench)
-    pgbench: PgbenchSettings | None = None
-    sysbench: SysbenchSettings | None = None
-    jmeter: JmeterSettings | None = None
+    tool: str = "builtin"  # who makes the load: chaoskit's own clients, or a tool (chaoskit.workload.engine)
+    settings: Any = None  # the tool's settings model (None: its defaults; chaoskit's own clients have none)
 
     @property
     def worker_ids(self) -> range:

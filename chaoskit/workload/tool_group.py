@@ -2,8 +2,8 @@
 node against the group's route, their output read into the same Recorder as chaoskit's own
 clients, so the timeline, phases and RTO come out per group the same way.
 
-Each tool has one module that starts it, reads it and starts it again when it gives up
-(`GROUP_MODULES`): `prepare` (its tables, before the load) and `runner` (an object with
+Each tool is one engine module (`chaoskit.workload.engine`) that starts it, reads it and starts it
+again when it gives up: `prepare` (its tables, before the load) and `runner` (an object with
 `tick(now)`, `stop()` and `events`). This module is the load runner's side of them: the process
 that drives one tool group and ships its batches and events, as a worker process of chaoskit's own
 clients does. Everything a tool writes is kept under `tools/<group>/`.
@@ -11,18 +11,16 @@ clients does. Everything a tool writes is kept under `tools/<group>/`.
 
 from __future__ import annotations
 
-import importlib
 import os
 import subprocess
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from chaoskit.inventory.models import Cluster, Inventory
 from chaoskit.lifeline import die_with_parent
 from chaoskit.recorder import Recorder
+from chaoskit.workload.engine import engine
 from chaoskit.workload.outcomes import client_deadline
 from chaoskit.workload.spec import ClientGroup, LoadSpec
 
@@ -30,35 +28,6 @@ POLL_S = 0.02
 DRAIN_EVERY = 0.2
 LATE_S = 2.0  # the stdio block a log line may wait in: intervals older than this are shipped as complete
 STOP_GRACE_S = 10.0  # a client ending its transaction in flight at the load's stop; then SIGKILL
-GROUP_MODULES = {"pgbench": "chaoskit.workload.pgbench_group", "sysbench": "chaoskit.workload.sysbench_group",
-                 "jmeter": "chaoskit.workload.jmeter_group"}
-
-
-@dataclass
-class ToolGroupBase:
-    """What every tool group has: its group and load, where its tool's output is kept, the
-    Recorder it books ops in, the events it has to say (shipped by `tool_main`), and whether the
-    load is stopping."""
-
-    group: ClientGroup
-    spec: LoadSpec
-    raw: Path
-    recorder: Recorder
-    rate_share: float | None = None
-    events: list[dict[str, Any]] = field(default_factory=list)
-    stopping: bool = False
-    # what `tool_main` gives to be called during long work (a backlog read at the stop): it ships
-    # what is booked so far, so the load runner hears from a group that is busy, not hung
-    heartbeat: Callable[[], None] | None = None
-
-    def beat(self) -> None:
-        if self.heartbeat is not None:
-            self.heartbeat()
-
-    def event(self, kind: str, t: float, worker: int, **data: Any) -> None:
-        """`tool_client_aborted`, `tool_client_back`, `tool_client_killed`: one of the tool's clients."""
-        self.events.append({"kind": kind, "t": t, "group": self.group.name, "tool": self.group.tool, "worker": worker,
-                            **data})
 
 
 def with_parent_death(argv: list[str]) -> list[str]:
@@ -83,20 +52,16 @@ def run_setup(commands: list[tuple[str, list[str]]], log: Path, env: dict[str, s
                                    f"{said[-1] if said else 'no output'}")
 
 
-def group_module(tool: str) -> Any:
-    return importlib.import_module(GROUP_MODULES[tool])
-
-
 def describe_tool(group: ClientGroup, route: Cluster) -> list[str]:
     """The command lines a tool group will run on the control node (placeholders where a value is
     found at run time), for `chaoskit validate`."""
-    return group_module(group.tool).describe(group, route)
+    return engine(group.tool).describe(group, route)
 
 
 def prepare_tool(group: ClientGroup, cluster: Cluster, inventory: Inventory, spec: LoadSpec, raw: Path) -> None:
     """The tool's own tables, made through the group's route before the load starts."""
     raw.mkdir(parents=True, exist_ok=True)
-    group_module(group.tool).prepare(group, cluster, inventory, spec, raw)
+    engine(group.tool).prepare(group, cluster, inventory, spec, raw)
 
 
 def tool_main(cluster_json: str, inventory_json: str, spec: LoadSpec, group: ClientGroup, raw: str, base: float,
@@ -106,7 +71,7 @@ def tool_main(cluster_json: str, inventory_json: str, spec: LoadSpec, group: Cli
     cluster = Cluster.model_validate_json(cluster_json)
     inventory = Inventory.model_validate_json(inventory_json)
     recorder = Recorder(base, spec.interval, keep_ops=True, stall_s=client_deadline(spec.op_timeout))
-    runner = group_module(group.tool).runner(group, cluster, inventory, spec, Path(raw), recorder, rate_share)
+    runner = engine(group.tool).runner(group, cluster, inventory, spec, Path(raw), recorder, rate_share)
     out.put(("ready", os.getpid()))
     go.wait()
     delay = start_at.value - time.time()

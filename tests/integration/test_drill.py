@@ -583,7 +583,7 @@ def test_jmeter_beside_chaoskits_clients_and_its_jtl_imported_again(lab: Invento
     JMeter's own JTL kept in the run directory (threads numbered in the order they first appear);
     `chaoskit import jtl` of that file against the run's own fault events gives the same outage
     window again; JMeter (its script and JVM) is gone after the load's stop."""
-    from chaoskit.tools.jmeter import JtlReader
+    from chaoskit.workload.engines.jmeter import JtlReader
 
     res, run_dir, ev, f = _failover_beside_a_tool("pg-kill-primary-jmeter", tmp_path, "10s", "28s")
     jm, own = ev["results"]["groups"]["jmeter"], ev["results"]["groups"]["chaoskit"]

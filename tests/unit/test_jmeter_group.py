@@ -19,8 +19,8 @@ from chaoskit.db.postgres import class_of_words
 from chaoskit.errors import InputError
 from chaoskit.playbook.loader import load_playbook
 from chaoskit.recorder import FAIL, INFO, Recorder
-from chaoskit.tools import jmeter
-from chaoskit.workload.jmeter_group import JmeterGroup
+from chaoskit.workload.engines import jmeter
+from chaoskit.workload.engines.jmeter import JmeterGroup
 from chaoskit.workload.spec import ClientGroup, LoadSpec
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "tools"
@@ -197,8 +197,8 @@ def _run(tmp_path: Path, mode: str, workers: int = 3) -> tuple[JmeterGroup, Reco
     stamps = [base + 100 * i for i in range(6)]
     (raw / "planted.jtl").write_text(PLANTED.format(**{f"t{i}": t for i, t in enumerate(stamps)}))
     (raw / "mode").write_text(mode)
-    settings = jmeter.Settings(str(PLAN), str(fake), True)
-    group = ClientGroup("jm", workers=workers, first_worker=5, tool="jmeter", jmeter=settings)
+    settings = jmeter.Settings.model_construct(plan=str(PLAN), bin=str(fake), writes=True)
+    group = ClientGroup("jm", workers=workers, first_worker=5, tool="jmeter", settings=settings)
     spec = LoadSpec(workload="ledger", workers=workers, groups=(group,))
     rec = Recorder(base / 1000 - 1)
     runner = JmeterGroup(group, spec, raw, rec, driver=_Route())
@@ -329,7 +329,7 @@ def test_a_jmeter_ladder_sets_each_cells_threads_through_the_plans_property(tmp_
     assert shipped.load is not None and shipped.load.jmeter is not None and shipped.load.jmeter.plan == str(LADDER)
     spec = cell_load("jmeter", 32, 2.0, 1000, shipped.load, prepare=True)
     (group,) = spec.client_groups()
-    assert (group.tool, group.workers, group.jmeter.plan) == ("jmeter", 32, str(LADDER))  # type: ignore[union-attr]
+    assert (group.tool, group.workers, group.settings.plan) == ("jmeter", 32, str(LADDER))
     assert cell_load("ledger", 32, 2.0, 1000, shipped.load, prepare=True).groups == ()  # chaoskit's own clients
     with pytest.raises(ValidationError, match=r"grid.workers 8: the plan runs 6 threads with chaoskit.threads=8"):
         _ladder(tmp_path, PLAN)  # the steps plan's counts are numbers: every cell would run 6
@@ -340,8 +340,8 @@ def test_a_jmeter_ladder_sets_each_cells_threads_through_the_plans_property(tmp_
 def test_the_shipped_playbook_runs_the_plans_six_threads_after_the_builtin_clients() -> None:
     pb = load_playbook(ROOT / "playbooks" / "pg-kill-primary-jmeter.yaml").playbook
     tool = next(g for g in pb.load.to_spec().client_groups() if g.tool == "jmeter")
-    assert list(tool.worker_ids) == [5, 6, 7, 8, 9, 10] and tool.jmeter is not None
-    assert tool.jmeter.plan == str(PLAN) and os.access(tool.jmeter.bin, os.X_OK)
+    assert list(tool.worker_ids) == [5, 6, 7, 8, 9, 10] and tool.settings is not None
+    assert tool.settings.plan == str(PLAN) and os.access(tool.settings.bin, os.X_OK)
 
 
 def test_the_terminal_says_when_jmeter_ended_early_and_what_was_left_out() -> None:

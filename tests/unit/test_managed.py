@@ -187,7 +187,7 @@ def test_the_shipped_managed_sweep_mixes_both_load_sources() -> None:
     assert exp.grid.delay_ms == (0.0, 1.0, 5.0) and set(exp.grid.workload) == {"oltp_read_write", "update"}
     tool = cell_load("oltp_read_write", 8, 2.0, 1000, exp.load, prepare=True)
     own = cell_load("update", 8, 2.0, 1000, exp.load, prepare=True)
-    assert [g.tool for g in tool.client_groups()] == ["sysbench"] and tool.groups[0].sysbench.test == "oltp_read_write"
+    assert [g.tool for g in tool.client_groups()] == ["sysbench"] and tool.groups[0].settings.test == "oltp_read_write"
     assert [g.tool for g in own.client_groups()] == ["builtin"] and own.workload == "update"
     with pytest.raises(ValueError, match="not one of the workloads or sysbench tests"):
         Experiment.model_validate({"name": "x", "kind": "sweep", "cluster": "c", "load": {"tool": "sysbench"},

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chaoskit.tools import jmeter, pgbench, sysbench
+from chaoskit.workload.engines import jmeter, pgbench, sysbench
 
 FIX = Path(__file__).parent.parent / "fixtures" / "tools"
 

@@ -1,4 +1,8 @@
-"""JMeter's results file (JTL, CSV form) read sample by sample.
+"""The JMeter engine (`tool: jmeter`): the user's plan, run non-GUI by the user's JMeter.
+
+## Its output
+
+JMeter's results file (JTL, CSV form) read sample by sample.
 
 A JTL line is one sample: `timeStamp` (ms since the epoch: the sample's start when
 `sampleresult.timestamp.start=true`, as JMeter's own jmeter.properties sets it, else its end),
@@ -14,21 +18,60 @@ the group's route: the connection reaches the plan as JMeter properties (`chaosk
 JMeter reads as an extra property file (`-q`), so neither a value nor the password is ever on a
 command line. A failed sample is classed by its SQLSTATE (a JDBC sampler's response code begins
 with it) and, where that says nothing, by the driver's words, as chaoskit's own clients are.
+
+## Its group runner
+
+A JMeter client group (`load.groups[].tool: jmeter`): the user's plan run once, non-GUI, by the
+user's JMeter, for the whole load; every sample read from its JTL as JMeter writes it.
+
+Each JMeter thread is one client of the group: threads get the group's worker ids in the order
+their first sample is read (a plan's thread count is known at validate: `plan_threads`
+or the group's `workers`). A sample is one op: its start and elapsed time from the JTL, `ok` when
+JMeter marked it a success, else classed by its SQLSTATE or its words (`error_class`);
+a failed write whose connection broke may have committed (unknown), one the server refused did
+not (failed), as chaoskit's own clients judge theirs. JMeter does not give up a thread whose
+connection broke: the plan's next sample tries again (a JDBC pool validates or reconnects; the
+shipped example plan reconnects itself), so no client is started again here. JMeter ending before
+the load's stop (the plan ran out, or the JVM failed) is said as an event and not hidden: the
+group has no load after it.
+
+JMeter is a launcher script that runs java as its child (JMeter 5.x's bin/jmeter does not exec),
+so it runs under a process-group guard (`lifeline.guarded_group`): the load's stop, or the
+controller's death, ends the script and the JVM together. The connection reaches the plan as
+JMeter properties on a pipe (`-q /dev/fd/N`): nothing from the inventory is on a command line,
+the password is never written to disk. Kept under `tools/<group>/`: `results.jtl` (JMeter's
+samples as it wrote them), `jmeter.log` (its own log) and `jmeter.out` (its console).
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import os
 import re
+import shutil
+import signal
+import subprocess
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from defusedxml import DefusedXmlException, ElementTree
+from pydantic import ValidationInfo, field_validator
 
-from chaoskit.db.base import ErrorClass
+from chaoskit.db.base import Driver, ErrorClass
+from chaoskit.db.registry import driver_for
+from chaoskit.inventory.models import Cluster, Inventory
+from chaoskit.lifeline import guarded_group
+from chaoskit.models import Frozen
+from chaoskit.recorder import FAIL, OK, Recorder
+from chaoskit.validation import SafePath, input_file
+from chaoskit.workload.engine import LoadEngine, Measures, ToolGroupBase
+from chaoskit.workload.outcomes import outcome_for
+from chaoskit.workload.spec import ClientGroup, LoadSpec
+from chaoskit.workload.tool_group import STOP_GRACE_S
 
 REQUIRED = ("timeStamp", "elapsed", "success", "threadName")
 OPTIONAL = ("label", "responseCode", "responseMessage")  # "" where the user's save settings left them out
@@ -182,15 +225,34 @@ def error_class(code: str, message: str, words: Callable[[str], ErrorClass | Non
     return words(message) or words(code) or ErrorClass.other
 
 
-@dataclass(frozen=True)
-class Settings:
-    """A drill's JMeter group: the user's plan (absolute path), the JMeter to run it (`bin`: a
-    command on PATH or an absolute path), and whether its samples write (their failures after
-    the connection broke are then unknown commits)."""
+class Settings(Frozen):
+    """What a JMeter group runs (`jmeter: {...}`, a playbook's group and an experiment's load
+    alike): the user's plan (`plan`, a .jmx, relative to the playbook) with the user's JMeter
+    (`bin`: a command on PATH, default `jmeter`, or a path, relative to the playbook or absolute,
+    e.g. /opt/apache-jmeter-5.6/bin/jmeter). `writes` says whether its samples write (default
+    true): a failed write whose connection broke is then an unknown commit."""
 
-    plan: str
-    bin: str = "jmeter"
+    plan: SafePath
+    bin: SafePath = "jmeter"
     writes: bool = True
+
+    @field_validator("plan")
+    @classmethod
+    def _plan(cls, value: str, info: ValidationInfo) -> str:
+        return input_file(value, info)
+
+    @field_validator("bin")
+    @classmethod
+    def _bin(cls, value: str, info: ValidationInfo) -> str:
+        if "/" not in value:
+            found = shutil.which(value)
+            if found is None:
+                raise ValueError(f"no command {value[:60]!r} on PATH: give JMeter's bin/jmeter as a path")
+            return found
+        path = input_file(value, info)
+        if not os.access(path, os.X_OK):
+            raise ValueError(f"{value[:200]!r} is not executable")
+        return path
 
 
 # a plan's thread groups whose thread count is read from the plan: JMeter's own three kinds
@@ -295,3 +357,212 @@ def run_argv(bin_path: str, plan: str, jtl: str, log: str, properties_path: str)
             "-Jjmeter.save.saveservice.timestamp_format=ms", "-Jsampleresult.timestamp.start=true",
             "-Jjmeter.save.saveservice.autoflush=true", "-Jjmeterengine.nongui.port=0",
             "-Jsummariser.interval=5"]
+
+
+JDBC_DRIVER_CLASS = {"postgres": "org.postgresql.Driver", "mysql": "org.mariadb.jdbc.Driver"}
+
+
+def connection_properties(driver: Driver, spec: LoadSpec, group: ClientGroup) -> dict[str, str]:
+    """What the plan is given of its route, as JMeter properties (`${__P(chaoskit.jdbc.url)}` in a
+    JDBC Connection Configuration, `props.get(...)` in a script)."""
+    cluster = driver.cluster
+    endpoints = driver.endpoints()
+    props = {
+        "chaoskit.jdbc.url": jdbc_url(driver.family, endpoints, cluster.database or "", spec.connect_timeout,
+                                             spec.op_timeout),
+        "chaoskit.jdbc.driver": JDBC_DRIVER_CLASS[driver.family],
+        "chaoskit.jdbc.user": cluster.user or "",
+        "chaoskit.db.hosts": ",".join(f"{h}:{p}" for h, p in endpoints),
+        "chaoskit.db.name": cluster.database or "",
+        "chaoskit.group": group.name,
+        THREADS_PROPERTY: str(group.workers),
+        "chaoskit.run_id": spec.run_id,
+    }
+    password = driver.password()
+    if password is not None:
+        props["chaoskit.jdbc.password"] = password
+    return props
+
+
+def book_sample(recorder: Recorder, worker: int, kind: str, s: Sample, writes: bool,
+                words: Callable[[str], ErrorClass | None]) -> None:
+    """One sample as one op: ok as JMeter marked it; a failure classed by its SQLSTATE or words,
+    unknown where a write's connection broke (it may have committed), failed where the server
+    refused it or it never connected (the same rule as chaoskit's own clients' commits)."""
+    if s.ok:
+        recorder.record(worker, kind, s.t_start, s.t_end, OK)
+        return
+    cls = error_class(s.code, s.message, words)
+    outcome = outcome_for(cls, "commit", False) if writes else FAIL
+    recorder.record(worker, kind, s.t_start, s.t_end, outcome, cls.value, f"{s.code} {s.message}".strip()[:200])
+
+
+@dataclass(kw_only=True)
+class JmeterGroup(ToolGroupBase):
+    """The group's one JMeter, started at the first tick, read on every tick, stopped at the end."""
+
+    driver: Driver
+
+    def __post_init__(self) -> None:
+        assert isinstance(self.group.settings, Settings)
+        self.settings = self.group.settings
+        self.kind = "write" if self.settings.writes else "read"
+        self.jtl = self.raw / "results.jtl"
+        self.reader = JtlReader(self.jtl)
+        self.read_to = 0
+        self.threads: dict[str, int] = {}
+        self.free = list(self.group.worker_ids)
+        self.dropped = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started = False
+
+    def _start(self, now: float) -> None:
+        self.started = True
+        props = properties_text(connection_properties(self.driver, self.spec, self.group))
+        r, w = os.pipe()
+        try:
+            os.write(w, props.encode("ascii"))  # escaped to ASCII; far below a pipe's 64 KiB
+        finally:
+            os.close(w)
+        argv = run_argv(self.settings.bin, self.settings.plan, str(self.jtl), str(self.raw / "jmeter.log"),
+                               f"/dev/fd/{r}")
+        with open(self.raw / "jmeter.out", "ab") as out:
+            out.write(f"== started {now:.6f}\n".encode())
+            out.flush()
+            try:
+                self.proc = subprocess.Popen(guarded_group(argv), stdin=subprocess.DEVNULL, stdout=out,
+                                             stderr=subprocess.STDOUT, pass_fds=(r,), cwd=self.raw,
+                                             start_new_session=True)
+            finally:
+                os.close(r)
+
+    def _read(self) -> None:
+        if not self.jtl.exists():
+            return
+        with open(self.jtl, "rb") as fh:
+            fh.seek(self.read_to)
+            data = fh.read()
+        self.read_to += len(data)
+        for sample in self.reader.feed(data):
+            self._book(sample)
+
+    def _book(self, s: Sample) -> None:
+        worker = self.threads.get(s.thread)
+        if worker is None:
+            if not self.free:
+                self.dropped += 1
+                if self.dropped == 1:
+                    self.event("tool_samples_dropped", s.t_end, self.group.first_worker, thread=s.thread,
+                               why=f"the plan runs more threads than the group's {self.group.workers} workers")
+                return
+            worker = self.threads[s.thread] = self.free.pop(0)
+        book_sample(self.recorder, worker, self.kind, s, self.settings.writes, self.driver.classify_words)
+
+    def _ended(self, now: float) -> None:
+        assert self.proc is not None
+        code = self.proc.returncode
+        self._read()
+        self.proc = None
+        if not self.stopping:
+            said = (self.raw / "jmeter.out").read_text(errors="replace").strip().splitlines()
+            self.event("tool_ended", now, self.group.first_worker, exit=code,
+                       why=(said[-1][:200] if said else "no output") + " (not started again: the group has no "
+                       "load after this)")
+
+    def tick(self, now: float) -> None:
+        if not self.started:
+            self._start(now)
+            return
+        if self.proc is None:
+            return
+        self._read()
+        if self.proc.poll() is not None:
+            self._ended(now)
+
+    def stop(self) -> None:
+        """SIGTERM to the guard ends JMeter's script and JVM (every finished sample is already in the
+        JTL: it is flushed sample by sample); then the rest of the JTL is read."""
+        self.stopping = True
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+            self._ended(time.time())
+        else:
+            self._read()
+        if self.dropped:
+            self.event("tool_samples_dropped", time.time(), self.group.first_worker, samples=self.dropped,
+                       why=f"the plan ran more threads than the group's {self.group.workers} workers")
+
+
+def _driver(cluster: Cluster, inventory: Inventory, spec: LoadSpec, group: ClientGroup) -> Driver:
+    return driver_for(cluster, inventory, connect_timeout=spec.connect_timeout, op_timeout=spec.op_timeout,
+                      profile=group.client_profile())
+
+
+TEST = "jmeter"  # the grid's workload that runs an experiment's plan
+
+
+class Jmeter(LoadEngine):
+    name = "jmeter"
+    measures = Measures(0.0, False, True, False)  # its JTL: every sample's start and elapsed time
+    speaks = ("postgres", "mysql")  # the JDBC URLs chaoskit gives a plan (`jdbc_url`)
+    settings = Settings
+    settings_example = "{plan: my-plan.jmx}"
+    tests = (TEST,)
+    paced_by = "its plan's timers"
+
+    @classmethod
+    def group_workers(cls, settings: Settings, workers: int, given: bool) -> int:
+        """A JMeter group's clients are its plan's threads: read from the plan, or said by
+        `workers` where the plan's thread counts are expressions JMeter alone can work out (with
+        `workers` given, chaoskit.threads is set to it: a plan may take its threads from it)."""
+        try:
+            threads = plan_threads(settings.plan, {THREADS_PROPERTY: workers} if given else None)
+        except PlanError as exc:
+            raise ValueError(str(exc)) from None
+        if threads is None and not given:
+            raise ValueError("the plan's thread count is not a number nor ${__P(name,default)} in every thread "
+                             "group: say it with workers")
+        if threads is not None and given and threads != workers:
+            raise ValueError(f"workers ({workers}) is not the plan's {threads} threads; leave workers out")
+        return workers if threads is None else threads
+
+    @classmethod
+    def check_ladder(cls, settings: Settings, workers: tuple[int, ...]) -> None:
+        """A JMeter cell's clients are its plan's threads: the plan must run `workers` threads when
+        chaoskit.threads is set to it (a thread group of `${__P(chaoskit.threads,N)}`), else the
+        cells would all measure the plan's own count under other names."""
+        for n in workers:
+            try:
+                threads = plan_threads(settings.plan, {THREADS_PROPERTY: n})
+            except PlanError as exc:
+                raise ValueError(str(exc)) from None
+            if threads != n:
+                raise ValueError(f"grid.workers {n}: the plan runs {threads or 'an unknown number of'} threads "
+                                 f"with {THREADS_PROPERTY}={n}; a JMeter ladder's thread group takes its "
+                                 f"threads from ${{__P({THREADS_PROPERTY},N)}}")
+
+    @classmethod
+    def cell_settings(cls, settings: Settings, test: str, prepare: bool) -> Settings:
+        return settings  # the plan, its threads set through chaoskit.threads (validated by check_ladder)
+
+    @classmethod
+    def describe(cls, group: ClientGroup, route: Cluster) -> list[str]:
+        """What the group runs on the control node, as `chaoskit validate` shows it (nothing is reached)."""
+        s = group.settings
+        assert isinstance(s, Settings)
+        argv = run_argv(s.bin, s.plan, f"tools/{group.name}/results.jtl", f"tools/{group.name}/jmeter.log",
+                        "/dev/fd/<pipe>")
+        return [" ".join(argv) + f"   (properties on the pipe: chaoskit.jdbc.url/.driver/.user/.password of cluster "
+                f"{route.name}, chaoskit.db.hosts, chaoskit.db.name; the plan's {group.workers} threads, run once "
+                "for the whole load)"]
+
+    @classmethod
+    def runner(cls, group: ClientGroup, cluster: Cluster, inventory: Inventory, spec: LoadSpec, raw: Path,
+               recorder: Recorder, rate_share: float | None) -> JmeterGroup:
+        """Nothing to prepare: a plan's tables are the plan's (a setUp thread group makes them)."""
+        return JmeterGroup(group, spec, raw, recorder, rate_share, driver=_driver(cluster, inventory, spec, group))
