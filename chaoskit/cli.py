@@ -664,9 +664,10 @@ def campaign(
     import time as _t
 
     from chaoskit.db.roles import observed
+    from chaoskit.drill.campaign import run_campaign
     from chaoskit.inventory.reach import refuse_unreachable_lab
     from chaoskit.playbook.loader import load_playbook
-    from chaoskit.report.campaign import run_figures, summarise, wait_healthy, write_campaign
+    from chaoskit.report.campaign import summarise, write_campaign
     from chaoskit.report.rundir import run_dir_name
     from chaoskit.report.vocabulary import shown, verdict_word
     from chaoskit.topology.roles import writer_roles
@@ -687,25 +688,22 @@ def campaign(
     except (ChaoskitError, OSError) as exc:
         _fail(exc if isinstance(exc, ChaoskitError) else InputError(str(exc), source=str(out_root), field="--out"))
     cluster = observed(inv.clusters[loaded.playbook.cluster], inv)  # a managed service: its endpoints
-    runs: list[dict[str, Any]] = []
-    aborted = False
-    for i in range(repeat):
-        if i and not wait_healthy(lambda: writer_roles(cluster, inv), len(cluster.members), settle_s):
-            err.print(f"the cluster was not healthy within {settle} after run {i}: campaign stopped", highlight=False)
-            break
-        sealed = _drill_once(loaded, inv, playbook, inventory, root, allow_production, sign_key,
-                             outputs=_outputs(no_pdf, no_plots))
-        aborted = sealed.aborted or bool(sealed.incomplete)
+
+    def said(i: int, sealed: Any, r: dict[str, Any]) -> None:
         if sealed.incomplete:
             err.print(f"run {i + 1}: incomplete: {sealed.incomplete} (run directory {sealed.path}, sealed)",
                       highlight=False, markup=False, soft_wrap=True)
-        runs.append(run_figures(sealed.path, sealed.evidence))
-        r = runs[-1]
         out.print(f"run {i + 1}/{repeat}: {verdict_word(r['verdict'])}, all clients back "
                   f"{shown('rto_all_clients_s', r['rto_all_clients_s'])}, {shown('lost_acknowledged', r['lost'])} lost",
                   highlight=False)
-        if aborted:
-            break
+
+    done = run_campaign(repeat, lambda: _drill_once(loaded, inv, playbook, inventory, root, allow_production, sign_key,
+                                                    outputs=_outputs(no_pdf, no_plots)),
+                        lambda: writer_roles(cluster, inv), len(cluster.members), settle_s, said)
+    if done.unsettled_after is not None:
+        err.print(f"the cluster was not healthy within {settle} after run {done.unsettled_after}: campaign stopped",
+                  highlight=False)
+    runs, aborted = done.runs, done.aborted
     summary = summarise(loaded.playbook.name, runs)
     write_campaign(summary, root)
     _seal(root, None)

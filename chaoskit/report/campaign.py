@@ -3,41 +3,22 @@
 Between runs the cluster must be healthy again (every member answering, exactly one primary, as the
 servers themselves say), checked for at most `settle_s`; the campaign directory holds each run's
 directory, `campaign.json` (per run: verdict, RTO, RPO; over the runs: min / median / p95 / max and
-the pass rate), a plot and `campaign.html`.
+the pass rate), a plot and `campaign.html`. The loop over runs and the health wait are
+`chaoskit.drill.campaign`; this module makes the figures and the campaign's report.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from chaoskit.analysis.failover import nearest_rank
 from chaoskit.report.legacy import upgrade
 from chaoskit.report.vocabulary import worst_over_outages
-from chaoskit.timesource import Held
-from chaoskit.topology.roles import steady
 
 FORMAT = "chaoskit-campaign/1"
-
-
-def wait_healthy(roles: Callable[[], dict[str, str]], members: int, settle_s: float, hold_s: float = 3.0,
-                 sleep: Callable[[float], None] = time.sleep, now: Callable[[], float] = time.time) -> bool:
-    """True once the cluster is steady (`topology.roles.steady`), held for `hold_s`."""
-    deadline = now() + settle_s
-    held = Held(hold_s)
-    while now() < deadline:
-        try:
-            seen = roles()
-        except Exception:
-            seen = {}
-        if held.look(steady(seen, members), now()):
-            return True
-        sleep(0.5)
-    return False
 
 
 def distribution(values: list[float | None]) -> dict[str, Any]:

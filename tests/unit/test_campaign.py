@@ -1,10 +1,12 @@
-"""Campaign figures by hand, and the wait for a healthy cluster on a fake clock."""
+"""Campaign figures by hand, the wait for a healthy cluster on a fake clock, and the loop over runs."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
-from chaoskit.report.campaign import distribution, summarise, wait_healthy, write_campaign
+from chaoskit.drill.campaign import run_campaign, wait_healthy
+from chaoskit.report.campaign import distribution, summarise, write_campaign
 from chaoskit.testing.clock import FakeClock
 
 
@@ -72,3 +74,37 @@ def test_held_counts_from_the_first_look_of_an_unbroken_run() -> None:
         False, False, False, False, True]
     assert held.since == 0.7
     assert held.look(False, 2.0) is False and held.since is None
+
+
+def _sealed(tmp_path: Path, name: str, verdict: object = True, aborted: bool = False, incomplete: str | None = None
+            ) -> SimpleNamespace:
+    results = {"verdict": verdict, "rpo": {"lost_acknowledged": 0},
+               "faults": [{"outage": True, "rto_all_clients_s": 10.5}]}
+    evidence = {"results": results, "aborted": aborted, **({"incomplete": incomplete} if incomplete else {})}
+    return SimpleNamespace(path=tmp_path / name, evidence=evidence, aborted=aborted, incomplete=incomplete)
+
+
+def test_a_campaign_runs_until_its_repeat_an_unsettled_cluster_or_an_aborted_run(tmp_path: Path) -> None:
+    runs = iter([_sealed(tmp_path, "r1"), _sealed(tmp_path, "r2", verdict=False), _sealed(tmp_path, "r3")])
+    waits: list[float] = []
+    told: list[tuple[int, str, object]] = []
+
+    def wait(roles: object, members: int, settle_s: float) -> bool:
+        waits.append(settle_s)
+        return True
+
+    done = run_campaign(3, lambda: next(runs), lambda: {}, 3, 60.0, lambda i, s, r: told.append((i, s.path.name,
+                                                                                               r["verdict"])), wait)
+    assert [r["run"] for r in done.runs] == ["r1", "r2", "r3"] and waits == [60.0, 60.0]  # none before the first
+    assert told == [(0, "r1", True), (1, "r2", False), (2, "r3", True)] and not done.aborted
+    assert done.runs[0]["rto_all_clients_s"] == 10.5 and done.unsettled_after is None
+    # the cluster not steady within the settle time after run 1: no second run
+    runs = iter([_sealed(tmp_path, "r1"), _sealed(tmp_path, "r2")])
+    done = run_campaign(3, lambda: next(runs), lambda: {}, 3, 60.0, wait=lambda *a: False)
+    assert [r["run"] for r in done.runs] == ["r1"] and done.unsettled_after == 1
+    # an aborted run, or an incomplete one, ends the campaign after it (its directory is sealed)
+    for last in (_sealed(tmp_path, "r2", aborted=True), _sealed(tmp_path, "r2", incomplete="load lost")):
+        these = iter([_sealed(tmp_path, "r1"), last, _sealed(tmp_path, "r3")])
+        done = run_campaign(3, these.__next__, lambda: {}, 3, 60.0, wait=lambda *a: True)
+        assert [r["run"] for r in done.runs] == ["r1", "r2"] and done.aborted
+        assert done.runs[-1]["verdict"] in ("aborted", "incomplete")
