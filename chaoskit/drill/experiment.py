@@ -12,6 +12,7 @@ import itertools
 import math
 import statistics
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -223,87 +224,146 @@ def summarise(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[st
 
 def run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progress: Any = None,
                    tool_dir: Path | None = None) -> dict[str, Any]:
-    """Cell by cell; every latency fault and every settings change is undone on the way out
-    (normal end, error, Ctrl-C, SIGTERM), and the settings are journaled with a dead-man first.
+    """Cell by cell, told as the drill is, in nested scopes whose teardown is the reading order
+    reversed: every latency fault and every settings change is undone on the way out (normal end,
+    error, Ctrl-C, SIGTERM), the settings journaled with a dead-man first; the hosts' CPU is read
+    through it all; an error or interrupt in a cell ends the cells, and those measured are kept.
     `tool_dir`: where a tool's output is kept, a directory per cell (`cell-NNN/`)."""
-    with stop_signals_interrupt():  # Ctrl-C and SIGTERM abort and restore, whatever was inherited
-        return _run_experiment(exp, inv, inventory_path, progress, tool_dir)
+    run = ExperimentRun(exp, inv, inventory_path, progress, tool_dir)
+    with stop_signals_interrupt(), run.hosts_connected(), run.hosts_sampled(), run.healing(), run.cells_kept():
+        run.read_targets()
+        run.change_settings()
+        run.measure_cells()
+    return run.result()
 
 
-def _run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progress: Any,
-                    tool_dir: Path | None = None) -> dict[str, Any]:
-    started = time.time()
-    settings: dict[str, Any] = {}
-    rows: list[dict[str, Any]] = []
-    ha = manager_for(inv.clusters[exp.cluster], inv)
-    ttl = 3600.0 * 24
-    interrupted = None
-    failures = Failures()  # what failed after the first cell started: the cells done are kept, the run sealed
-    targets = exp.targets or (exp.cluster,)
-    required = check_required(exp, inv)  # before anything is touched
-    with FaultManager(inv) as fm:
-        undo = Undo(fm, ha, inventory_path)
-        # the hosts' CPU (and the control node's) through the whole experiment, read per cell's window
-        hosts = list(dict.fromkeys(m.host for t in targets for m in inv.clusters[t].members))
-        sampler = sampler_for(inv, fm.pool, hosts)
+class ExperimentRun:
+    """One experiment's run: its scopes (the drill's: hosts connected, sampled, healing; and the
+    cells kept whatever ends them) and its steps, each reading and writing the run's state."""
+
+    def __init__(self, exp: Experiment, inv: Inventory, inventory_path: str, progress: Any,
+                 tool_dir: Path | None) -> None:
+        self.exp, self.inv, self.inventory_path, self.progress, self.tool_dir = exp, inv, inventory_path, progress, \
+            tool_dir
+        self.started = time.time()
+        self.settings: dict[str, Any] = {}
+        self.rows: list[dict[str, Any]] = []
+        self.ha = manager_for(inv.clusters[exp.cluster], inv)
+        self.ttl = 3600.0 * 24
+        self.interrupted: str | None = None
+        self.failures = Failures()  # what failed after the first cell started: the cells done are kept, the run sealed
+        self.targets = exp.targets or (exp.cluster,)
+        self.required = check_required(exp, inv)  # before anything is touched
+        self.restore_errors: list[str] = []
+        self.series: Any = {}
+        self.fm: FaultManager | None = None
+        self.undo: Undo | None = None
+
+    @contextlib.contextmanager
+    def hosts_connected(self) -> Iterator[None]:
+        """SSH to the targets' hosts (the fault manager's pool) and what undoes changes."""
+        with FaultManager(self.inv) as fm:
+            self.fm, self.undo = fm, Undo(fm, self.ha, self.inventory_path)
+            yield
+
+    @contextlib.contextmanager
+    def hosts_sampled(self) -> Iterator[None]:
+        """The hosts' CPU (and the control node's) through the whole experiment, read per cell's window."""
+        assert self.fm is not None
+        hosts = list(dict.fromkeys(m.host for t in self.targets for m in self.inv.clusters[t].members))
+        sampler = sampler_for(self.inv, self.fm.pool, hosts)
         sampler.start()
         try:
-            for t in targets:
-                settings[t] = {"server": read_settings(inv.clusters[t], inv),
-                               "ha": describe_ha(manager_for(inv.clusters[t], inv))}
-            if exp.settings:
-                undo.change_settings(dict(exp.settings), ttl)
-            modes: tuple[bool | None, ...] = exp.grid.synchronous_mode or (None,)
-            plan: list[tuple[str, str, int, float, bool | None]]
-            if exp.kind == "compare":  # the targets alternate innermost: each delay's routes side by side
-                plan = [(t, wl, w, d, None) for _ in range(exp.repeats) for d in exp.grid.delay_ms
-                        for wl in exp.grid.workload for w in exp.grid.workers for t in targets]
-            else:  # the mode outermost: one reconfiguration per mode and repeat
-                plan = [(exp.cluster, wl, w, d, m) for _ in range(exp.repeats)
-                        for m, wl, w, d in itertools.product(modes, exp.grid.workload, exp.grid.workers,
-                                                             exp.grid.delay_ms)]
-            per_cell = exp.warmup + exp.measure + 2
-            current: bool | None = None
-            # a tool's tables are made once per target and test (pgbench's builtin scripts share theirs)
-            prepared: set[tuple[str, str]] = set()
-            for i, (target, wl, w, d, m) in enumerate(plan):
-                if m is not None and m != current:
-                    # the first switch is journaled with the original value; later ones only flip it
-                    if current is None:
-                        undo.change_settings({"synchronous_mode": m}, ttl)
-                    else:
-                        ha.apply_settings({"synchronous_mode": m})
-                    current = m
-                    settings[f"{exp.cluster} synchronous_mode={str(m).lower()}"] = {
-                        "server": read_settings(inv.clusters[exp.cluster], inv), "ha": describe_ha(ha)}
-                if progress is not None:
-                    mode = "" if m is None else (" sync" if m else " async")
-                    progress(i, len(plan), per_cell * (len(plan) - i), f"{target} {wl} x{w} delay {d:g} ms{mode}")
-                sync_on = m is True or (m is None and exp.settings.get("synchronous_mode") is True)
-                tool_cell = tool_of_cell(wl, exp.load) is not None
-                cell_dir = (tool_dir / f"cell-{i:03d}") if tool_dir is not None and tool_cell else None
-                tables = (target, tables_of(wl, exp.load))
-                cell = measure_cell(inv, target, fm, workload=wl, workers=w, delay_ms=d, link=exp.link,
-                                    warmup=exp.warmup, measure=exp.measure, table_rows=exp.table_rows,
-                                    op_timeout=exp.op_timeout, sync_standby=ha if sync_on else None,
-                                    load=exp.load, tool_dir=cell_dir, prepare=tables not in prepared)
-                prepared.add(tables)
-                if m is not None:
-                    cell["synchronous_mode"] = m
-                rows.append({"target": target, "repeat": i // max(1, len(plan) // exp.repeats), **cell})
-        except KeyboardInterrupt:
-            interrupted = "interrupted (Ctrl-C or SIGTERM); faults reverted, settings restored"
-        except Exception as exc:  # the cells measured so far are evidence all the same
-            failures.add(f"cell {len(rows)}", exc)
+            yield
         finally:
-            restore_errors = undo.undo().errors
-            series = sampler.stop()
-    result: dict[str, Any] = {"experiment": exp.model_dump(mode="json"), "started": started, "ended": time.time(),
-                              "settings": settings, "rows": rows, "cells": [], "aborted": interrupted,
-                              "settings_restore_errors": restore_errors, "failures": failures}
-    with failures.guard("analysis"):
-        _summarised(result, exp, inv, targets, series, required)
-    return result
+            self.series = sampler.stop()
+
+    @contextlib.contextmanager
+    def healing(self) -> Iterator[None]:
+        """On the way out, whatever happened: every latency fault reverted, every setting restored."""
+        assert self.undo is not None
+        try:
+            yield
+        finally:
+            self.restore_errors = self.undo.undo().errors
+
+    @contextlib.contextmanager
+    def cells_kept(self) -> Iterator[None]:
+        """An interrupt or an error ends the cells; the cells measured so far are evidence all the
+        same (the error is the run's failure, said with them), never raised past the heal."""
+        try:
+            yield
+        except KeyboardInterrupt:
+            self.interrupted = "interrupted (Ctrl-C or SIGTERM); faults reverted, settings restored"
+        except Exception as exc:
+            self.failures.add(f"cell {len(self.rows)}", exc)
+
+    def read_targets(self) -> None:
+        for t in self.targets:
+            self.settings[t] = {"server": read_settings(self.inv.clusters[t], self.inv),
+                                "ha": describe_ha(manager_for(self.inv.clusters[t], self.inv))}
+
+    def change_settings(self) -> None:
+        """The HA settings fixed for the whole experiment, journaled (with a dead-man) and set."""
+        if self.exp.settings:
+            assert self.undo is not None
+            self.undo.change_settings(dict(self.exp.settings), self.ttl)
+
+    def plan(self) -> list[tuple[str, str, int, float, bool | None]]:
+        """(target, workload, workers, delay, synchronous mode) of every cell, in the order run."""
+        exp, grid = self.exp, self.exp.grid
+        modes: tuple[bool | None, ...] = grid.synchronous_mode or (None,)
+        if exp.kind == "compare":  # the targets alternate innermost: each delay's routes side by side
+            return [(t, wl, w, d, None) for _ in range(exp.repeats) for d in grid.delay_ms
+                    for wl in grid.workload for w in grid.workers for t in self.targets]
+        # the mode outermost: one reconfiguration per mode and repeat
+        return [(exp.cluster, wl, w, d, m) for _ in range(exp.repeats)
+                for m, wl, w, d in itertools.product(modes, grid.workload, grid.workers, grid.delay_ms)]
+
+    def measure_cells(self) -> None:
+        exp, inv, ha = self.exp, self.inv, self.ha
+        assert self.fm is not None and self.undo is not None
+        plan = self.plan()
+        per_cell = exp.warmup + exp.measure + 2
+        current: bool | None = None
+        # a tool's tables are made once per target and test (pgbench's builtin scripts share theirs)
+        prepared: set[tuple[str, str]] = set()
+        for i, (target, wl, w, d, m) in enumerate(plan):
+            if m is not None and m != current:
+                # the first switch is journaled with the original value; later ones only flip it
+                if current is None:
+                    self.undo.change_settings({"synchronous_mode": m}, self.ttl)
+                else:
+                    ha.apply_settings({"synchronous_mode": m})
+                current = m
+                self.settings[f"{exp.cluster} synchronous_mode={str(m).lower()}"] = {
+                    "server": read_settings(inv.clusters[exp.cluster], inv), "ha": describe_ha(ha)}
+            if self.progress is not None:
+                mode = "" if m is None else (" sync" if m else " async")
+                self.progress(i, len(plan), per_cell * (len(plan) - i), f"{target} {wl} x{w} delay {d:g} ms{mode}")
+            sync_on = m is True or (m is None and exp.settings.get("synchronous_mode") is True)
+            tool_cell = tool_of_cell(wl, exp.load) is not None
+            cell_dir = (self.tool_dir / f"cell-{i:03d}") if self.tool_dir is not None and tool_cell else None
+            tables = (target, tables_of(wl, exp.load))
+            cell = measure_cell(inv, target, self.fm, workload=wl, workers=w, delay_ms=d, link=exp.link,
+                                warmup=exp.warmup, measure=exp.measure, table_rows=exp.table_rows,
+                                op_timeout=exp.op_timeout, sync_standby=ha if sync_on else None,
+                                load=exp.load, tool_dir=cell_dir, prepare=tables not in prepared)
+            prepared.add(tables)
+            if m is not None:
+                cell["synchronous_mode"] = m
+            self.rows.append({"target": target, "repeat": i // max(1, len(plan) // exp.repeats), **cell})
+
+    def result(self) -> dict[str, Any]:
+        """The run's result: what was measured and changed, then the cells' figures (an analysis
+        that fails is the run's failure, said with the rows)."""
+        result: dict[str, Any] = {
+            "experiment": self.exp.model_dump(mode="json"), "started": self.started, "ended": time.time(),
+            "settings": self.settings, "rows": self.rows, "cells": [], "aborted": self.interrupted,
+            "settings_restore_errors": self.restore_errors, "failures": self.failures}
+        with self.failures.guard("analysis"):
+            _summarised(result, self.exp, self.inv, self.targets, self.series, self.required)
+        return result
 
 
 def _summarised(result: dict[str, Any], exp: Experiment, inv: Inventory, targets: tuple[str, ...], series: Any,
