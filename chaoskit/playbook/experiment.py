@@ -18,7 +18,6 @@ from chaoskit.playbook.models import (
     tool_settings,
     with_tool_fields,
 )
-from chaoskit.plugins import UnknownPlugin
 from chaoskit.validation import FreeText, Name
 from chaoskit.workload import spec as load_defaults
 from chaoskit.workload.engine import ENGINES, engine, tool_engine_refusal
@@ -81,10 +80,7 @@ class ToolBase(Frozen):
     @field_validator("tool")
     @classmethod
     def _a_tool(cls, value: str) -> str:
-        try:
-            eng = ENGINES.get(value)
-        except UnknownPlugin as exc:
-            raise ValueError(str(exc)) from None
+        eng = ENGINES.get(value)  # an unknown name raises UnknownPlugin, a ValueError listing the known ones
         if not eng.tests:
             raise ValueError(f"{value} runs no experiment cell; tools that do: "
                              f"{', '.join(n for n, e in ENGINES.all().items() if e.tests)}")

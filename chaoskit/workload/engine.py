@@ -32,6 +32,7 @@ from chaoskit.recorder import Recorder
 from chaoskit.workload.spec import ClientGroup, LoadSpec
 
 if TYPE_CHECKING:
+    from chaoskit.db.base import Driver
     from chaoskit.inventory.models import Cluster, Inventory
 
 TOOL_FIGURE_PREFIX = "tool_"  # a figure a tool says in its own terms (`window_latency`) is named tool_*
@@ -165,6 +166,15 @@ def engine(name: str) -> type[LoadEngine]:
 
 def measures(tool: str) -> Measures:
     return ENGINES.get(tool).measures
+
+
+def group_driver(cluster: Cluster, inventory: Inventory, spec: LoadSpec, group: ClientGroup) -> Driver:
+    """The database driver a tool group reaches its route with: the load's connect and op timeouts,
+    the group's client profile (a tool's connection string, its writer search)."""
+    from chaoskit.db.registry import driver_for
+
+    return driver_for(cluster, inventory, connect_timeout=spec.connect_timeout, op_timeout=spec.op_timeout,
+                      profile=group.client_profile())
 
 
 def tool_engine_refusal(tool: str, cluster: str, family: str) -> str | None:

@@ -62,13 +62,12 @@ from defusedxml import DefusedXmlException, ElementTree
 from pydantic import ValidationInfo, field_validator
 
 from chaoskit.db.base import Driver, ErrorClass
-from chaoskit.db.registry import driver_for
 from chaoskit.inventory.models import Cluster, Inventory
 from chaoskit.lifeline import guarded_group
 from chaoskit.models import Frozen
 from chaoskit.recorder import FAIL, OK, Recorder
 from chaoskit.validation import SafePath, input_file
-from chaoskit.workload.engine import LoadEngine, Measures, ToolGroupBase
+from chaoskit.workload.engine import LoadEngine, Measures, ToolGroupBase, group_driver
 from chaoskit.workload.outcomes import outcome_for
 from chaoskit.workload.spec import ClientGroup, LoadSpec
 from chaoskit.workload.tool_group import STOP_GRACE_S
@@ -498,11 +497,6 @@ class JmeterGroup(ToolGroupBase):
                        why=f"the plan ran more threads than the group's {self.group.workers} workers")
 
 
-def _driver(cluster: Cluster, inventory: Inventory, spec: LoadSpec, group: ClientGroup) -> Driver:
-    return driver_for(cluster, inventory, connect_timeout=spec.connect_timeout, op_timeout=spec.op_timeout,
-                      profile=group.client_profile())
-
-
 TEST = "jmeter"  # the grid's workload that runs an experiment's plan
 
 
@@ -565,4 +559,4 @@ class Jmeter(LoadEngine):
     def runner(cls, group: ClientGroup, cluster: Cluster, inventory: Inventory, spec: LoadSpec, raw: Path,
                recorder: Recorder, rate_share: float | None) -> JmeterGroup:
         """Nothing to prepare: a plan's tables are the plan's (a setUp thread group makes them)."""
-        return JmeterGroup(group, spec, raw, recorder, rate_share, driver=_driver(cluster, inventory, spec, group))
+        return JmeterGroup(group, spec, raw, recorder, rate_share, driver=group_driver(cluster, inventory, spec, group))

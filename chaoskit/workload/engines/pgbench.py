@@ -55,12 +55,11 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from chaoskit.db.base import ErrorClass, connect_class
 from chaoskit.db.postgres import class_of_words
-from chaoskit.db.registry import driver_for
 from chaoskit.inventory.models import Cluster, Inventory
 from chaoskit.models import Frozen
 from chaoskit.recorder import FAIL, INFO, OK, Recorder
 from chaoskit.validation import SafePath, input_file
-from chaoskit.workload.engine import LoadEngine, Measures, ToolGroupBase
+from chaoskit.workload.engine import LoadEngine, Measures, ToolGroupBase, group_driver
 from chaoskit.workload.spec import ClientGroup, LoadSpec
 from chaoskit.workload.tool_group import POLL_S, STOP_GRACE_S, run_setup, with_parent_death
 
@@ -466,8 +465,7 @@ def _init_tables(group: ClientGroup, conninfo: str, env: dict[str, str], raw: Pa
 
 def tool_conninfo(cluster: Cluster, inventory: Inventory, spec: LoadSpec, group: ClientGroup
                   ) -> tuple[str, dict[str, str]]:
-    driver = driver_for(cluster, inventory, connect_timeout=spec.connect_timeout, op_timeout=spec.op_timeout,
-                        profile=group.client_profile())
+    driver = group_driver(cluster, inventory, spec, group)
     return driver.tool_conninfo(f"chaoskit-{group.tool}")  # type: ignore[attr-defined]
 
 

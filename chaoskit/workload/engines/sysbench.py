@@ -61,11 +61,10 @@ from typing import Literal, NamedTuple
 from pydantic import Field
 
 from chaoskit.db.base import Driver, ErrorClass, connect_class
-from chaoskit.db.registry import driver_for
 from chaoskit.inventory.models import Cluster, Inventory
 from chaoskit.models import Frozen
 from chaoskit.recorder import FAIL, INFO, Recorder
-from chaoskit.workload.engine import LoadEngine, Measures, ToolGroupBase
+from chaoskit.workload.engine import LoadEngine, Measures, ToolGroupBase, group_driver
 from chaoskit.workload.outcomes import connect_error_class
 from chaoskit.workload.spec import ClientGroup, LoadSpec
 from chaoskit.workload.tool_group import STOP_GRACE_S, run_setup, with_parent_death
@@ -213,11 +212,6 @@ def ending(output: str, returncode: int, classify: Callable[[str], ErrorClass | 
 
 
 RTO_RESOLUTION_S = 1.0  # its --report-interval
-
-
-def _driver(cluster: Cluster, inventory: Inventory, spec: LoadSpec, group: ClientGroup) -> Driver:
-    return driver_for(cluster, inventory, connect_timeout=spec.connect_timeout, op_timeout=spec.op_timeout,
-                      profile=group.client_profile())
 
 
 def _connection(driver: Driver) -> tuple[str, str | None, str, dict[str, str]]:
@@ -439,7 +433,7 @@ class Sysbench(LoadEngine):
         settings: Settings = group.settings or Settings()
         if not settings.prepare:
             return
-        driver = _driver(cluster, inventory, spec, group)
+        driver = group_driver(cluster, inventory, spec, group)
         name, user, db, env = _connection(driver)
         host, port = driver.writer_endpoint()
         commands = prepare_argvs(settings, name, host, port, user, db)
@@ -449,4 +443,5 @@ class Sysbench(LoadEngine):
     @classmethod
     def runner(cls, group: ClientGroup, cluster: Cluster, inventory: Inventory, spec: LoadSpec, raw: Path,
                recorder: Recorder, rate_share: float | None) -> SysbenchGroup:
-        return SysbenchGroup(group, spec, raw, recorder, rate_share, driver=_driver(cluster, inventory, spec, group))
+        driver = group_driver(cluster, inventory, spec, group)
+        return SysbenchGroup(group, spec, raw, recorder, rate_share, driver=driver)
