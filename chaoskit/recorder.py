@@ -9,6 +9,12 @@ Memory stays bounded however long the run:
 - ledger writes: per worker a dense column indexed by sequence number holding the ack time in
   ms since the run's base (2 bytes per write, see LedgerColumn), or a marker for fail / info.
 
+Flat in run length with a spill directory (the drill's `recorder/`, see `chaoskit.spill`): closed
+intervals older than `keep_closed_s`, ledger blocks a worker is two blocks past and the kept op
+history move there as the run goes; every reader folds spilled and in-memory records into the same
+figures (and late ops for a spilled interval into that interval), and the running sums of what was
+spilled keep the whole-run totals and latency histogram as cheap as before.
+
 Workers in other processes record into their own Recorder and `drain()` it; the parent
 `merge()`s the batches. Intervals are keyed by absolute index (floor(t / interval)), so merges
 line up exactly across processes.
@@ -33,14 +39,17 @@ import struct
 import sys
 import threading
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import numpy as np
 from hdrh.histogram import HdrHistogram
 
 from chaoskit.db.base import ErrorClass
 from chaoskit.history import OpHistory
+from chaoskit.spill import SEGMENT_INTERVALS, IntervalSpill, LedgerFile, OpSpill
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -70,6 +79,16 @@ _HIST_SUB_BITS = math.ceil(math.log2(2 * 10**_HIST_DIGITS))  # 8: values below 2
 
 def _new_hist() -> HdrHistogram:
     return HdrHistogram(1, HIST_MAX_US, _HIST_DIGITS)
+
+
+def _pack(counts: list[int], hist: HdrHistogram) -> bytes:
+    """A closed interval's row: its counts and its ok-latency percentiles (ms) from `hist`."""
+    if hist.get_total_count():
+        p50, p99, p999 = (hist.get_value_at_percentile(p) / 1000 for p in (50, 99, 99.9))
+        mx = hist.get_max_value() / 1000
+    else:
+        p50 = p99 = p999 = mx = math.nan
+    return _ROW.pack(*counts, p50, p99, p999, mx)
 
 
 @dataclass
@@ -125,27 +144,36 @@ class LedgerColumn:
 
     Stored in blocks of 4096 entries as 2-byte offsets from the block's first ack (a worker's
     acks are in time order), so a busy worker costs 2 bytes per write; a block spanning more
-    than ~65 s (a slow worker: few entries) is promoted to 4-byte absolute values.
+    than ~65 s (a slow worker: few entries) is promoted to 4-byte absolute values. With a spill
+    file, a block the worker is two blocks past moves there (`spill`), so memory holds at most
+    the last few blocks per worker however long the run.
     """
 
     BLOCK = 4096
     _H: ClassVar[dict[int, int]] = {LEDGER_FAIL: 0xFFFF, LEDGER_INFO: 0xFFFE, LEDGER_UNSET: 0xFFFD}
     _H_BACK: ClassVar[dict[int, int]] = {v: k for k, v in _H.items()}
 
-    def __init__(self) -> None:
-        self.blocks: list[array] = []
+    def __init__(self, file: LedgerFile | None = None) -> None:
+        self.blocks: list[array | None] = []
         self.bases: list[int | None] = []
         self.length = 0
+        self.file = file
+        self.spilled = 0  # blocks moved to the file (their list entries are None)
 
     def __len__(self) -> int:
         return self.length
 
     def set(self, i: int, value: int) -> None:
         b, o = divmod(i, self.BLOCK)
+        if b < self.spilled:
+            assert self.file is not None
+            self.file.put(i, value)
+            return
         while len(self.blocks) <= b:
             self.blocks.append(array("H", [0xFFFD]) * self.BLOCK)
             self.bases.append(None)
         block = self.blocks[b]
+        assert block is not None
         if i >= self.length:
             self.length = i + 1
         if block.typecode == "I":
@@ -175,28 +203,124 @@ class LedgerColumn:
         if i >= self.length:
             return LEDGER_UNSET
         b, o = divmod(i, self.BLOCK)
+        if b < self.spilled:
+            assert self.file is not None
+            return self.file.get(i)
         block = self.blocks[b]
+        assert block is not None
         x = block[o]
         return x if block.typecode == "I" else self._decode_h(x, self.bases[b])
 
-    def values(self, start: int = 0) -> array:
-        """Entries from `start` as absolute values (for shipping and scans)."""
-        out = array("I")
-        for i in range(start, self.length):
-            out.append(self.get(i))
+    def _block_values(self, b: int) -> np.ndarray:
+        """Block b (in memory) as absolute uint32 values."""
+        block = self.blocks[b]
+        assert block is not None
+        if block.typecode == "I":
+            return np.frombuffer(block, dtype=np.uint32).copy()
+        raw = np.frombuffer(block, dtype=np.uint16)
+        out = raw.astype(np.uint32) + np.uint32(self.bases[b] or 0)
+        for short, full in self._H_BACK.items():
+            out[raw == short] = full
         return out
+
+    def values(self, start: int = 0) -> np.ndarray:
+        """Entries from `start` as absolute uint32 values (for shipping and scans)."""
+        parts: list[np.ndarray] = []
+        spilled = self.spilled * self.BLOCK
+        if start < spilled:
+            assert self.file is not None
+            parts.append(self.file.values(start, spilled))
+        for b in range(max(self.spilled, start // self.BLOCK), len(self.blocks)):
+            lo = max(0, start - b * self.BLOCK)
+            hi = min(self.BLOCK, self.length - b * self.BLOCK)
+            if hi > lo:
+                parts.append(self._block_values(b)[lo:hi])
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
+
+    def spill(self) -> None:
+        """Move every block the worker is two blocks past to the file (none without a file)."""
+        if self.file is None:
+            return
+        while self.length > (self.spilled + 2) * self.BLOCK:
+            self.file.append(self._block_values(self.spilled))
+            self.blocks[self.spilled] = None
+            self.bases[self.spilled] = None
+            self.spilled += 1
+
+
+class ErrorLog:
+    """The kept errors, each (t, worker, kind, outcome, class, message), held in columns with the
+    strings numbered once: ~32 bytes an error instead of ~120 as a tuple each (200,000 are kept).
+    Reads as a list of those tuples: len, index, slice, iteration."""
+
+    def __init__(self) -> None:
+        self._t = array("d")
+        self._worker = array("q")
+        self._fields = array("I")  # kind, outcome, class, message: 4 string numbers per error
+        self._strings: list[str] = []
+        self._number: dict[str, int] = {}
+
+    def _n(self, text: str) -> int:
+        n = self._number.get(text)
+        if n is None:
+            n = self._number[text] = len(self._strings)
+            self._strings.append(text)
+        return n
+
+    def append(self, error: tuple) -> None:
+        t, worker, kind, outcome, cls, message = error
+        self._t.append(t)
+        self._worker.append(worker)
+        self._fields.extend((self._n(kind), self._n(outcome), self._n(cls), self._n(message)))
+
+    def extend(self, errors: Iterable[tuple]) -> None:
+        for error in errors:
+            self.append(error)
+
+    def __len__(self) -> int:
+        return len(self._t)
+
+    def _at(self, i: int) -> tuple:
+        s, f = self._strings, self._fields
+        return (self._t[i], self._worker[i], s[f[4 * i]], s[f[4 * i + 1]], s[f[4 * i + 2]], s[f[4 * i + 3]])
+
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            return [self._at(k) for k in range(*i.indices(len(self)))]
+        return self._at(range(len(self))[i])
+
+    def __iter__(self) -> Iterator[tuple]:
+        return (self._at(i) for i in range(len(self)))
+
+    def sort_by_time(self) -> None:
+        """In time order (stable: errors at the same instant keep their order)."""
+        order = sorted(range(len(self)), key=self._t.__getitem__)
+        self._t = array("d", (self._t[i] for i in order))
+        self._worker = array("q", (self._worker[i] for i in order))
+        self._fields = array("I", (self._fields[4 * i + k] for i in order for k in range(4)))
 
 
 class Recorder:
     def __init__(self, base: float, interval: float = 0.1, max_errors: int = 200_000, keep_ops: bool = False,
-                 stall_s: float | None = None) -> None:
+                 stall_s: float | None = None, spill_dir: Path | None = None, keep_closed_s: float = 300.0) -> None:
+        """`spill_dir`: where closed intervals older than `keep_closed_s`, ledger blocks and the
+        kept op history move as the run goes (`chaoskit.spill`); without it all stays in memory."""
         self.base = base  # wall-clock origin of ledger ack times
         self.interval = interval
         self.max_errors = max_errors
         self._open: dict[int, _Open] = {}
         self._rows: dict[int, bytes] = {}  # idx -> packed counts + p50, p99, p99.9, max (ms)
-        self.hists: dict[int, bytes] = {}
-        self.errors: list[tuple] = []  # (t, worker, kind, outcome, class, message)
+        self.hists: dict[int, bytes] = {}  # the closed intervals in memory (with a spill: the recent ones)
+        self.spill_dir = spill_dir
+        self._ispill = IntervalSpill(spill_dir, COLUMNS) if spill_dir is not None else None
+        self._keep_closed = max(1, round(keep_closed_s / interval))
+        self._spilled_until = -(1 << 62)  # intervals at or below this index are spilled (or late)
+        self._spilled_counts = [0] * len(COLUMNS)  # of every spilled interval, as spilled
+        self._spilled_hist = _new_hist()
+        # late ops for intervals already spilled: idx -> (counts, histogram), folded in when read
+        self._late: dict[int, tuple[list[int], HdrHistogram]] = {}
+        self._max_closed: int | None = None
+        self.errors = ErrorLog()  # (t, worker, kind, outcome, class, message)
         self.errors_dropped = 0
         self.gaps: list[Gap] = []
         self._open_gap: dict[int, Gap] = {}
@@ -210,7 +334,8 @@ class Recorder:
         # "stall" from the moment it exceeded the bound to its acknowledgement.
         self.stall_s = stall_s
         self.ops: list[tuple] = []
-        self.history = OpHistory()  # the ops around each fault (history.jsonl)
+        # the ops around each fault (history.jsonl)
+        self.history = OpHistory(spill=OpSpill(spill_dir / "history") if spill_dir is not None else None)
         # update workload: per row, how many increments were acknowledged / indeterminate
         self.row_updates: dict[int, list[int]] = {}
         self._gaps_shipped = 0
@@ -315,15 +440,22 @@ class Recorder:
             if t - max(t_sched, t_free) > DISPATCH_LATE_S:
                 counts[_COL["dispatched_late"]] += 1
 
-    def _ledger_put(self, worker: int, seq: int, t: float, outcome: str) -> None:
+    def _column(self, worker: int) -> LedgerColumn:
         col = self.ledger.get(worker)
         if col is None:
-            col = self.ledger[worker] = LedgerColumn()
+            spill = LedgerFile(self.spill_dir / "ledger" / f"{worker}.u32") if self.spill_dir is not None else None
+            col = self.ledger[worker] = LedgerColumn(spill)
+        return col
+
+    def _ledger_put(self, worker: int, seq: int, t: float, outcome: str) -> None:
+        col = self._column(worker)
         if outcome == OK:
             value = max(0, min(LEDGER_UNSET - 1, int((t - self.base) * 1000)))
         else:
             value = LEDGER_FAIL if outcome == FAIL else LEDGER_INFO
         col.set(seq - 1, value)
+        if col.file is not None:
+            col.spill()
 
     # -- closing intervals and moving batches ----------------------------------------------
     def close_before(self, idx: int) -> None:
@@ -334,6 +466,29 @@ class Recorder:
         for i in sorted(k for k in self._open if k < idx):
             slot = self._open.pop(i)
             self._store(i, slot.counts, slot.hist())
+        self._spill_intervals()
+
+    def _spill_intervals(self, everything: bool = False) -> None:
+        """Move the closed intervals older than `keep_closed_s` before the newest to the spill, a
+        segment at a time (`everything`: all of them, at the end)."""
+        if self._ispill is None or not self._rows:
+            return
+        if not everything and len(self._rows) < self._keep_closed + SEGMENT_INTERVALS:
+            return
+        horizon = (1 << 62) if everything else max(self._rows) - self._keep_closed
+        old = sorted(k for k in self._rows if k < horizon)
+        for at in range(0, len(old), SEGMENT_INTERVALS):
+            chunk = old[at:at + SEGMENT_INTERVALS]
+            rows = []
+            for i in chunk:
+                counts, *pct = self._row(i)
+                rows.append((i, counts, pct, self.hists[i]))
+            self._ispill.write(rows)
+            for i, counts, _, encoded in rows:
+                self._spilled_counts = [a + b for a, b in zip(self._spilled_counts, counts, strict=True)]
+                self._spilled_hist.add(HdrHistogram.decode(encoded))
+                del self._rows[i], self.hists[i]
+            self._spilled_until = max(self._spilled_until, chunk[-1])
 
     def keep_around(self, t: float) -> None:
         """Keep the op-level history within its window of `t` (a fault's effect, a switchover)."""
@@ -341,34 +496,86 @@ class Recorder:
             self.history.keep_around(t)
 
     def _store(self, idx: int, counts: list[int], hist: HdrHistogram) -> None:
+        self._max_closed = idx if self._max_closed is None else max(self._max_closed, idx)
+        if idx <= self._spilled_until and idx not in self._rows:  # late for a spilled interval
+            late = self._late.get(idx)
+            if late is None:
+                self._late[idx] = (list(counts), hist)
+            else:
+                self._late[idx] = ([a + b for a, b in zip(late[0], counts, strict=True)], late[1])
+                late[1].add(hist)
+            return
         if idx in self._rows:  # a late op for a closed interval: fold it in
             old_counts = self._row(idx)[0]
             counts = [a + b for a, b in zip(old_counts, counts, strict=True)]
             old = HdrHistogram.decode(self.hists[idx])
             old.add(hist)
             hist = old
-        if hist.get_total_count():
-            p50, p99, p999 = (hist.get_value_at_percentile(p) / 1000 for p in (50, 99, 99.9))
-            mx = hist.get_max_value() / 1000
-        else:
-            p50 = p99 = p999 = mx = math.nan
-        self._rows[idx] = _ROW.pack(*counts, p50, p99, p999, mx)
+        self._rows[idx] = _pack(counts, hist)
         self.hists[idx] = hist.encode()
 
     @property
     def rows(self) -> dict[int, bytes]:
-        """The closed intervals (a copy)."""
+        """The closed intervals (a copy; with a spill, read back from it too)."""
         with self._lock:
-            return dict(self._rows)
+            return {idx: _ROW.pack(*counts, *pct) for idx, counts, pct, _ in self._closed()}
 
     def row(self, idx: int) -> tuple[list[int], float, float, float, float]:
         with self._lock:
             return self._row(idx)
 
     def _row(self, idx: int) -> tuple[list[int], float, float, float, float]:
-        values = _ROW.unpack(self._rows[idx])
+        if idx in self._rows:
+            values = _ROW.unpack(self._rows[idx])
+        else:
+            found = next(self._closed(idx, idx + 1), None) if idx <= self._spilled_until else None
+            if found is None:
+                raise KeyError(idx)
+            values = (*found[1], *found[2])
         n = len(COLUMNS)
         return list(values[:n]), values[n], values[n + 1], values[n + 2], values[n + 3]
+
+    def _mem_keys(self, lo: float, hi: float) -> list[int]:
+        if hi - lo <= len(self._rows):
+            return [i for i in range(int(lo), int(hi)) if i in self._rows]
+        return sorted(i for i in self._rows if lo <= i < hi)
+
+    def _closed(self, lo: float = -math.inf, hi: float = math.inf, hist: bool = False
+                ) -> Iterator[tuple[int, list[int], tuple[float, ...], bytes | None]]:
+        """Every closed interval with lo <= index < hi, in index order: (index, counts, (p50, p99,
+        p99.9, max), its encoded histogram when `hist`). Spilled ones are read back with the late
+        ops that came for them folded in, exactly as they would have been in memory."""
+        if self._ispill is not None and lo <= self._spilled_until:
+            late = sorted(i for i in self._late if lo <= i < hi)
+            li = 0
+            for idx, counts, pct, encoded in self._ispill.read(lo, hi, hist=hist or bool(late)):
+                while li < len(late) and late[li] < idx:
+                    yield self._late_row(late[li], None, hist)
+                    li += 1
+                if li < len(late) and late[li] == idx:
+                    assert encoded is not None
+                    yield self._late_row(idx, (counts, encoded), hist)
+                    li += 1
+                else:
+                    yield idx, counts, pct, encoded if hist else None
+            for k in late[li:]:
+                yield self._late_row(k, None, hist)
+        n = len(COLUMNS)
+        for idx in self._mem_keys(lo, hi):
+            values = _ROW.unpack(self._rows[idx])
+            yield idx, list(values[:n]), tuple(values[n:]), self.hists[idx] if hist else None
+
+    def _late_row(self, idx: int, spilled: tuple[list[int], bytes] | None, hist: bool
+                  ) -> tuple[int, list[int], tuple[float, ...], bytes | None]:
+        counts, late = self._late[idx]
+        combined = _new_hist()
+        if spilled is not None:
+            combined.add(HdrHistogram.decode(spilled[1]))
+            counts = [a + b for a, b in zip(spilled[0], counts, strict=True)]
+        combined.add(late)
+        values = _ROW.unpack(_pack(counts, combined))
+        n = len(COLUMNS)
+        return idx, list(values[:n]), tuple(values[n:]), combined.encode() if hist else None
 
     def drain(self, now: float, final: bool = False) -> Batch:
         """Everything new since the last drain; intervals ending before `now` - one interval."""
@@ -421,9 +628,10 @@ class Recorder:
         for worker, first_seq, raw in batch.ledger:
             incoming = array("I")
             incoming.frombytes(raw)
-            col = self.ledger.setdefault(worker, LedgerColumn())
+            col = self._column(worker)
             for i, value in enumerate(incoming, start=first_seq - 1):
                 col.set(i, value)
+            col.spill()
 
     def finish(self) -> None:
         """Close every interval and every open gap (an outage lasting to the end has no first ok);
@@ -436,7 +644,7 @@ class Recorder:
             self.gaps.extend(self._open_gap.values())
             self._open_gap.clear()
             self.gaps.sort(key=lambda g: (g.first_err, g.worker))
-            self.errors.sort(key=lambda e: e[0])
+            self.errors.sort_by_time()
             self._finished = True
 
     @property
@@ -445,30 +653,27 @@ class Recorder:
 
     # -- reading ---------------------------------------------------------------------------
     def totals(self) -> dict[str, int]:
-        out = dict.fromkeys(COLUMNS, 0)
+        counts = [0] * len(COLUMNS)
         with self._lock:
-            for idx in self._rows:
-                for name, v in zip(COLUMNS, self._row(idx)[0], strict=True):
-                    out[name] += v
-            for slot in self._open.values():
-                for name, v in zip(COLUMNS, slot.counts, strict=True):
-                    out[name] += v
-        return out
+            parts = [self._spilled_counts, *(c for c, _ in self._late.values()),
+                     *(self._row(idx)[0] for idx in self._rows), *(slot.counts for slot in self._open.values())]
+            for part in parts:
+                counts = [a + b for a, b in zip(counts, part, strict=True)]
+        return dict(zip(COLUMNS, counts, strict=True))
 
     def window(self, t_from: float, t_to: float) -> dict[str, Any]:
         """Totals, rate and ok-latency percentiles over the closed intervals in [t_from, t_to)."""
         lo, hi = self.index(t_from), self.index(t_to)
-        totals = dict.fromkeys(COLUMNS, 0)
+        counts = [0] * len(COLUMNS)
         hist = _new_hist()
         seen = 0
         with self._lock:
-            for idx in range(lo, hi):
-                if idx not in self._rows:
-                    continue
+            for _, row, _, encoded in self._closed(lo, hi, hist=True):
                 seen += 1
-                for name, v in zip(COLUMNS, self._row(idx)[0], strict=True):
-                    totals[name] += v
-                hist.add(HdrHistogram.decode(self.hists[idx]))
+                counts = [a + b for a, b in zip(counts, row, strict=True)]
+                assert encoded is not None
+                hist.add(HdrHistogram.decode(encoded))
+        totals = dict(zip(COLUMNS, counts, strict=True))
         span = max(self.interval, (hi - lo) * self.interval)
         lat = {f"p{p}_ms": (hist.get_value_at_percentile(p) / 1000 if hist.get_total_count() else math.nan)
                for p in (50, 90, 99, 99.9)}
@@ -481,36 +686,40 @@ class Recorder:
         lo = -math.inf if t_from is None else t_from / self.interval
         hi = math.inf if t_to is None else t_to / self.interval
         with self._lock:
-            for idx, encoded in self.hists.items():
-                if lo <= idx < hi:
+            if lo == -math.inf and hi == math.inf:  # the whole run: the spill's sum is kept as it goes
+                total.add(self._spilled_hist)
+                for _, late in self._late.values():
+                    total.add(late)
+                for encoded in self.hists.values():
                     total.add(HdrHistogram.decode(encoded))
+                return total
+            lo_i = math.ceil(lo) if lo != -math.inf else lo  # idx >= lo and idx < hi, for integer idx
+            hi_i = math.ceil(hi) if hi != math.inf else hi
+            for _, _, _, kept in self._closed(lo_i, hi_i, hist=True):
+                assert kept is not None
+                total.add(HdrHistogram.decode(kept))
         return total
 
     def closed_until(self) -> float | None:
         """The end of the last closed interval (None before any closed): how far every source of the
         load has delivered."""
         with self._lock:
-            return (max(self._rows) + 1) * self.interval if self._rows else None
+            return (self._max_closed + 1) * self.interval if self._max_closed is not None else None
+
+    def ledger_workers(self) -> list[int]:
+        with self._lock:
+            return sorted(self.ledger)
+
+    def ledger_column(self, worker: int) -> np.ndarray:
+        """One worker's ledger as uint32 values (index i: sequence number i + 1): the ack time in ms
+        since `base`, or LEDGER_FAIL / LEDGER_INFO / LEDGER_UNSET. Empty for a worker never seen."""
+        with self._lock:
+            col = self.ledger.get(worker)
+            return col.values() if col is not None else np.zeros(0, dtype=np.uint32)
 
     def ledger_acknowledged(self) -> dict[int, list[tuple[int, int]]]:
         """Per worker, the acknowledged sequence numbers as inclusive ranges."""
-        out: dict[int, list[tuple[int, int]]] = {}
-        with self._lock:
-            columns = [(worker, col.values()) for worker, col in self.ledger.items()]
-        for worker, values in columns:
-            ranges: list[tuple[int, int]] = []
-            start = None
-            for i, v in enumerate(values):
-                acked = v < LEDGER_UNSET
-                if acked and start is None:
-                    start = i + 1
-                elif not acked and start is not None:
-                    ranges.append((start, i))
-                    start = None
-            if start is not None:
-                ranges.append((start, len(values)))
-            out[worker] = ranges
-        return out
+        return {worker: runs(self.ledger_column(worker) < LEDGER_UNSET) for worker in self.ledger_workers()}
 
     def ledger_outcome(self, worker: int, seq: int) -> tuple[str, float | None]:
         """(ok|fail|info|unknown, ack time on the control clock or None)."""
@@ -529,32 +738,29 @@ class Recorder:
 
     def ledger_keys(self, outcome: str) -> Iterable[tuple[int, int]]:
         target = {FAIL: LEDGER_FAIL, INFO: LEDGER_INFO}.get(outcome)
-        with self._lock:  # the columns as they are now; the scan runs on the copy
-            columns = [(worker, col.values()) for worker, col in self.ledger.items()]
-        for worker, values in columns:
-            for i, v in enumerate(values):
-                if (target is None and v < LEDGER_UNSET) or v == target:
-                    yield worker, i + 1
+        for worker in self.ledger_workers():
+            values = self.ledger_column(worker)  # the column as it is now; the scan runs on the copy
+            hits = values < LEDGER_UNSET if target is None else values == target
+            for i in np.flatnonzero(hits):
+                yield worker, int(i) + 1
 
     def to_frame(self) -> pd.DataFrame:
         """One row per closed interval (gaps filled with zero rows): rates per second, latencies in ms."""
         import pandas as pd
 
         with self._lock:
-            rows = dict(self._rows)
-        if not rows:
+            closed = [(idx, counts, pct) for idx, counts, pct, _ in self._closed()]
+        if not closed:
             return pd.DataFrame(columns=["t", *COLUMNS, "tps", "p50_ms", "p99_ms", "p999_ms", "max_ms"])
-        first, last = min(rows), max(rows)
         records = []
-        empty = ([0] * len(COLUMNS), math.nan, math.nan, math.nan, math.nan)
-        n = len(COLUMNS)
-        for idx in range(first, last + 1):
-            if idx in rows:
-                values = _ROW.unpack(rows[idx])
-                counts, p50, p99, p999, mx = list(values[:n]), *values[n:]
-            else:
-                counts, p50, p99, p999, mx = empty
-            records.append([idx * self.interval, *counts, p50, p99, p999, mx])
+        empty = [0] * len(COLUMNS)
+        nan4 = (math.nan, math.nan, math.nan, math.nan)
+        previous = closed[0][0] - 1
+        for idx, counts, pct in closed:
+            for gap in range(previous + 1, idx):
+                records.append([gap * self.interval, *empty, *nan4])
+            records.append([idx * self.interval, *counts, *pct])
+            previous = idx
         df = pd.DataFrame.from_records(records, columns=["t", *COLUMNS, "p50_ms", "p99_ms", "p999_ms", "max_ms"])
         df.insert(len(COLUMNS) + 1, "tps", df["ok"] / self.interval)
         return df
@@ -571,6 +777,16 @@ class Recorder:
         errs = [c for c in df.columns if c.startswith("err_")]
         df["errors_per_s"] = df[errs].sum(axis=1) / self.interval if errs else 0
         df.to_csv(path, index=False, float_format="%.3f")
+
+
+def runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """The runs of True in `mask` as inclusive 1-based ranges (position i is number i + 1)."""
+    if not len(mask):
+        return []
+    edges = np.diff(np.concatenate(([0], mask.astype(np.int8), [0])))
+    starts = np.flatnonzero(edges == 1) + 1
+    ends = np.flatnonzero(edges == -1)
+    return [(int(a), int(b)) for a, b in zip(starts, ends, strict=True)]
 
 
 def step_values(samples: list[tuple[float, Any]], ends: list[float]) -> list[Any]:

@@ -205,7 +205,7 @@ def group_figures(groups: dict[str, dict[str, Any]], pb: Playbook, rec: Recorder
     `write_gap_s` are the worst over the faults that caused it an outage (null if one of them
     never ended for it)."""
     rows = (truth.get("ledger_present") or {}).get("rows")
-    nodes = {(o.worker, o.seq): o.node for o in rec.history.kept
+    nodes = {(o.worker, o.seq): o.node for o in rec.history.kept_ops()
              if o.outcome == OK and o.seq is not None and o.node is not None}
     out: dict[str, Any] = {}
     for name, group in groups.items():

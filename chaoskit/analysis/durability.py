@@ -12,47 +12,69 @@ from __future__ import annotations
 
 from typing import Any
 
-from chaoskit.recorder import FAIL, INFO, OK, Recorder
+import numpy as np
+
+from chaoskit.keyranges import KeyRanges
+from chaoskit.recorder import LEDGER_FAIL, LEDGER_INFO, LEDGER_UNSET, Recorder
 
 
-def rpo_check(rec: Recorder, present: set[tuple[int, int]], t_fault: float | None,
+def rpo_check(rec: Recorder, present: KeyRanges | set[tuple[int, int]], t_fault: float | None,
               max_lost: int | None, workers: set[int] | None = None,
               nodes: dict[tuple[int, int], str] | None = None) -> dict[str, Any]:
     """Of every worker's ledger, or of `workers` only (a client group's). `nodes`: the member
-    that acknowledged a write, where the op history knows it."""
-
-    def mine(keys: Any) -> set[tuple[int, int]]:
-        return {k for k in keys if workers is None or k[0] in workers}
-
-    acked = mine(rec.ledger_keys(OK))
-    info = mine(rec.ledger_keys(INFO))
-    failed = mine(rec.ledger_keys(FAIL))
-    if workers is not None:
-        present = {k for k in present if k[0] in workers}
-    lost = sorted(acked - present)
-    phantoms = sorted(present - acked - info)
-    phantom_failed = [k for k in phantoms if k in failed]
-    lost_ack_times = [t for k in lost if (t := rec.ledger_outcome(*k)[1]) is not None]
-    rpo_s = None
-    if lost_ack_times and t_fault is not None:
-        rpo_s = round(max(0.0, t_fault - min(lost_ack_times)), 3)
-    valid = not phantoms and (max_lost is None or len(lost) <= max_lost)
+    that acknowledged a write, where the op history knows it. Worker by worker: one worker's
+    column and the ranges the database holds for it are all that is in memory at a time."""
+    held = KeyRanges.of(present)
+    acknowledged = indeterminate = info_found = lost_n = phantom_n = phantom_failed = 0
+    lost_sample: list[list[int]] = []
+    phantom_sample: list[list[int]] = []
+    first_ms: int | None = None
+    last_ms: int | None = None
     by_node: dict[str, int] = {}
-    for k in lost:
-        node = (nodes or {}).get(k)
-        if node is not None:
-            by_node[node] = by_node.get(node, 0) + 1
-    window = [min(lost_ack_times), max(lost_ack_times)] if lost_ack_times else None
+    for worker in sorted(set(rec.ledger_workers()) | set(held.workers())):
+        if workers is not None and worker not in workers:
+            continue
+        values = rec.ledger_column(worker)
+        acked, info, failed = values < LEDGER_UNSET, values == LEDGER_INFO, values == LEDGER_FAIL
+        here = held.mask(worker, len(values))
+        acknowledged += int(acked.sum())
+        indeterminate += int(info.sum())
+        info_found += int((info & here).sum())
+        lost = np.flatnonzero(acked & ~here)
+        lost_n += len(lost)
+        if len(lost):
+            times = values[lost]
+            lo, hi = int(times.min()), int(times.max())
+            first_ms = lo if first_ms is None else min(first_ms, lo)
+            last_ms = hi if last_ms is None else max(last_ms, hi)
+            lost_sample += [[worker, int(i) + 1] for i in lost[:20 - len(lost_sample)]]
+            for i in lost if nodes else ():
+                node = nodes.get((worker, int(i) + 1)) if nodes else None
+                if node is not None:
+                    by_node[node] = by_node.get(node, 0) + 1
+        inside = np.flatnonzero(here & ~acked & ~info)
+        phantom_failed += int((here & failed).sum())
+        outside = held.outside(worker, len(values))
+        phantom_n += len(inside) + sum(hi - lo + 1 for lo, hi in outside)
+        if len(phantom_sample) < 20:
+            below = [s for lo, hi in outside if hi < 1 for s in range(lo, min(hi, lo + 20) + 1)]
+            above = [s for lo, hi in outside if lo >= 1 for s in range(lo, min(hi, lo + 20) + 1)]
+            seqs = below + [int(i) + 1 for i in inside[:20]] + above
+            phantom_sample += [[worker, s] for s in seqs[:20 - len(phantom_sample)]]
+    window = [rec.base + first_ms / 1000, rec.base + last_ms / 1000] \
+        if first_ms is not None and last_ms is not None else None
+    rpo_s = round(max(0.0, t_fault - window[0]), 3) if window and t_fault is not None else None
+    valid = not phantom_n and (max_lost is None or lost_n <= max_lost)
     rel = [round(window[0] - t_fault, 3), round(window[1] - t_fault, 3)] if window and t_fault is not None else None
-    text = f"{len(lost)} lost" + (f", acknowledged between {rel[0]:+.3f} s and {rel[1]:+.3f} s of the fault" if rel
-                                  else "") + (", on " + ", ".join(f"{n} ({c})" for n, c in sorted(by_node.items()))
-                                              if by_node else "")
+    text = f"{lost_n} lost" + (f", acknowledged between {rel[0]:+.3f} s and {rel[1]:+.3f} s of the fault" if rel
+                               else "") + (", on " + ", ".join(f"{n} ({c})" for n, c in sorted(by_node.items()))
+                                           if by_node else "")
     return {
-        "valid": valid, "acknowledged": len(acked), "lost_acknowledged": len(lost),
-        "indeterminate": len(info), "indeterminate_found": len(info & present),
-        "indeterminate_not_found": len(info - present), "phantoms": len(phantoms),
-        "phantoms_that_failed": len(phantom_failed), "rpo_s": rpo_s,
-        "lost_sample": [list(k) for k in lost[:20]], "phantom_sample": [list(k) for k in phantoms[:20]],
+        "valid": valid, "acknowledged": acknowledged, "lost_acknowledged": lost_n,
+        "indeterminate": indeterminate, "indeterminate_found": info_found,
+        "indeterminate_not_found": indeterminate - info_found, "phantoms": phantom_n,
+        "phantoms_that_failed": phantom_failed, "rpo_s": rpo_s,
+        "lost_sample": lost_sample, "phantom_sample": phantom_sample,
         "lost_ack_window": window, "lost_ack_window_rel_s": rel, "lost_by_node": by_node, "text": text,
     }
 

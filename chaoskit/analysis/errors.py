@@ -10,6 +10,7 @@ T_fault (before the first fault: since the load started)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 BEFORE = "before the fault"
@@ -26,7 +27,7 @@ def _phase(t: float, f: dict[str, Any]) -> str:
     return "after recovery"
 
 
-def error_table(errors: list[tuple], faults: list[dict[str, Any]], t0: float, dropped: int = 0) -> dict[str, Any]:
+def error_table(errors: Iterable[tuple], faults: list[dict[str, Any]], t0: float, dropped: int = 0) -> dict[str, Any]:
     """`rows`: one per (fault, phase, outcome, class), in time order of their first error:
     count, first and last instant, the first message; `dropped`: errors beyond what the
     recorder keeps (counted in the totals, not here)."""

@@ -227,7 +227,10 @@ class Drill:
     def prepare_load(self) -> None:
         """The recorder, the client groups and the workload's schema (nothing runs yet)."""
         assert self.load_route is not None
-        self.recorder = Recorder(base=self.clock.now(), interval=0.1)
+        # closed intervals, ledger blocks and the kept op history move to the run directory as the
+        # run goes (recorder/), so the controller's memory stays flat however long the drill
+        self.recorder = Recorder(base=self.clock.now(), interval=0.1,
+                                 spill_dir=self.out.file("recorder") if self.out is not None else None)
         spec = self.pb.load.to_spec()
         self.record.run_id = spec.run_id
         if spec.params.sql is not None and self.out is not None:  # what ran, as it was read

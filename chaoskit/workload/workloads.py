@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
 from chaoskit.db.base import Driver
+from chaoskit.keyranges import KeyRanges
 from chaoskit.plugins import Plugins
 from chaoskit.recorder import SEQUENCE, VERSION
 from chaoskit.workload.sql_script import Drawer, SqlScript
@@ -193,7 +194,7 @@ class Ledger(Workload):
         yield Stmt(self._insert, (self.run_id, ctx.worker, ctx.seq, time.time(), self._payload))
         return "write"
 
-    def present(self, conn: Any) -> set[tuple[int, int]]:
+    def present(self, conn: Any) -> KeyRanges:
         return ledger_keys_present(self.driver, conn, self.LEDGER, self.run_id)
 
     def truth_readers(self, checks: Collection[str], before: Any = None) -> dict[str, TruthReader]:
@@ -445,7 +446,7 @@ class UserSql(Workload):
             yield stmt._replace(params=tuple(values[name] for name in names)) if names else stmt
         return ctx.kind
 
-    def present(self, conn: Any) -> set[tuple[int, int]]:
+    def present(self, conn: Any) -> KeyRanges:
         assert self.script.ledger is not None
         return ledger_keys_present(self.driver, conn, self.script.ledger, self.run_id)
 
@@ -460,10 +461,15 @@ class UserSql(Workload):
         return ledger_digest(self.driver, conn, self.script.ledger, self.run_id)
 
 
-def ledger_keys_present(driver: Driver, conn: Any, led: LedgerTable, run_id: str) -> set[tuple[int, int]]:
-    """The (worker, sequence) keys of this run's rows in a ledger table (chaoskit's or the user's)."""
-    sql = driver.q(f"SELECT {led.worker_column}, {led.seq_column} FROM {led.table} WHERE {led.run_column} = %s")
-    return {(int(w), int(s)) for w, s in driver.query(conn, sql, (run_id,))}
+def ledger_keys_present(driver: Driver, conn: Any, led: LedgerTable, run_id: str) -> KeyRanges:
+    """The (worker, sequence) keys of this run's rows in a ledger table (chaoskit's or the user's),
+    as each worker's runs of consecutive numbers: the database finds the runs (a number minus its
+    dense rank within its worker is the same along a run), so a day of writes comes back as a few
+    rows per worker, not one per write."""
+    w, s, run = led.worker_column, led.seq_column, led.run_column
+    sql = driver.q(f"SELECT w, MIN(s), MAX(s) FROM (SELECT {w} AS w, {s} AS s, {s} - DENSE_RANK() OVER "
+                   f"(PARTITION BY {w} ORDER BY {s}) AS g FROM {led.table} WHERE {run} = %s) ledger_runs GROUP BY w, g")
+    return KeyRanges.from_runs(driver.query(conn, sql, (run_id,)))
 
 
 def ledger_digest(driver: Driver, conn: Any, led: LedgerTable, run_id: str) -> tuple[int, int]:

@@ -40,7 +40,7 @@ def ledger_acked_and_present(runner: LoadRunner, rec: Recorder) -> tuple[set, se
     """The ledger keys the recorder saw acknowledged, and those the writer holds now."""
     conn = runner.driver.connect_writer()
     try:
-        present = runner.workload.present(conn)  # type: ignore[attr-defined]
+        present = set(runner.workload.present(conn))  # type: ignore[attr-defined]  # ranges, read as keys
     finally:
         Driver.close_quietly(conn)
     acked = {(w, s) for w, r in rec.ledger_acknowledged().items() for lo, hi in r for s in range(lo, hi + 1)}
@@ -83,7 +83,7 @@ def _runs_clean(cluster: str, workload: str, runner: LoadRunner, rec: Recorder) 
         if workload == "ledger":
             ledger = runner.workload
             assert isinstance(ledger, Ledger)
-            present = ledger.present(conn)
+            present = set(ledger.present(conn))  # ranges, read as keys
             acked = {(w, s) for w, ranges in rec.ledger_acknowledged().items()
                      for lo, hi in ranges for s in range(lo, hi + 1)}
             assert len(acked) == totals["ok"], cluster

@@ -156,14 +156,14 @@ def test_merge_counts_the_errors_it_drops() -> None:
     from chaoskit.recorder import Batch
 
     parent = Recorder(base=0.0, max_errors=200)
-    parent.merge(Batch(errors=[(float(i), 0, "timeout", "x") for i in range(250)]))
+    parent.merge(Batch(errors=[(float(i), 0, "write", "fail", "timeout", "x") for i in range(250)]))
     assert len(parent.errors) == 200 and parent.errors_dropped == 50
-    parent.merge(Batch(errors=[(300.0 + i, 1, "timeout", "x") for i in range(10)], errors_dropped=3))
+    parent.merge(Batch(errors=[(300.0 + i, 1, "write", "fail", "timeout", "x") for i in range(10)], errors_dropped=3))
     assert len(parent.errors) == 200 and parent.errors_dropped == 63
     # 100 already kept, a batch of 150 arrives: 100 more fit, 50 are dropped (not 0)
     two = Recorder(base=0.0, max_errors=200)
-    two.merge(Batch(errors=[(float(i), 0, "timeout", "x") for i in range(100)]))
-    two.merge(Batch(errors=[(100.0 + i, 1, "timeout", "x") for i in range(150)]))
+    two.merge(Batch(errors=[(float(i), 0, "write", "fail", "timeout", "x") for i in range(100)]))
+    two.merge(Batch(errors=[(100.0 + i, 1, "write", "fail", "timeout", "x") for i in range(150)]))
     assert len(two.errors) == 200 and two.errors_dropped == 50
 
 
