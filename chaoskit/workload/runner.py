@@ -52,6 +52,7 @@ from chaoskit.workload.client_cpu import ClientCpu, CpuWindow
 from chaoskit.workload.engine import engine
 from chaoskit.workload.loop import missed_at_stop
 from chaoskit.workload.outcomes import DROP_CONNECTION, client_deadline, connect_error_class, first_line, outcome_for
+from chaoskit.workload.source import Inbox, LoadSource, LocalPlant, LocalSource, Watermarks, wait_ready
 from chaoskit.workload.spec import ClientGroup, LoadSpec
 from chaoskit.workload.tool_group import prepare_tool, tool_main
 from chaoskit.workload.workloads import OpContext, make_workload
@@ -292,13 +293,17 @@ class SharedFlag:
 
 
 class LoadRunner:
-    """Start, observe and stop the load; the parent's Recorder receives everything."""
+    """Start, observe and stop the load; the parent's Recorder receives everything. The load comes
+    from sources (`chaoskit.workload.source`): the control node's worker processes by default,
+    or those given (`sources`, the fakes of chaoskit/testing in unit tests)."""
 
     def __init__(self, cluster: Cluster, inventory: Inventory, spec: LoadSpec, recorder: Recorder,
                  driver: Driver | None = None, tool_dir: Path | None = None,
-                 on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_event: Callable[[dict[str, Any]], None] | None = None,
+                 sources: list[LoadSource] | None = None) -> None:
         """`tool_dir`: where a tool group keeps what its tool wrote (`<tool_dir>/<group>/`; default
-        a temporary directory); `on_event`: what a tool group has to say (its clients' restarts)."""
+        a temporary directory); `on_event`: what a tool group has to say (its clients' restarts)
+        and what the collector says of its sources (silent, back, lost)."""
         self.cluster = cluster
         self._tmp = None if tool_dir is not None or not self.tool_groups(spec) else \
             tempfile.TemporaryDirectory(prefix="chaoskit-tools-")
@@ -312,15 +317,15 @@ class LoadRunner:
                                                                         op_timeout=max(spec.op_timeout, 60.0))
         self.workload = make_workload(spec.workload, self.driver, spec.params, spec.run_id)
         self.before: dict[int, int] | None = None  # update: every row's version before the load
-        self._ctx = mp.get_context("spawn")
-        self._procs: list[Any] = []
-        self._builtin: list[bool] = []  # per process: chaoskit's own clients (else a tool group's)
-        self._queue: Any = None
-        self._stop: Any = None
+        self._given = sources
+        self.sources: list[LoadSource] = []
+        self._plant: LocalPlant | None = None
+        self._inbox: Inbox = Inbox()
+        self._marks: Watermarks | None = None
+        self._stopping = False
         self._collector: threading.Thread | None = None
-        self._finals = 0
-        self._last_batch = 0.0  # when the collector last heard from a process (see _await_finals)
-        self.undelivered: str | None = None  # why some process's last results never arrived
+        self._last_batch = 0.0  # when the collector last heard from a source (see _await_finals)
+        self.undelivered: str | None = None  # why some source's last results never arrived
         self.t_start: float | None = None
         self.t_end: float | None = None
 
@@ -363,53 +368,45 @@ class LoadRunner:
             out += [(group, ids[i::nproc]) for i in range(nproc)]
         return out
 
-    def start(self, start_delay: float = 0.2) -> float:
+    def local_sources(self) -> list[LoadSource]:
+        """The control node's worker processes: one per share of chaoskit's own clients, one per
+        tool group."""
         spec = self.spec
-        shares = self.shares()
-        tools = self.tool_groups(spec)
-        nproc = len(shares) + len(tools)
-        self._queue = self._ctx.Queue()
-        self._stop = SharedFlag(self._ctx)
-        go = SharedFlag(self._ctx)
-        start_at = self._ctx.Value("d", 0.0)
+        ctx = mp.get_context("spawn")
+        self._plant = plant = LocalPlant(ctx, SharedFlag)
         inventory_json = self.inventory.model_dump_json()
-        for group, share in shares:
+        out: list[LoadSource] = []
+        for group, share in self.shares():
             rate_share = spec.rate * len(share) / spec.workers if spec.rate else None
-            p = self._ctx.Process(target=_child_main, daemon=True, args=(
+            out.append(LocalSource(plant, _child_main, (
                 self._route(group).model_dump_json(), inventory_json, spec, group, share, self.recorder.base,
-                rate_share, self._queue, go, start_at, self._stop, os.getpid()))
-            p.start()
-            self._procs.append(p)
-            self._builtin.append(True)
-        for group in tools:
+                rate_share), builtin=True, label=f"{group.name}/{share[0]}"))
+        for group in self.tool_groups(spec):
             assert self.tool_dir is not None
             raw = self.tool_dir / group.name
             raw.mkdir(parents=True, exist_ok=True)
             rate_share = spec.rate * group.workers / spec.workers if spec.rate else None
-            p = self._ctx.Process(target=tool_main, daemon=True, args=(
+            out.append(LocalSource(plant, tool_main, (
                 self._route(group).model_dump_json(), inventory_json, spec, group, str(raw), self.recorder.base,
-                rate_share, self._queue, go, start_at, self._stop, os.getpid()))
-            p.start()
-            self._procs.append(p)
-            self._builtin.append(False)
-        ready = 0
-        deadline = time.time() + 60
-        while ready < nproc:
-            try:
-                kind, *_ = self._queue.get(timeout=min(1.0, max(0.1, deadline - time.time())))
-            except queue.Empty:
-                # a worker that died getting ready (its traceback went to stderr) is said at once,
-                # not after the minute the others may take to connect
-                dead = [p.exitcode for p in self._procs if p.exitcode is not None]
-                if dead or time.time() >= deadline:
-                    self._abort()
-                    why = f"{len(dead)} exited (codes {dead}) before they were ready" if dead else "not ready in 60 s"
-                    raise RuntimeError(f"load worker processes did not start: {why}") from None
-                continue
-            ready += kind == "ready"
+                rate_share), builtin=False, label=f"{group.name}/{group.tool}"))
+        return out
+
+    def start(self, start_delay: float = 0.2) -> float:
+        self.sources = list(self._given) if self._given is not None else self.local_sources()
+        for source in self.sources:
+            source.launch(self._inbox)
+        try:
+            wait_ready(self.sources, self._inbox)
+        except RuntimeError:
+            self._abort()
+            raise
         self.t_start = time.time() + start_delay
-        start_at.value = self.t_start
-        go.set()
+        self._marks = Watermarks([s.name for s in self.sources], self.t_start)
+        for source in self.sources:
+            source.go(self.t_start)
+        remote = [s.describe() for s in self.sources if s.clock_offset_s or s.clock_uncertainty_s]
+        if remote and self.on_event is not None:
+            self.on_event({"kind": "load_sources", "t": time.time(), "sources": remote})
         self._collector = threading.Thread(target=self._collect, name="load-collector", daemon=True)
         self._collector.start()
         return self.t_start
@@ -417,74 +414,110 @@ class LoadRunner:
     def cpu_window(self) -> CpuWindow:
         """The load's processes, to measure their CPU over a window (`chaoskit.workload.client_cpu`):
         chaoskit's own worker processes are each bound to one core, a tool group's are not."""
-        own = {p.pid for p, builtin in zip(self._procs, self._builtin, strict=True) if builtin}
-        return CpuWindow([p.pid for p in self._procs if p.pid is not None], one_core=own)
+        own = {pid for s in self.sources if s.builtin for pid in s.pids()}
+        return CpuWindow([pid for s in self.sources for pid in s.pids()], one_core=own)
+
+    def _say(self, kind: str, **fields: Any) -> None:
+        if self.on_event is not None:
+            self.on_event({"kind": kind, "t": time.time(), **fields})
 
     def _collect(self) -> None:
-        """Merge every batch into the recorder and close the intervals every live process has
-        delivered: the lowest watermark of the processes still running (one that ended without its
-        final batch holds nothing back; a late op of a closed interval is folded in). Closed
-        intervals are what the abort rule and the live view judge (`Recorder.closed_until`)."""
-        nproc = len(self._procs)
-        by_pid = {p.pid: p for p in self._procs}
-        watermarks: dict[int, int] = {}
-        while self._finals < nproc:
+        """Merge every delivery into the recorder and close the intervals every live source has
+        delivered (`Watermarks`): a source silent for SILENT_S is left out until it speaks again,
+        its late ops folded into the closed intervals; one that ended without its final batch holds
+        nothing back. Closed intervals are what the abort rule and the live view judge
+        (`Recorder.closed_until`)."""
+        marks = self._marks
+        assert marks is not None
+        seen_alive: float | None = None  # the last instant a source was alive
+        late: dict[str, int] = {}  # per source, intervals it delivered after they had closed
+        while marks.finals() < len(self.sources):
+            alive = {s.name: s.alive() for s in self.sources}
+            now = time.time()
+            for name in marks.newly_lost(now, alive):
+                self._say("load_source_lost", source=name, why=self._source(name).lost())
+            if not self._stopping:
+                for name in marks.newly_silent(now, alive):
+                    self._say("load_source_silent", source=name, silent_s=marks.silent_s,
+                              note="left out of the close rule until it speaks again; its late ops fold in")
             try:
-                kind, pid, batch = self._queue.get(timeout=0.5)
+                got = self._inbox.get(timeout=0.2)
             except queue.Empty:
-                if not any(p.is_alive() for p in self._procs):
+                # every source ended over a second ago and nothing came: what was on its way arrived
+                seen_alive = now if any(alive.values()) or seen_alive is None else seen_alive
+                if time.time() - seen_alive > 1.0:
                     break
                 continue
-            self._last_batch = time.time()
-            if kind == "event":  # a tool group's word (a client restarted), not a batch
-                if self.on_event is not None:
-                    self.on_event(batch)
+            now = self._last_batch = time.time()
+            if got.source not in alive:
                 continue
-            watermarks[pid] = batch.watermark
+            if got.kind == "event":  # a tool group's word (a client restarted), not a batch
+                marks.spoke(got.source, now)
+                if self.on_event is not None:
+                    self.on_event(got.payload)
+                continue
+            if got.kind not in ("batch", "final"):
+                continue
+            batch = got.payload
+            silent_for = marks.delivered(got.source, batch.watermark, now, final=got.kind == "final")
+            if silent_for is not None:
+                self._say("load_source_back", source=got.source, silent_for_s=round(silent_for, 3))
+            closed = self.recorder.closed_until()  # what it delivers for intervals closed without it
+            if closed is not None and batch.intervals and batch.intervals[0][0] < self.recorder.index(closed):
+                edge = self.recorder.index(closed)
+                late[got.source] = late.get(got.source, 0) + sum(1 for idx, _, _ in batch.intervals if idx < edge)
             self.recorder.merge(batch)
-            if kind == "final":
-                self._finals += 1
-            elif len(watermarks) == nproc:
-                live = [w for p, w in watermarks.items() if by_pid[p].exitcode is None]
-                if live:
-                    self.recorder.close_before(min(live))
+            upto = marks.close_before({s.name: s.alive() for s in self.sources})
+            if upto is not None and got.kind != "final":
+                self.recorder.close_before(upto)
+        if late:
+            self._say("load_late_folded", intervals=late,
+                      note="intervals closed before these sources delivered them (a source silent for "
+                           f"{marks.silent_s:g} s is left out of the close rule); their ops are folded in")
+        for name in marks.unfinished():
+            self._say("load_source_lost", source=name, why=self._source(name).lost() or "it sent no final batch")
+
+    def _source(self, name: str) -> LoadSource:
+        return next(s for s in self.sources if s.name == name)
 
     def stop(self) -> None:
-        if self._stop is None:
+        if not self.sources:
             return
-        self._stop.set()
+        self._stopping = True
+        for source in self.sources:
+            source.stop()
         if self._collector is not None:
             self._await_finals()
-        for p in self._procs:
-            p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
+        for source in self.sources:
+            source.join(5)
+        if self._plant is not None:
+            self._plant.close()
         self.t_end = time.time()
         self.recorder.finish()
         if self._tmp is not None:
             self._tmp.cleanup()
 
     def _await_finals(self) -> None:
-        """Wait for every process's final batch. A process still shipping (a tool group whose reader
+        """Wait for every source's final batch. A source still shipping (a tool group whose reader
         fell behind books its backlog after the stop) is waited for as long as batches keep coming;
         one silent for op_timeout + 15 s is given up, and that is said (`undelivered`, and an
         event): ops it had not shipped are missing from the figures, never counted as not done."""
-        assert self._collector is not None
+        assert self._collector is not None and self._marks is not None
         quiet = self.spec.op_timeout + 15
         self._last_batch = time.time()  # silence counts from the stop
         while self._collector.is_alive() and time.time() - self._last_batch <= quiet:
             self._collector.join(timeout=1.0)
         if self._collector.is_alive():
-            self.undelivered = (f"{len(self._procs) - self._finals} load process(es) sent no results for {quiet:g} s "
-                                "after the load's stop and were ended: what they had not sent is missing")
+            self.undelivered = (f"{len(self.sources) - self._marks.finals()} load source(s) sent no results for "
+                                f"{quiet:g} s after the load's stop and were ended: what they had not sent is missing")
             if self.on_event is not None:
                 self.on_event({"kind": "load_undelivered", "t": time.time(), "why": self.undelivered})
 
     def _abort(self) -> None:
-        if self._stop is not None:
-            self._stop.set()
-        for p in self._procs:
-            p.kill()
+        for source in self.sources:
+            source.kill()
+        if self._plant is not None:
+            self._plant.close()
 
     def run_measured(self, warmup: float, measure: float) -> tuple[float, ClientCpu]:
         """start, discard `warmup`, measure the load's own CPU over the next `measure` seconds,

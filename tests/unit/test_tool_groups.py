@@ -356,38 +356,40 @@ def test_the_load_runner_waits_for_a_group_still_shipping_and_says_when_one_went
     silent for op_timeout + 15 s is given up, and `undelivered` and an event say that what it had
     not sent is missing."""
     from chaoskit.workload import runner as runner_mod
+    from chaoskit.workload.source import Watermarks
 
     events: list[dict] = []
     lr = runner_mod.LoadRunner.__new__(runner_mod.LoadRunner)
     lr.spec = LoadSpec(workload="ledger", workers=1, op_timeout=1.0)
-    lr._procs, lr._finals, lr.undelivered, lr.on_event = [object()], 0, None, events.append
+    lr.sources, lr._marks, lr.undelivered, lr.on_event = [object()], Watermarks(["s"], 1000.0), None, events.append
     clock = [1000.0]
     monkeypatch.setattr(runner_mod.time, "time", lambda: clock[0])
     sends = iter(range(30))  # 30 s of a batch a second, then the final one
 
     class Collector:
         def is_alive(self) -> bool:
-            return lr._finals == 0
+            return lr._marks.finals() == 0
 
         def join(self, timeout: float) -> None:
             clock[0] += timeout
             if next(sends, None) is None:
-                lr._finals = 1
+                lr._marks.delivered("s", 1 << 62, clock[0], final=True)
             else:
                 lr._last_batch = clock[0]
 
     lr._collector, lr._last_batch = Collector(), 0.0  # type: ignore[assignment]
     lr._await_finals()
-    assert lr._finals == 1 and lr.undelivered is None and not events and clock[0] == 1031.0
+    assert lr._marks.finals() == 1 and lr.undelivered is None and not events and clock[0] == 1031.0
 
     class Silent(Collector):
         def join(self, timeout: float) -> None:
             clock[0] += timeout
 
-    lr._collector, lr._finals = Silent(), 0  # type: ignore[assignment]
+    lr._collector, lr._marks = Silent(), Watermarks(["s"], clock[0])  # type: ignore[assignment]
     start = clock[0]
     lr._await_finals()
     assert clock[0] - start == 17.0 and lr.undelivered is not None and "sent no results for 16 s" in lr.undelivered
+    assert lr.undelivered.startswith("1 load source(s)")
     assert [e["kind"] for e in events] == ["load_undelivered"]
 
 

@@ -1,0 +1,145 @@
+"""The load runner over load sources: the close rule on a fake clock, and the runner driven by the
+scripted sources of chaoskit/testing (delays, a hole, a lost source, a clock offset)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from chaoskit.recorder import Recorder
+from chaoskit.testing.fake_pg import FakePgDriver, fake_inventory
+from chaoskit.testing.source import FakeSource
+from chaoskit.workload.runner import LoadRunner
+from chaoskit.workload.source import SILENT_S, Watermarks
+from chaoskit.workload.spec import LoadSpec
+
+ALIVE = {"a": True, "b": True}
+
+
+# -- the close rule ---------------------------------------------------------------------------
+def test_an_interval_closes_when_every_live_source_has_passed_it() -> None:
+    marks = Watermarks(["a", "b"], now=100.0)
+    assert marks.close_before(ALIVE) is None  # nobody delivered yet
+    marks.delivered("a", 50, 100.2)
+    assert marks.close_before(ALIVE) is None  # b has delivered nothing yet
+    marks.delivered("b", 47, 100.3)
+    assert marks.close_before(ALIVE) == 47
+    marks.delivered("b", 52, 100.4)
+    assert marks.close_before(ALIVE) == 50
+    marks.delivered("a", 1 << 62, 100.5, final=True)  # a is done: it holds nothing back
+    assert marks.close_before(ALIVE) == 52 and marks.finals() == 1
+
+
+def test_a_silent_source_is_left_out_after_two_seconds_and_counted_again_when_it_speaks() -> None:
+    marks = Watermarks(["a", "b"], now=100.0)
+    marks.delivered("a", 10, 100.1)
+    marks.delivered("b", 10, 100.1)
+    marks.delivered("a", 40, 102.0)
+    assert marks.newly_silent(102.0, ALIVE) == [] and marks.close_before(ALIVE) == 10  # b: 1.9 s quiet
+    assert marks.newly_silent(100.1 + SILENT_S + 0.01, ALIVE) == ["b"]
+    assert marks.newly_silent(103.0, ALIVE) == []  # said once
+    assert marks.close_before(ALIVE) == 40  # b no longer blinds the rule
+    marks.delivered("a", 60, 104.0)
+    assert marks.close_before(ALIVE) == 60
+    assert marks.delivered("b", 30, 104.6) == pytest.approx(4.5)  # it was quiet 4.5 s
+    assert marks.close_before(ALIVE) == 30  # and holds back again from its own mark
+    assert marks.delivered("b", 61, 104.8) is None
+
+
+def test_a_source_that_ended_without_its_final_holds_nothing_back_and_is_said_lost_once() -> None:
+    marks = Watermarks(["a", "b"], now=100.0)
+    marks.delivered("a", 10, 100.1)
+    marks.delivered("b", 8, 100.1)
+    gone = {"a": True, "b": False}
+    assert marks.close_before(gone) == 10
+    assert marks.newly_lost(100.2, gone) == []  # its final may still be on its way
+    assert marks.newly_lost(100.2 + SILENT_S + 0.01, gone) == ["b"]
+    assert marks.newly_lost(110.0, gone) == [] and marks.unfinished() == ["a"]
+
+
+# -- the runner over fake sources -------------------------------------------------------------
+def runner(sources: list[FakeSource], events: list[dict[str, Any]]) -> LoadRunner:
+    inv = fake_inventory()
+    cluster = next(iter(inv.clusters.values()))
+    spec = LoadSpec(workload="ledger", workers=len(sources), op_timeout=1.0)
+    return LoadRunner(cluster, inv, spec, Recorder(base=sources[0].recorder.base), driver=FakePgDriver([]),
+                      on_event=events.append, sources=list(sources))
+
+
+def wait_for(what: Any, timeout: float = 30.0) -> None:
+    end = time.time() + timeout
+    while not what():
+        assert time.time() < end, "the condition never came true"
+        time.sleep(0.02)
+
+
+def acknowledged(rec: Recorder) -> dict[int, list[tuple[int, int]]]:
+    return {w: r for w, r in rec.ledger_acknowledged().items() if r}
+
+
+def test_every_write_of_a_late_and_a_skewed_source_is_recorded_on_the_control_clock() -> None:
+    events: list[dict[str, Any]] = []
+    base = time.time()
+    late = FakeSource("late", 1, base=base, delay=0.3)
+    skewed = FakeSource("skewed", 2, base=base, skew_s=5.0, uncertainty_s=0.002)
+    lr = runner([late, skewed], events)
+    t0 = lr.start()
+    wait_for(lambda: late.generated >= 30 and skewed.generated >= 30)
+    lr.stop()
+    rec = lr.recorder
+    assert rec.totals()["ok"] == late.generated + skewed.generated == late.delivered + skewed.delivered
+    assert acknowledged(rec) == {1: [(1, late.generated)], 2: [(1, skewed.generated)]}
+    # ops stamped on the control clock: within the load's window, not 5 s ahead
+    for worker in (1, 2):
+        for seq in (1, late.generated if worker == 1 else skewed.generated):
+            _, t = rec.ledger_outcome(worker, seq)
+            assert t is not None and t0 - 0.01 <= t <= lr.t_end + 0.01, (worker, seq)
+    [said] = [e for e in events if e["kind"] == "load_sources"]
+    assert said["sources"] == [{"source": "skewed", "clock_offset_s": 5.0, "clock_uncertainty_s": 0.002,
+                                "where": "fake"}]
+    assert not [e for e in events if e["kind"] == "load_source_lost"]
+
+
+def test_a_silent_source_does_not_blind_the_close_rule_and_its_late_batches_fold_in() -> None:
+    events: list[dict[str, Any]] = []
+    resume = threading.Event()
+    base = time.time()
+    steady = FakeSource("steady", 1, base=base)
+    holed = FakeSource("holed", 2, base=base, hold_after=0.3, resume=resume)
+    lr = runner([steady, holed], events)
+    lr.start()
+    wait_for(lambda: any(e["kind"] == "load_source_silent" and e["source"] == "holed" for e in events))
+    held_at = holed.last_watermark
+    assert held_at is not None
+    # the steady source's intervals close past the silent one's last delivery
+    wait_for(lambda: (lr.recorder.closed_until() or 0) > (held_at + 5) * lr.recorder.interval)
+    resume.set()
+    wait_for(lambda: any(e["kind"] == "load_source_back" and e["source"] == "holed" for e in events))
+    lr.stop()
+    assert lr.recorder.totals()["ok"] == steady.generated + holed.generated
+    assert acknowledged(lr.recorder) == {1: [(1, steady.generated)], 2: [(1, holed.generated)]}
+    [back] = [e for e in events if e["kind"] == "load_source_back" and e["source"] == "holed"]
+    assert back["source"] == "holed" and back["silent_for_s"] > SILENT_S
+    [folded] = [e for e in events if e["kind"] == "load_late_folded"]
+    assert folded["intervals"]["holed"] >= 5  # at least those closed past it while it held them
+    assert [e["kind"] for e in events if e.get("source") == "holed"] == ["load_source_silent", "load_source_back"]
+
+
+def test_a_lost_source_keeps_what_it_delivered_and_is_said_lost() -> None:
+    events: list[dict[str, Any]] = []
+    base = time.time()
+    steady = FakeSource("steady", 1, base=base)
+    lost = FakeSource("lost", 2, base=base, lost_after=0.3)
+    lr = runner([steady, lost], events)
+    lr.start()
+    wait_for(lambda: not lost.alive())
+    gone_at = lost.last_watermark or 0
+    wait_for(lambda: (lr.recorder.closed_until() or 0) > (gone_at + 5) * lr.recorder.interval)
+    lr.stop()
+    assert lr.recorder.totals()["ok"] == steady.generated + lost.delivered
+    assert 0 < lost.delivered <= lost.generated and lr.undelivered is None
+    lost_said = [e for e in events if e["kind"] == "load_source_lost"]
+    assert [(e["source"], e["why"]) for e in lost_said] == [("lost", "cut off (scripted)")]
