@@ -50,6 +50,14 @@ CHANGE_MASTER = re.compile(r"CHANGE MASTER TO MASTER_HOST='(?P<host>[^']+)', MAS
 CONF_KEYS = ("ping_interval", "ping_type", "secondary_check_script", "master_ip_failover_script",
              "shutdown_script", "check_repl_delay", "candidate_master", "no_master", "latest_priority")
 STATUS = re.compile(r"is running\((?P<code>\d+):(?P<word>[A-Z_]+)\), master:(?P<master>\S+)")
+# any other answer of masterha_check_status names its state the same way: "...phase(10:INITIALIZING_MONITOR)"
+STATE = re.compile(r"\((?P<code>\d+):(?P<word>[A-Z_]+)\)")
+# the states in which the manager is still on its way to monitoring (its start checks every server
+# over SSH, which takes longer the busier the hosts are): waited for, never a reason to give up
+PERL_WARNING = re.compile(r" at \S+\.p[ml] line \d+\.$")
+STARTING = frozenset({"INITIALIZING_MONITOR", "RETRYING_MONITOR"})
+START_GRACE_S = 30.0
+START_BOUND_S = 180.0
 
 
 class MhaConfig(HaConfig):
@@ -75,9 +83,14 @@ def log_event(line: str) -> tuple[str, str | None] | None:
 def parse_status(text: str) -> dict[str, Any]:
     """`masterha_check_status` output: running (PING_OK...) and the monitored primary's address."""
     m = STATUS.search(text)
-    if not m:
-        return {"running": False, "state": text.strip().splitlines()[-1][:120] if text.strip() else "no answer"}
-    return {"running": True, "state": m.group("word"), "master": m.group("master")}
+    if m:
+        return {"running": True, "state": m.group("word"), "master": m.group("master")}
+    state = STATE.search(text)
+    if state:
+        return {"running": False, "state": state.group("word")}
+    # no state word: the answer's own last line (Perl's warnings on stderr are not an answer)
+    lines = [x for x in text.strip().splitlines() if x.strip() and not PERL_WARNING.search(x)]
+    return {"running": False, "state": lines[-1][:120] if lines else "no answer"}
 
 
 def parse_conf(text: str) -> dict[str, dict[str, str]]:
@@ -235,13 +248,19 @@ class MhaManager(HAManager):
         if not self.cfg.start:
             return "masterha_manager not started again: the inventory names no ha.start command"
         res = self._on_manager(self.cfg.start, timeout=60)
-        deadline = time.time() + 30
-        while time.time() < deadline:
+        t0 = time.time()
+        while True:
             st = self.status()
             if st["running"] and st.get("state") == "PING_OK":
                 return "masterha_manager monitoring again"
+            waited = time.time() - t0
+            # its checks of every server are progress: waited for up to START_BOUND_S; any other
+            # state (not yet running: its pid file comes first) for START_GRACE_S
+            if waited >= (START_BOUND_S if st.get("state") in STARTING else START_GRACE_S):
+                break
             time.sleep(1.0)
-        return f"masterha_manager started but not monitoring: {self.status().get('state')} {res.stderr[-120:]}"
+        return (f"masterha_manager started but not monitoring after {waited:.0f} s: {st.get('state')}"
+                + (f"; {res.stderr.strip()[-120:]}" if res.stderr.strip() else ""))
 
     def switchover(self, candidate: str | None = None) -> ActionResult:
         leader, candidate = self.switchover_pair(candidate)

@@ -5,6 +5,9 @@ expected values are read off the fixture files by eye."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
 
 from chaoskit.ha import mha
 
@@ -36,6 +39,59 @@ def test_check_status_running_and_stopped() -> None:
     stopped = mha.parse_status((FIX / "mha-0.58-check-status-stopped.txt").read_text())
     assert stopped["running"] is False and "NOT_RUNNING" in (FIX / "mha-0.58-check-status-stopped.txt").read_text()
     assert mha.parse_status("") == {"running": False, "state": "no answer"}
+
+
+def test_check_status_names_the_state_past_perls_warnings() -> None:
+    """Debian's Perl 5.36 warns on stderr with every MHA tool; the state is the answer's `(N:WORD)`
+    (recorded on the lab while masterha_manager checked its servers)."""
+    warning = "Built-in function 'builtin::blessed' is experimental at /usr/share/perl/5.36/File/Copy.pm line 58.\n"
+    starting = (FIX / "mha-0.58-check-status-initializing.txt").read_text()
+    assert mha.parse_status(starting) == {"running": False, "state": "INITIALIZING_MONITOR"}
+    stopped = (FIX / "mha-0.58-check-status-stopped.txt").read_text()
+    assert mha.parse_status(stopped + warning) == {"running": False, "state": "NOT_RUNNING"}
+    assert mha.parse_status("ssh: connect refused\n" + warning)["state"] == "ssh: connect refused"
+    assert mha.parse_status(warning) == {"running": False, "state": "no answer"}
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+
+
+def _starting(answers: list[tuple[float, str]], monkeypatch: pytest.MonkeyPatch) -> str:
+    """`_start_manager` against a manager whose status is answers[i][1] from answers[i][0] s after
+    the start on; the time is a fake clock."""
+    clock = _Clock()
+    monkeypatch.setattr(mha, "time", clock)
+    t0 = clock.now
+
+    def status() -> dict:
+        text = [a for at, a in answers if clock.now - t0 >= at][-1]
+        return mha.parse_status(text)
+
+    fake = SimpleNamespace(cfg=SimpleNamespace(start="start-it"), status=status,
+                           _on_manager=lambda cmd, timeout=60: SimpleNamespace(stderr="", stdout="", exited=0))
+    return mha.MhaManager._start_manager(fake)  # type: ignore[arg-type]
+
+
+def test_a_manager_still_checking_its_servers_is_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    stopped = (FIX / "mha-0.58-check-status-stopped.txt").read_text()
+    starting = (FIX / "mha-0.58-check-status-initializing.txt").read_text()
+    running = (FIX / "mha-0.58-check-status.txt").read_text()
+    # 5 s before its status file, 50 s of checks on a busy host: monitoring, not given up at 30 s
+    assert _starting([(0, stopped), (5, starting), (55, running)], monkeypatch) == "masterha_manager monitoring again"
+    # never past its checks: given up at the bound, and the state said
+    said = _starting([(0, stopped), (5, starting)], monkeypatch)
+    assert said == f"masterha_manager started but not monitoring after {mha.START_BOUND_S:.0f} s: INITIALIZING_MONITOR"
+    # never running at all: given up after the grace, not the bound
+    said = _starting([(0, stopped)], monkeypatch)
+    assert said == f"masterha_manager started but not monitoring after {mha.START_GRACE_S:.0f} s: NOT_RUNNING"
 
 
 def test_the_application_config() -> None:
