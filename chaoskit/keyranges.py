@@ -114,5 +114,29 @@ class KeyRanges:
                 out.append((max(lo, size + 1), hi))
         return out
 
+    def within(self, worker: int, lo: int, hi: int) -> list[tuple[int, int]]:
+        """The held parts of `worker`'s lo .. hi."""
+        out = []
+        for a, b in self._ranges.get(worker, ()):
+            if b < lo:
+                continue
+            if a > hi:
+                break
+            out.append((max(a, lo), min(b, hi)))
+        return out
+
+    def without(self, worker: int, spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+        """`spans` less what is held for `worker`."""
+        out = []
+        for lo, hi in spans:
+            at = lo
+            for a, b in self.within(worker, lo, hi):
+                if a > at:
+                    out.append((at, a - 1))
+                at = b + 1
+            if at <= hi:
+                out.append((at, hi))
+        return out
+
     def __repr__(self) -> str:
         return f"KeyRanges({self._ranges!r})"

@@ -49,6 +49,7 @@ from hdrh.histogram import HdrHistogram
 
 from chaoskit.db.base import ErrorClass
 from chaoskit.history import OpHistory
+from chaoskit.keyranges import KeyRanges
 from chaoskit.spill import SEGMENT_INTERVALS, IntervalSpill, LedgerFile, OpSpill
 
 if TYPE_CHECKING:
@@ -69,6 +70,7 @@ _COL = {name: i for i, name in enumerate(COLUMNS)}
 LEDGER_FAIL = 0xFFFFFFFF
 LEDGER_INFO = 0xFFFFFFFE
 LEDGER_UNSET = 0xFFFFFFFD
+UNDELIVERED_END = (1 << 62) - 1  # the last key of an open-ended undelivered range
 HIST_MAX_US = 120_000_000
 _ROW = struct.Struct(f"<{len(COLUMNS)}I4f")  # one closed interval: ~100 bytes
 
@@ -342,6 +344,11 @@ class Recorder:
         self._lock = threading.Lock()  # see the module's docstring: every public method holds it
         self._finished = False
         self.late_batches = 0  # batches merged after finish(): left out (the load runner says why)
+        # per worker, the ledger keys whose outcomes never reached this recorder (a batch lost on
+        # its way, a source ended without its final batch, a batch after finish): rows present
+        # there were written by ops chaoskit did not hear the end of; never phantoms, never lost
+        self._undelivered: dict[int, list[tuple[int, int]]] = {}
+        self.undelivered_why: list[str] = []
 
     # -- recording (hot path) --------------------------------------------------------------
     def index(self, t: float) -> int:
@@ -605,8 +612,36 @@ class Recorder:
         with self._lock:
             if self._finished:
                 self.late_batches += 1
+                for worker, first_seq, raw in batch.ledger:
+                    self._unheard(worker, first_seq, first_seq + len(raw) // 4 - 1)
                 return
             self._merge(batch)
+
+    def _unheard(self, worker: int, lo: int, hi: int) -> None:
+        if hi >= lo:
+            self._undelivered.setdefault(worker, []).append((lo, hi))
+
+    def undelivered(self, workers: Iterable[int], why: str) -> None:
+        """These workers' source ended without delivering all it had: their ledger keys past what
+        arrived are unknown (`ledger_undelivered`), and `why` is kept for the evidence."""
+        with self._lock:
+            for worker in workers:
+                col = self.ledger.get(worker)
+                self._unheard(worker, (len(col) if col is not None else 0) + 1, UNDELIVERED_END)
+            self.undelivered_why.append(why)
+
+    def failed_batch(self, batch: Batch, why: str) -> None:
+        """A batch that could not be merged (the collector's error, said by the load runner): its
+        ledger keys are unknown from here on (part of it may be in)."""
+        with self._lock:
+            for worker, first_seq, raw in batch.ledger:
+                self._unheard(worker, first_seq, first_seq + len(raw) // 4 - 1)
+            self.undelivered_why.append(why)
+
+    def ledger_undelivered(self) -> KeyRanges:
+        """The ledger keys whose outcomes never arrived, per worker (empty when everything did)."""
+        with self._lock:
+            return KeyRanges({w: list(spans) for w, spans in self._undelivered.items()})
 
     def _merge(self, batch: Batch) -> None:
         for idx, counts, encoded in batch.intervals:
@@ -629,6 +664,9 @@ class Recorder:
             incoming = array("I")
             incoming.frombytes(raw)
             col = self._column(worker)
+            # a worker ships its ledger from where its last batch ended: a hole is a batch that
+            # never arrived
+            self._unheard(worker, len(col) + 1, first_seq - 1)
             for i, value in enumerate(incoming, start=first_seq - 1):
                 col.set(i, value)
             col.spill()

@@ -222,6 +222,8 @@ def _evidence(result: DrillResult) -> dict[str, Any]:
     }
     if rec is not None and rec.late_batches:
         evidence["load"]["late_batches"] = rec.late_batches
+    if rec is not None and rec.undelivered_why:  # results that never reached the controller (RPO: unknown)
+        evidence["load"]["undelivered"] = rec.undelivered_why
     evidence["audit"] = {**inputs.evidence.model_dump(mode="json"), "operator": inputs.operator}
     evidence["findings"] = findings(evidence)
     return clean(evidence)

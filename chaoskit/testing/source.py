@@ -6,6 +6,8 @@ a steady pace and delivers them the way a troubled source would.
 - `hold_after` + `resume`: from that many seconds after the start it delivers nothing (its batches
   wait) until `resume` is set: a hole, ended when the test decides;
 - `lost_after`: that many seconds after the start it is gone for good (no more batches, no final);
+- `drop_batch`: its batch of that number (1 = the first) is lost on its way, never handed over;
+- `spoil_batch`: its batch of that number arrives malformed (merging it raises);
 - `skew_s` / `offset_s` / `uncertainty_s`: its own clock runs `skew_s` ahead of the control clock;
   it stamps each op with its clock less the offset it measured (`offset_s`, by default exactly the
   skew), and says that offset and its uncertainty.
@@ -27,9 +29,13 @@ class FakeSource(LoadSource):
     def __init__(self, name: str, worker: int, *, base: float, per_tick: int = 3, tick: float = 0.05,
                  delay: float = 0.0, hold_after: float | None = None, resume: threading.Event | None = None,
                  lost_after: float | None = None, skew_s: float = 0.0, offset_s: float | None = None,
-                 uncertainty_s: float = 0.0) -> None:
+                 uncertainty_s: float = 0.0, drop_batch: int | None = None,
+                 spoil_batch: int | None = None) -> None:
         self.name = name
         self.worker = worker
+        self.workers = (worker,)
+        self.drop_batch, self.spoil_batch = drop_batch, spoil_batch
+        self._handed = 0
         self.per_tick, self.tick, self.delay = per_tick, tick, delay
         self.hold_after, self.resume, self.lost_after = hold_after, resume, lost_after
         self.skew_s = skew_s
@@ -75,6 +81,13 @@ class FakeSource(LoadSource):
 
     def _hand(self, kind: str, batch: Batch) -> None:
         assert self._inbox is not None
+        self._handed += 1
+        if self._handed == self.drop_batch:
+            return
+        if self._handed == self.spoil_batch:  # its ledger bytes one short of whole entries
+            batch.ledger = [(worker, first, raw + b"\0") for worker, first, raw in batch.ledger]
+            self._inbox.put(Delivery(self.name, kind, batch))
+            return
         self.delivered += sum(row[0] for _, row, _ in batch.intervals)  # ok counts
         self.last_watermark = batch.watermark
         self._inbox.put(Delivery(self.name, kind, batch))

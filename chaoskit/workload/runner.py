@@ -30,6 +30,7 @@ Never hiding an outage (both executors):
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import multiprocessing as mp
 import os
@@ -38,6 +39,7 @@ import random
 import tempfile
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -322,6 +324,7 @@ class LoadRunner:
         self._plant: LocalPlant | None = None
         self._inbox: Inbox = Inbox()
         self._marks: Watermarks | None = None
+        self._seen_alive: float | None = None  # the collector's: the last instant a source was alive
         self._stopping = False
         self._collector: threading.Thread | None = None
         self._last_batch = 0.0  # when the collector last heard from a source (see _await_finals)
@@ -380,7 +383,7 @@ class LoadRunner:
             rate_share = spec.rate * len(share) / spec.workers if spec.rate else None
             out.append(LocalSource(plant, _child_main, (
                 self._route(group).model_dump_json(), inventory_json, spec, group, share, self.recorder.base,
-                rate_share), builtin=True, label=f"{group.name}/{share[0]}"))
+                rate_share), builtin=True, label=f"{group.name}/{share[0]}", workers=tuple(share)))
         for group in self.tool_groups(spec):
             assert self.tool_dir is not None
             raw = self.tool_dir / group.name
@@ -388,7 +391,7 @@ class LoadRunner:
             rate_share = spec.rate * group.workers / spec.workers if spec.rate else None
             out.append(LocalSource(plant, tool_main, (
                 self._route(group).model_dump_json(), inventory_json, spec, group, str(raw), self.recorder.base,
-                rate_share), builtin=False, label=f"{group.name}/{group.tool}"))
+                rate_share), builtin=False, label=f"{group.name}/{group.tool}", workers=tuple(group.worker_ids)))
         return out
 
     def start(self, start_delay: float = 0.2) -> float:
@@ -429,53 +432,81 @@ class LoadRunner:
         (`Recorder.closed_until`)."""
         marks = self._marks
         assert marks is not None
-        seen_alive: float | None = None  # the last instant a source was alive
+        self._seen_alive = None  # the last instant a source was alive
         late: dict[str, int] = {}  # per source, intervals it delivered after they had closed
         while marks.finals() < len(self.sources):
-            alive = {s.name: s.alive() for s in self.sources}
-            now = time.time()
-            for name in marks.newly_lost(now, alive):
-                self._say("load_source_lost", source=name, why=self._source(name).lost())
-            if not self._stopping:
-                for name in marks.newly_silent(now, alive):
-                    self._say("load_source_silent", source=name, silent_s=marks.silent_s,
-                              note="left out of the close rule until it speaks again; its late ops fold in")
             try:
-                got = self._inbox.get(timeout=0.2)
-            except queue.Empty:
-                # every source ended over a second ago and nothing came: what was on its way arrived
-                seen_alive = now if any(alive.values()) or seen_alive is None else seen_alive
-                if time.time() - seen_alive > 1.0:
+                if self._collect_one(marks, late):
                     break
-                continue
-            now = self._last_batch = time.time()
-            if got.source not in alive:
-                continue
-            if got.kind == "event":  # a tool group's word (a client restarted), not a batch
-                marks.spoke(got.source, now)
-                if self.on_event is not None:
-                    self.on_event(got.payload)
-                continue
-            if got.kind not in ("batch", "final"):
-                continue
-            batch = got.payload
-            silent_for = marks.delivered(got.source, batch.watermark, now, final=got.kind == "final")
-            if silent_for is not None:
-                self._say("load_source_back", source=got.source, silent_for_s=round(silent_for, 3))
-            closed = self.recorder.closed_until()  # what it delivers for intervals closed without it
-            if closed is not None and batch.intervals and batch.intervals[0][0] < self.recorder.index(closed):
-                edge = self.recorder.index(closed)
-                late[got.source] = late.get(got.source, 0) + sum(1 for idx, _, _ in batch.intervals if idx < edge)
-            self.recorder.merge(batch)
-            upto = marks.close_before({s.name: s.alive() for s in self.sources})
-            if upto is not None and got.kind != "final":
-                self.recorder.close_before(upto)
+            except Exception as exc:  # one delivery failed: said, its ledger keys unknown, the rest goes on
+                with contextlib.suppress(Exception):
+                    self._say("load_delivery_failed", error=f"{type(exc).__name__}: {exc}"[:300],
+                              where=traceback.format_exc(limit=-2).strip().splitlines()[-3:])
         if late:
             self._say("load_late_folded", intervals=late,
                       note="intervals closed before these sources delivered them (a source silent for "
                            f"{marks.silent_s:g} s is left out of the close rule); their ops are folded in")
         for name in marks.unfinished():
             self._say("load_source_lost", source=name, why=self._source(name).lost() or "it sent no final batch")
+        self._mark_unfinished("it sent no final batch")
+
+    def _mark_unfinished(self, why: str) -> None:
+        """The sources without their final batch: their workers' ledger keys past what arrived are
+        unknown to the RPO check (never phantoms)."""
+        assert self._marks is not None
+        for source in self.sources:
+            h = self._marks.heard.get(source.name)
+            if h is not None and not h.final and not h.unheard_marked:
+                h.unheard_marked = True
+                self.recorder.undelivered(source.workers, f"{source.name}: {why}")
+
+    def _collect_one(self, marks: Watermarks, late: dict[str, int]) -> bool:
+        """One turn of the collector; True when it is done (every source ended and nothing came)."""
+        alive = {s.name: s.alive() for s in self.sources}
+        now = time.time()
+        for name in marks.newly_lost(now, alive):
+            self._say("load_source_lost", source=name, why=self._source(name).lost())
+        if not self._stopping:
+            for name in marks.newly_silent(now, alive):
+                self._say("load_source_silent", source=name, silent_s=marks.silent_s,
+                          note="left out of the close rule until it speaks again; its late ops fold in")
+        try:
+            got = self._inbox.get(timeout=0.2)
+        except queue.Empty:
+            # every source ended over a second ago and nothing came: what was on its way arrived
+            self._seen_alive = now if any(alive.values()) or self._seen_alive is None else self._seen_alive
+            return time.time() - self._seen_alive > 1.0
+        now = self._last_batch = time.time()
+        if got.kind == "unreadable":  # the pump could not read a word (which source's is unknown)
+            self._say("load_delivery_unreadable", error=got.payload,
+                      note="a batch lost this way leaves a hole in its workers' ledger: the RPO check says so")
+            return False
+        if got.source not in alive:
+            return False
+        if got.kind == "event":  # a tool group's word (a client restarted), not a batch
+            marks.spoke(got.source, now)
+            if self.on_event is not None:
+                self.on_event(got.payload)
+            return False
+        if got.kind not in ("batch", "final"):
+            return False
+        batch = got.payload
+        silent_for = marks.delivered(got.source, batch.watermark, now, final=got.kind == "final")
+        if silent_for is not None:
+            self._say("load_source_back", source=got.source, silent_for_s=round(silent_for, 3))
+        closed = self.recorder.closed_until()  # what it delivers for intervals closed without it
+        if closed is not None and batch.intervals and batch.intervals[0][0] < self.recorder.index(closed):
+            edge = self.recorder.index(closed)
+            late[got.source] = late.get(got.source, 0) + sum(1 for idx, _, _ in batch.intervals if idx < edge)
+        try:
+            self.recorder.merge(batch)
+        except Exception as exc:
+            self.recorder.failed_batch(batch, f"{got.source}: a batch could not be merged ({type(exc).__name__})")
+            raise
+        upto = marks.close_before({s.name: s.alive() for s in self.sources})
+        if upto is not None and got.kind != "final":
+            self.recorder.close_before(upto)
+        return False
 
     def _source(self, name: str) -> LoadSource:
         return next(s for s in self.sources if s.name == name)
@@ -512,6 +543,7 @@ class LoadRunner:
                                 f"{quiet:g} s after the load's stop and were ended: what they had not sent is missing")
             if self.on_event is not None:
                 self.on_event({"kind": "load_undelivered", "t": time.time(), "why": self.undelivered})
+            self._mark_unfinished(f"given up {quiet:g} s after the load's stop")
 
     def _abort(self) -> None:
         for source in self.sources:

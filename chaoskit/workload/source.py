@@ -46,6 +46,7 @@ Inbox = queue.Queue  # of Delivery: every source's deliveries, read by the load 
 class LoadSource(ABC):
     name: str
     builtin: bool = True  # chaoskit's own clients (each process bound to one core), else a tool's
+    workers: tuple[int, ...] = ()  # the worker ids whose ops it delivers
     clock_offset_s: float = 0.0
     clock_uncertainty_s: float = 0.0
 
@@ -88,6 +89,7 @@ class _Heard:
     silent_since: float | None = None
     dead_since: float | None = None
     lost: bool = False
+    unheard_marked: bool = False  # its missing results were told to the recorder
 
 
 class Watermarks:
@@ -190,6 +192,9 @@ class LocalPlant:
                 continue
             except (EOFError, OSError):
                 return
+            except Exception as exc:  # a word that cannot be read: said, and the pump goes on
+                self._inbox.put(Delivery("", "unreadable", f"{type(exc).__name__}: {exc}"[:300]))
+                continue
             with self.lock:
                 name = self.names.get(pid)
             if name is not None:
@@ -208,9 +213,11 @@ class LocalSource(LoadSource):
     """One worker process on the control node: a share of a client group of chaoskit's own clients,
     or a tool group (`builtin` False)."""
 
-    def __init__(self, plant: LocalPlant, target: Any, args: tuple, builtin: bool, label: str) -> None:
+    def __init__(self, plant: LocalPlant, target: Any, args: tuple, builtin: bool, label: str,
+                 workers: tuple[int, ...] = ()) -> None:
         self.plant = plant
         self.builtin = builtin
+        self.workers = workers
         self.label = label
         self.process = plant.ctx.Process(target=target, daemon=True, args=(
             *args, plant.queue, plant.go_flag, plant.start_at, plant.stop_flag, os.getpid()))

@@ -708,8 +708,11 @@ def test_drill_finds_lost_writes_and_fails_rpo(lab: Inventory, tmp_path: Path) -
     res, run_dir = drill(str(pb), tmp_path / "runs")
     ev = json.loads((run_dir / "run.json").read_text())
     assert res.returncode == 1, res.stdout + res.stderr
+    # every worker's results reached the controller (else the rows they wrote are undelivered)
+    said = [line for line in (run_dir / "events.jsonl").read_text().splitlines() if '"kind": "load_' in line]
+    assert "undelivered" not in ev["load"] and not ev["load"].get("late_batches"), (ev["load"], said)
     rpo = ev["results"]["rpo"]
-    assert rpo["lost_acknowledged"] > 0 and rpo["phantoms"] == 0
+    assert rpo["lost_acknowledged"] > 0 and rpo["phantoms"] == 0 and rpo["undelivered"] == 0, (rpo, said)
     slo = ev["results"]["slo"]["rpo_max_writes"]
     by_group = {n: g["rpo"]["lost_acknowledged"] for n, g in ev["results"]["groups"].items()}
     assert sum(by_group.values()) == rpo["lost_acknowledged"]  # the groups split the totals' workers

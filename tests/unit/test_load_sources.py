@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from chaoskit.analysis.durability import rpo_check
 from chaoskit.recorder import Recorder
 from chaoskit.testing.fake_pg import FakePgDriver, fake_inventory
 from chaoskit.testing.source import FakeSource
@@ -143,3 +144,62 @@ def test_a_lost_source_keeps_what_it_delivered_and_is_said_lost() -> None:
     assert 0 < lost.delivered <= lost.generated and lr.undelivered is None
     lost_said = [e for e in events if e["kind"] == "load_source_lost"]
     assert [(e["source"], e["why"]) for e in lost_said] == [("lost", "cut off (scripted)")]
+
+
+# -- results that never arrived are unknown to the RPO check, never phantoms --------------------
+def _everything_written(*sources: FakeSource) -> set[tuple[int, int]]:
+    """What the database would hold: every write each source acknowledged, delivered or not."""
+    return {(s.worker, seq) for s in sources for seq in range(1, s.generated + 1)}
+
+
+def test_a_lost_sources_undelivered_rows_are_unknown_not_phantoms() -> None:
+    base = time.time()
+    steady = FakeSource("steady", 1, base=base)
+    lost = FakeSource("lost", 2, base=base, lost_after=0.3)
+    lr = runner([steady, lost], [])
+    lr.start()
+    wait_for(lambda: not lost.alive())
+    lr.stop()
+    # every ledger entry it drained was delivered; the database also holds the 5 writes it made
+    # after that (committed, their results never sent)
+    assert acknowledged(lr.recorder)[2] == [(1, lost.generated)]
+    after = {(2, lost.generated + k) for k in range(1, 6)}
+    rpo = rpo_check(lr.recorder, _everything_written(steady, lost) | after, None, 0)
+    assert (rpo["phantoms"], rpo["lost_acknowledged"], rpo["undelivered"], rpo["undelivered_workers"]) == (0, 0, 5, 1)
+    assert rpo["valid"] == "unknown" and "1 worker(s)' results did not all reach the controller" in rpo["text"]
+    # the steady source alone is judged in full
+    assert rpo_check(lr.recorder, _everything_written(steady), None, 0, workers={1})["valid"] is True
+    # a row of the lost worker that no op wrote (seq 0) is still a phantom
+    bad = rpo_check(lr.recorder, _everything_written(steady, lost) | after | {(2, 0)}, None, 0)
+    assert bad["phantoms"] == 1 and bad["valid"] is False
+
+
+def test_a_batch_lost_on_its_way_is_a_hole_the_rpo_check_says() -> None:
+    base = time.time()
+    source = FakeSource("src", 1, base=base, per_tick=3, drop_batch=4)
+    lr = runner([source], [])
+    lr.start()
+    wait_for(lambda: source.generated >= 30)
+    lr.stop()
+    # batch 4 held the writes of tick 4: seqs 10..12 (3 a tick)
+    assert lr.recorder.ledger_undelivered() == {(1, 10), (1, 11), (1, 12)}
+    rpo = rpo_check(lr.recorder, _everything_written(source), None, 0)
+    assert (rpo["phantoms"], rpo["undelivered"], rpo["valid"]) == (0, 3, "unknown")
+    assert rpo["acknowledged"] == source.generated - 3
+
+
+def test_a_batch_that_cannot_be_merged_is_said_and_the_load_goes_on() -> None:
+    events: list[dict[str, Any]] = []
+    base = time.time()
+    source = FakeSource("src", 1, base=base, per_tick=3, spoil_batch=2)
+    lr = runner([source], events)
+    lr.start()
+    wait_for(lambda: source.generated >= 30)
+    lr.stop()
+    [failed] = [e for e in events if e["kind"] == "load_delivery_failed"]
+    assert failed["error"].startswith("ValueError")
+    # batch 2 (seqs 4..6) is unknown; everything after it arrived
+    assert lr.recorder.ledger_undelivered() == {(1, 4), (1, 5), (1, 6)}
+    assert acknowledged(lr.recorder)[1][-1][1] == source.generated
+    rpo = rpo_check(lr.recorder, _everything_written(source), None, 0)
+    assert rpo["phantoms"] == 0 and rpo["valid"] == "unknown"

@@ -247,3 +247,10 @@ def test_the_history_in_columns_keeps_what_the_tuples_kept(tmp_path: Path, seed:
     old.flush()
     assert list(new.kept_ops()) == old.kept and new.dropped == old.dropped and new.count() == len(old.kept)
     assert len(old.kept) > 20 and (old.dropped > 0 or seed % 3)  # the cap is reached in some runs
+
+
+def test_key_ranges_cut_a_span_by_what_they_hold() -> None:
+    held = KeyRanges({1: [(5, 10), (20, 30)]})
+    assert held.within(1, 1, 25) == [(5, 10), (20, 25)] and held.within(2, 1, 25) == []
+    assert held.without(1, [(1, 40)]) == [(1, 4), (11, 19), (31, 40)]
+    assert held.without(1, [(6, 9), (21, 21)]) == [] and held.without(3, [(1, 3)]) == [(1, 3)]

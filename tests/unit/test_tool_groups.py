@@ -361,7 +361,13 @@ def test_the_load_runner_waits_for_a_group_still_shipping_and_says_when_one_went
     events: list[dict] = []
     lr = runner_mod.LoadRunner.__new__(runner_mod.LoadRunner)
     lr.spec = LoadSpec(workload="ledger", workers=1, op_timeout=1.0)
-    lr.sources, lr._marks, lr.undelivered, lr.on_event = [object()], Watermarks(["s"], 1000.0), None, events.append
+    from types import SimpleNamespace
+
+    from chaoskit.recorder import Recorder
+
+    lr.sources, lr._marks, lr.undelivered, lr.on_event = ([SimpleNamespace(name="s", workers=(1,))],  # type: ignore[list-item]
+                                                          Watermarks(["s"], 1000.0), None, events.append)
+    lr.recorder = Recorder(1000.0)
     clock = [1000.0]
     monkeypatch.setattr(runner_mod.time, "time", lambda: clock[0])
     sends = iter(range(30))  # 30 s of a batch a second, then the final one
@@ -391,6 +397,9 @@ def test_the_load_runner_waits_for_a_group_still_shipping_and_says_when_one_went
     assert clock[0] - start == 17.0 and lr.undelivered is not None and "sent no results for 16 s" in lr.undelivered
     assert lr.undelivered.startswith("1 load source(s)")
     assert [e["kind"] for e in events] == ["load_undelivered"]
+    # what its worker had not sent is unknown to the RPO check, from its first key on
+    assert lr.recorder.undelivered_why == ["s: given up 16 s after the load's stop"]
+    assert lr.recorder.ledger_undelivered().ranges(1) == [(1, (1 << 62) - 1)]
 
 
 # -- sysbench ---------------------------------------------------------------------------------
