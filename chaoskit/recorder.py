@@ -612,14 +612,18 @@ class Recorder:
         with self._lock:
             if self._finished:
                 self.late_batches += 1
-                for worker, first_seq, raw in batch.ledger:
-                    self._unheard(worker, first_seq, first_seq + len(raw) // 4 - 1)
+                self._unheard_batch(batch)
                 return
             self._merge(batch)
 
     def _unheard(self, worker: int, lo: int, hi: int) -> None:
         if hi >= lo:
             self._undelivered.setdefault(worker, []).append((lo, hi))
+
+    def _unheard_batch(self, batch: Batch) -> None:
+        """Every ledger key `batch` carries (4 bytes an entry) as unknown."""
+        for worker, first_seq, raw in batch.ledger:
+            self._unheard(worker, first_seq, first_seq + len(raw) // 4 - 1)
 
     def undelivered(self, workers: Iterable[int], why: str) -> None:
         """These workers' source ended without delivering all it had: their ledger keys past what
@@ -634,8 +638,7 @@ class Recorder:
         """A batch that could not be merged (the collector's error, said by the load runner): its
         ledger keys are unknown from here on (part of it may be in)."""
         with self._lock:
-            for worker, first_seq, raw in batch.ledger:
-                self._unheard(worker, first_seq, first_seq + len(raw) // 4 - 1)
+            self._unheard_batch(batch)
             self.undelivered_why.append(why)
 
     def ledger_undelivered(self) -> KeyRanges:

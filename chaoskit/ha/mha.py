@@ -52,9 +52,10 @@ CONF_KEYS = ("ping_interval", "ping_type", "secondary_check_script", "master_ip_
 STATUS = re.compile(r"is running\((?P<code>\d+):(?P<word>[A-Z_]+)\), master:(?P<master>\S+)")
 # any other answer of masterha_check_status names its state the same way: "...phase(10:INITIALIZING_MONITOR)"
 STATE = re.compile(r"\((?P<code>\d+):(?P<word>[A-Z_]+)\)")
+# a warning Perl writes on stderr beside every MHA tool's answer ("... at /usr/share/perl/... line 58.")
+PERL_WARNING = re.compile(r" at \S+\.p[ml] line \d+\.$")
 # the states in which the manager is still on its way to monitoring (its start checks every server
 # over SSH, which takes longer the busier the hosts are): waited for, never a reason to give up
-PERL_WARNING = re.compile(r" at \S+\.p[ml] line \d+\.$")
 STARTING = frozenset({"INITIALIZING_MONITOR", "RETRYING_MONITOR"})
 START_GRACE_S = 30.0
 START_BOUND_S = 180.0

@@ -325,6 +325,7 @@ class LoadRunner:
         self._inbox: Inbox = Inbox()
         self._marks: Watermarks | None = None
         self._seen_alive: float | None = None  # the collector's: the last instant a source was alive
+        self._told_unheard: set[str] = set()  # sources whose missing results the recorder was told
         self._stopping = False
         self._collector: threading.Thread | None = None
         self._last_batch = 0.0  # when the collector last heard from a source (see _await_finals)
@@ -456,8 +457,8 @@ class LoadRunner:
         assert self._marks is not None
         for source in self.sources:
             h = self._marks.heard.get(source.name)
-            if h is not None and not h.final and not h.unheard_marked:
-                h.unheard_marked = True
+            if h is not None and not h.final and source.name not in self._told_unheard:
+                self._told_unheard.add(source.name)
                 self.recorder.undelivered(source.workers, f"{source.name}: {why}")
 
     def _collect_one(self, marks: Watermarks, late: dict[str, int]) -> bool:

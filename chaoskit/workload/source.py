@@ -89,7 +89,6 @@ class _Heard:
     silent_since: float | None = None
     dead_since: float | None = None
     lost: bool = False
-    unheard_marked: bool = False  # its missing results were told to the recorder
 
 
 class Watermarks:

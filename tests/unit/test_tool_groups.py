@@ -367,7 +367,7 @@ def test_the_load_runner_waits_for_a_group_still_shipping_and_says_when_one_went
 
     lr.sources, lr._marks, lr.undelivered, lr.on_event = ([SimpleNamespace(name="s", workers=(1,))],  # type: ignore[list-item]
                                                           Watermarks(["s"], 1000.0), None, events.append)
-    lr.recorder = Recorder(1000.0)
+    lr.recorder, lr._told_unheard = Recorder(1000.0), set()
     clock = [1000.0]
     monkeypatch.setattr(runner_mod.time, "time", lambda: clock[0])
     sends = iter(range(30))  # 30 s of a batch a second, then the final one
