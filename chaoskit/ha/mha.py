@@ -59,6 +59,15 @@ PERL_WARNING = re.compile(r" at \S+\.p[ml] line \d+\.$")
 STARTING = frozenset({"INITIALIZING_MONITOR", "RETRYING_MONITOR"})
 START_GRACE_S = 30.0
 START_BOUND_S = 180.0
+START_ATTEMPTS = 2  # a start that stopped is made once more
+# the states of a manager still handling a dead primary (its failover ends with its exit): a start
+# made meanwhile would find it running and do nothing, so it is waited for, up to FAILOVER_BOUND_S
+FAILING_OVER = frozenset({"PING_FAILING", "PING_FAILED", "FAILOVER_RUNNING"})
+FAILOVER_BOUND_S = 300.0
+REPLICATING_HOLD_S = 3.0  # a rejoined replica's threads must still run this long after they first do
+# where a start of masterha_manager begins in its log, and the lines in which it says why it stopped
+MONITOR_START = "MHA::MasterMonitor version"
+LOG_ERROR = re.compile(r"\[error\](?:\[[^\]]*\])?\s*(?P<text>.*)")
 
 
 class MhaConfig(HaConfig):
@@ -92,6 +101,17 @@ def parse_status(text: str) -> dict[str, Any]:
     # no state word: the answer's own last line (Perl's warnings on stderr are not an answer)
     lines = [x for x in text.strip().splitlines() if x.strip() and not PERL_WARNING.search(x)]
     return {"running": False, "state": lines[-1][:120] if lines else "no answer"}
+
+
+def start_errors(log_text: str, limit: int = 3) -> list[str]:
+    """The errors the manager's last start logged (after its last `MHA::MasterMonitor version`
+    line), the first `limit` of them (the cause comes first; MHA's own summary lines follow),
+    without the source position: why a start did not reach monitoring, in MHA's words."""
+    start = log_text.rfind(MONITOR_START)
+    if start < 0:
+        return []
+    found = [m.group("text").strip() for m in map(LOG_ERROR.search, log_text[start:].splitlines()) if m]
+    return [x[:200] for x in found if x][:limit]
 
 
 def parse_conf(text: str) -> dict[str, dict[str, str]]:
@@ -246,22 +266,58 @@ class MhaManager(HAManager):
 
     # -- actions -----------------------------------------------------------------------------
     def _start_manager(self) -> str:
+        """The start command, then the manager's status until it monitors. A manager still failing
+        over (it exits when its failover ends; a start meanwhile would find it running and do
+        nothing) is waited for first. A start that stopped (its status gone again, or never there
+        within the grace) is said with what its log gives as the reason and made once more, as an
+        operator would; one still checking its servers at the bound is not started twice."""
         if not self.cfg.start:
             return "masterha_manager not started again: the inventory names no ha.start command"
-        res = self._on_manager(self.cfg.start, timeout=60)
         t0 = time.time()
+        while (state := str(self.status().get("state"))) in FAILING_OVER:
+            if time.time() - t0 >= FAILOVER_BOUND_S:
+                return f"masterha_manager not started again: still {state} after {time.time() - t0:.0f} s"
+            time.sleep(1.0)
+        waited = time.time() - t0
+        after = f" (after its failover ended, {waited:.0f} s later)" if waited >= 1.0 else ""
+        failed: list[str] = []
+        for _attempt in range(START_ATTEMPTS):
+            res = self._on_manager(self.cfg.start, timeout=60)
+            state, waited = self._await_monitoring()
+            if state == "PING_OK":
+                return "masterha_manager monitoring again" + after + (
+                    f" (started {len(failed) + 1} times; before: {'; '.join(failed)})" if failed else "")
+            try:
+                errors = start_errors(self._recent_log())
+            except Exception as exc:  # the answer stays what it is; why the log could not be read is said
+                errors = [f"its log unreadable: {type(exc).__name__}"]
+            failed.append(f"not monitoring after {waited:.0f} s: {state}"
+                          + (f", {res.stderr.strip()[-120:]}" if res.stderr.strip() else "")
+                          + (f", its log says: {' | '.join(errors)}" if errors else ""))
+            if state in STARTING:
+                break
+        return "masterha_manager started" + after + " but " + "; then ".join(failed)
+
+    def _await_monitoring(self) -> tuple[str, float]:
+        """(the manager's state, seconds waited) once it monitors (PING_OK), stopped after having
+        begun its checks, or at the bound: START_BOUND_S while it checks its servers (progress,
+        slower the busier the hosts are), START_GRACE_S in any other state (not yet running: its
+        status file comes first)."""
+        t0 = time.time()
+        began = False
         while True:
             st = self.status()
-            if st["running"] and st.get("state") == "PING_OK":
-                return "masterha_manager monitoring again"
+            state = str(st.get("state"))
+            if st["running"] and state == "PING_OK":
+                return state, time.time() - t0
             waited = time.time() - t0
-            # its checks of every server are progress: waited for up to START_BOUND_S; any other
-            # state (not yet running: its pid file comes first) for START_GRACE_S
-            if waited >= (START_BOUND_S if st.get("state") in STARTING else START_GRACE_S):
-                break
+            if state in STARTING:
+                began = True
+            elif began:  # it had begun and its status is gone: it stopped
+                return state, waited
+            if waited >= (START_BOUND_S if state in STARTING else START_GRACE_S):
+                return state, waited
             time.sleep(1.0)
-        return (f"masterha_manager started but not monitoring after {waited:.0f} s: {st.get('state')}"
-                + (f"; {res.stderr.strip()[-120:]}" if res.stderr.strip() else ""))
 
     def switchover(self, candidate: str | None = None) -> ActionResult:
         leader, candidate = self.switchover_pair(candidate)
@@ -326,10 +382,11 @@ class MhaManager(HAManager):
         finally:
             if conn is not None:
                 conn.close()
-        ok = self._replicates(node, admin, 60)
+        ok, replicating = self._replicates(node, admin, 60)
         again = self._start_manager()
         return ActionResult("rejoin", ok, t_sent, time.time(), member=member, rewound=False, rebuilt=False,
-                            answer=f"replica of {leader} from {pos.group('file')}:{pos.group('pos')}; {again}")
+                            answer=f"replica of {leader} from {pos.group('file')}:{pos.group('pos')}"
+                                   + ("" if ok else f", not replicating: {replicating}") + f"; {again}")
 
     def _admin_connect(self, node: Any, admin: dict[str, str]) -> Any:
         """A connection as the MHA config's `user` (MHA's administrative account; `admin` is the
@@ -346,26 +403,43 @@ class MhaManager(HAManager):
             return str(ref.resolve())
         return admin.get("repl_password", "")
 
-    def _replicates(self, node: Any, admin: dict[str, str], timeout: float) -> bool:
-        """Whether both replication threads run on `node` within the bound (one connection, made
-        again only after an error)."""
-        from chaoskit.db.mysql import replica_state_of
+    def _replicates(self, node: Any, admin: dict[str, str], timeout: float) -> tuple[bool, str]:
+        """Whether both replication threads run on `node` and still do REPLICATING_HOLD_S later
+        (a SQL thread that stops on its first event, a duplicate key of a diverged old primary,
+        is caught here, not by the manager refusing to start), within the bound; else why not,
+        with the replica's own last errors. One connection, made again only after an error."""
+        from chaoskit.db.mysql import slave_state
 
         deadline = time.time() + timeout
+        since: float | None = None
+        why = "no answer"
         conn = None
         try:
             while time.time() < deadline:
                 try:
                     conn = conn or self._admin_connect(node, admin)
-                    state = replica_state_of(conn)
-                    if state is not None and state[0] == "streaming":
-                        return True
-                except Exception:  # the node restarting or busy: ask again on a new connection
+                    with conn.cursor() as cur:
+                        cur.execute("SHOW SLAVE STATUS")
+                        cols = [d[0] for d in cur.description or []]
+                        row = cur.fetchone()
+                    status = dict(zip(cols, row, strict=False)) if row else {}
+                    state = slave_state(status)[0] if status else "not a replica"
+                    if state == "streaming":
+                        since = since if since is not None else time.time()
+                        if time.time() - since >= REPLICATING_HOLD_S:
+                            return True, "replicating"
+                    else:
+                        since = None
+                        errors = [f"{k} {status[k]}" for k in ("Last_IO_Error", "Last_SQL_Error") if status.get(k)]
+                        why = state + (f" ({'; '.join(errors)})"[:300] if errors else "")
+                except Exception as exc:  # the node restarting or busy: ask again on a new connection
                     if conn is not None:
                         conn.close()
                     conn = None
-                time.sleep(1.0)
-            return False
+                    since = None
+                    why = f"{type(exc).__name__}: {str(exc)[:120]}"
+                time.sleep(0.5)
+            return False, why
         finally:
             if conn is not None:
                 conn.close()

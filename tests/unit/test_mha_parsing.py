@@ -64,34 +64,89 @@ class _Clock:
         self.now += s
 
 
-def _starting(answers: list[tuple[float, str]], monkeypatch: pytest.MonkeyPatch) -> str:
+def _starting(answers: list[tuple[float, str]] | list[list[tuple[float, str]]], monkeypatch: pytest.MonkeyPatch,
+              log: str = "", failing_over_s: float = 0.0) -> str:
     """`_start_manager` against a manager whose status is answers[i][1] from answers[i][0] s after
-    the start on; the time is a fake clock."""
+    the start on (a list of such lists: one per start made), and whose log is `log`; before that,
+    for `failing_over_s`, the manager that failed over still runs (a start then does nothing);
+    the time is a fake clock."""
     clock = _Clock()
     monkeypatch.setattr(mha, "time", clock)
+    per_start = answers if isinstance(answers[0], list) else [answers]
+    starts: list[float] = []
     t0 = clock.now
 
-    def status() -> dict:
-        text = [a for at, a in answers if clock.now - t0 >= at][-1]
-        return mha.parse_status(text)
+    def start(cmd: str, timeout: float = 60) -> SimpleNamespace:
+        assert clock.now - t0 >= failing_over_s, "started while the failover still ran: the start did nothing"
+        starts.append(clock.now)
+        return SimpleNamespace(stderr="", stdout="", exited=0)
 
-    fake = SimpleNamespace(cfg=SimpleNamespace(start="start-it"), status=status,
-                           _on_manager=lambda cmd, timeout=60: SimpleNamespace(stderr="", stdout="", exited=0))
+    def status() -> dict:
+        if not starts:
+            return mha.parse_status(FAILING_OVER if clock.now - t0 < failing_over_s else STOPPED)
+        timed = per_start[min(len(starts), len(per_start)) - 1]
+        text = [a for at, a in timed if clock.now - starts[-1] >= at][-1]  # type: ignore[operator]
+        return mha.parse_status(text)  # type: ignore[arg-type]
+
+    fake = SimpleNamespace(cfg=SimpleNamespace(start="start-it"), status=status, _recent_log=lambda: log,
+                           _on_manager=start)
+    fake._await_monitoring = lambda: mha.MhaManager._await_monitoring(fake)  # type: ignore[arg-type]
     return mha.MhaManager._start_manager(fake)  # type: ignore[arg-type]
 
 
+STOPPED = (FIX / "mha-0.58-check-status-stopped.txt").read_text()
+STARTING = (FIX / "mha-0.58-check-status-initializing.txt").read_text()
+RUNNING = (FIX / "mha-0.58-check-status.txt").read_text()
+# masterha_check_status while the manager fails over (MHA 0.58's ManagerAdmin.pm wording)
+FAILING_OVER = ("mha master is down and failover is running(50:FAILOVER_RUNNING). master:10.77.0.61\n"
+                "Check /var/lib/chaoskit-lab/hosts/mham/mha/manager.log for details.\n")
+
+
 def test_a_manager_still_checking_its_servers_is_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
-    stopped = (FIX / "mha-0.58-check-status-stopped.txt").read_text()
-    starting = (FIX / "mha-0.58-check-status-initializing.txt").read_text()
-    running = (FIX / "mha-0.58-check-status.txt").read_text()
     # 5 s before its status file, 50 s of checks on a busy host: monitoring, not given up at 30 s
-    assert _starting([(0, stopped), (5, starting), (55, running)], monkeypatch) == "masterha_manager monitoring again"
-    # never past its checks: given up at the bound, and the state said
-    said = _starting([(0, stopped), (5, starting)], monkeypatch)
+    assert _starting([(0, STOPPED), (5, STARTING), (55, RUNNING)], monkeypatch) == "masterha_manager monitoring again"
+    # never past its checks: given up at the bound, the state said, and not started a second time
+    said = _starting([(0, STOPPED), (5, STARTING)], monkeypatch)
     assert said == f"masterha_manager started but not monitoring after {mha.START_BOUND_S:.0f} s: INITIALIZING_MONITOR"
-    # never running at all: given up after the grace, not the bound
-    said = _starting([(0, stopped)], monkeypatch)
-    assert said == f"masterha_manager started but not monitoring after {mha.START_GRACE_S:.0f} s: NOT_RUNNING"
+
+
+def test_a_manager_still_failing_over_is_waited_for_before_the_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rejoin can come while the manager that failed over still finishes (its phase 4 on a busy
+    host): a start then finds it running and does nothing, and it exits without monitoring."""
+    assert mha.parse_status(FAILING_OVER) == {"running": False, "state": "FAILOVER_RUNNING"}
+    said = _starting([(0, STOPPED), (1, STARTING), (12, RUNNING)], monkeypatch, failing_over_s=40)
+    assert said == "masterha_manager monitoring again (after its failover ended, 40 s later)"
+    said = _starting([(0, STOPPED)], monkeypatch, failing_over_s=1000)
+    assert said == f"masterha_manager not started again: still FAILOVER_RUNNING after {mha.FAILOVER_BOUND_S:.0f} s"
+
+
+def test_a_manager_that_never_runs_is_started_once_more_then_given_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    said = _starting([(0, STOPPED)], monkeypatch)
+    once = f"not monitoring after {mha.START_GRACE_S:.0f} s: NOT_RUNNING"
+    assert said == f"masterha_manager started but {once}; then {once}"
+
+
+def test_a_start_that_stopped_says_why_in_mhas_words_and_is_made_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recorded log: an earlier start and failover, then a start that stopped on a replica
+    whose SQL thread had stopped on a duplicate key (made on the lab). Its status went from
+    initialising to stopped 2 s after the start: not waited for until the grace."""
+    log = ((FIX / "mha-0.58-manager-failover.log").read_text()
+           + (FIX / "mha-0.58-manager-start-error.log").read_text())
+    said = _starting([[(0, STARTING), (2, STOPPED)], [(0, STOPPED), (1, STARTING), (12, RUNNING)]], monkeypatch, log)
+    why = ("SQL Thread is stopped(error) on 10.77.0.63(10.77.0.63:3306)! Errno:1062, Error:Could not execute "
+           "Write_rows_v1 event on table ckx.t; Duplicate entry '1' for key 'PRIMARY', Error_code: 1062; handler error "
+           "HA_ERR_FOUND_DUPP_KEY; the event's master log mysql-bin.000002, end_log_pos 44231180"[:200])
+    assert said == ("masterha_manager monitoring again (started 2 times; before: not monitoring after 2 s: NOT_RUNNING,"
+                    f" its log says: {why} | Server 10.77.0.63(10.77.0.63:3306) is alive, but does not work as a"
+                    " slave! | Error happened on checking configurations.  at /usr/share/perl5/MHA/MasterMonitor.pm"
+                    " line 329.)")
+
+
+def test_only_the_last_starts_errors_are_read() -> None:
+    log = (FIX / "mha-0.58-manager-start-error.log").read_text()
+    assert len(mha.start_errors(log, limit=10)) == 4
+    assert mha.start_errors(log + "Sun Dec  6 02:14:00 2026 - [info] MHA::MasterMonitor version 0.58.\n") == []
+    assert mha.start_errors("no start in here [error] x") == []
 
 
 def test_the_application_config() -> None:
@@ -146,3 +201,53 @@ def test_a_replica_reports_its_own_replication() -> None:
     assert slave_state(older)[1] is None
     assert slave_state({**rows["running"], "Slave_IO_Running": "Connecting"})[0] == "connecting"
     assert slave_state({**rows["running"], "Slave_IO_Running": "No", "Slave_SQL_Running": "No"})[0] == "stopped"
+
+
+class _Replica:
+    """A connection whose SHOW SLAVE STATUS answers rows[i] from rows[i][0] s on (fake clock)."""
+
+    def __init__(self, clock: _Clock, rows: list[tuple[float, dict]]) -> None:
+        self.clock, self.rows, self.t0 = clock, rows, clock.now
+        self.description: list[tuple[str]] = []
+        self._row: tuple = ()
+
+    def cursor(self) -> _Replica:
+        return self
+
+    def __enter__(self) -> _Replica:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def execute(self, sql: str, params: tuple = ()) -> None:
+        status = [r for at, r in self.rows if self.clock.now - self.t0 >= at][-1]
+        self.description = [(k,) for k in status]
+        self._row = tuple(status.values())
+
+    def fetchone(self) -> tuple | None:
+        return self._row or None
+
+    def close(self) -> None:
+        return None
+
+
+def _replicates(rows: list[tuple[float, dict]], monkeypatch: pytest.MonkeyPatch) -> tuple[bool, str]:
+    clock = _Clock()
+    monkeypatch.setattr(mha, "time", clock)
+    conn = _Replica(clock, rows)
+    fake = SimpleNamespace(_admin_connect=lambda node, admin: conn)
+    return mha.MhaManager._replicates(fake, None, {}, 60)  # type: ignore[arg-type]
+
+
+RUNS = {"Slave_IO_Running": "Yes", "Slave_SQL_Running": "Yes", "Last_IO_Error": "", "Last_SQL_Error": ""}
+
+
+def test_a_replica_whose_sql_thread_stops_on_its_first_event_is_not_rejoined(monkeypatch: pytest.MonkeyPatch) -> None:
+    dup = "Could not execute Write_rows_v1 event on table t; Duplicate entry '1' for key 'PRIMARY', Error_code: 1062"
+    # both threads run at first, the SQL thread stops 1 s later: not a rejoin, and the replica's error said
+    ok, why = _replicates([(0, RUNS), (1, {**RUNS, "Slave_SQL_Running": "No", "Last_SQL_Error": dup})], monkeypatch)
+    assert (ok, why) == (False, f"sql_stopped (Last_SQL_Error {dup})")
+    # running for the hold: replicating
+    connecting = {**RUNS, "Slave_IO_Running": "Connecting"}
+    assert _replicates([(0, connecting), (2, RUNS)], monkeypatch) == (True, "replicating")
