@@ -10,7 +10,6 @@ from typing import Any, Protocol
 
 from chaoskit.analysis.catchup import standby_catchup
 from chaoskit.analysis.checks import convergence_verdict, gather_convergence, split_brain
-from chaoskit.analysis.durability import lost_update_check, rpo_check
 from chaoskit.analysis.errors import error_table
 from chaoskit.analysis.failover import (
     MANAGED_SERVICE,
@@ -30,7 +29,9 @@ from chaoskit.playbook.models import Playbook
 from chaoskit.playbook.record import DrillInputs, DrillRecord
 from chaoskit.recorder import OK, Recorder, error_rate
 from chaoskit.topology.probe import ProbeLog, writer_view
+from chaoskit.workload.checks import Check, Judging
 from chaoskit.workload.engine import BUILTIN, engine, measures
+from chaoskit.workload.workloads import data_checks
 
 MARKS = ("t_fault", "t_detect", "t_promoted", "t_first_ok", "t_recovered")
 # why an external tool's group has no RPO (results.groups.<name>.rpo_null_reason)
@@ -136,12 +137,9 @@ def analyse(pb: Playbook, run: DrillRecord, rec: Recorder, probe: ProbeLog, trut
     outage_faults = [f for f in faults if f.get("outage")]
     t_fault = outage_faults[0]["t_fault"] if outage_faults else (faults[0]["t_fault"] if faults else None)
     error = truth.get("writer_error")
-    if "rpo" in pb.checks:
-        checks["rpo"] = _rpo(pb, run, rec, truth, t_fault)
-    if "bank" in pb.checks:
-        bank = truth.get("bank") or {"valid": "unknown", "error": error}
-        checks["bank"] = bank if "total" not in bank else {"valid": bank["total"] == bank["expected"],
-                                                           "drift": bank["total"] - bank["expected"], **bank}
+    judging = Judging(rec, t_fault, pb.slo.rpo_max_writes, len(run.groups), error)
+    for check in own_checks(pb):  # the workload's checks of its data, each judged the same way
+        checks[check.name] = check.judge(truth.get(check.reads), judging)
     brain = checked(split_brain, roles, pb.probes.interval, multi_writer=multi_writer)
     if "split_brain" in pb.checks:
         checks["split_brain"] = brain
@@ -158,7 +156,9 @@ def analyse(pb: Playbook, run: DrillRecord, rec: Recorder, probe: ProbeLog, trut
         checks.setdefault(name, {"valid": "unknown", "error": error or f"nothing was read for the {name} check"})
     groups = group_figures(run.groups, pb, rec, first_at, faults, truth, t_fault, run.events)
     slo = _slo(pb, faults, checks, rec, run.ended, groups)
-    verdict = merge([c.get("valid", "unknown") for c in checks.values()] + [s["ok"] for s in slo.values()])
+    advisory = {c.name for c in own_checks(pb) if c.severity != "fail"}  # said, never failing the verdict
+    verdict = merge([c.get("valid", "unknown") for name, c in checks.items() if name not in advisory]
+                    + [s["ok"] for s in slo.values()])
     if run.aborted:
         verdict = "aborted"
     out = {"baseline_tps": base, "faults": faults, "rpo": checks.get("rpo"), "checks": checks, "slo": slo,
@@ -168,21 +168,11 @@ def analyse(pb: Playbook, run: DrillRecord, rec: Recorder, probe: ProbeLog, trut
     return out, marks
 
 
-def _rpo(pb: Playbook, run: DrillRecord, rec: Recorder, truth: dict[str, Any], t_fault: float | None
-         ) -> dict[str, Any]:
-    """Acknowledged writes lost, judged on what the workload read: row versions (the update
-    workload: lost updates) or the rows present (the ledger: lost writes)."""
-    error: dict[str, Any] = {"valid": "unknown", "error": truth.get("writer_error")}
-    if "versions" in truth:
-        versions = truth["versions"]
-        if versions.get("before") is None:
-            return versions
-        return lost_update_check(rec.row_updates, versions["before"], versions["after"], pb.slo.rpo_max_writes)
-    # With several client groups the loss bound is judged per group (each kind of client is an
-    # application of its own; see group_figures and the SLO); the totals still fail on phantoms.
-    bound = None if len(run.groups) > 1 else pb.slo.rpo_max_writes
-    present = truth.get("ledger_present") or error
-    return rpo_check(rec, present["rows"], t_fault, bound) if "rows" in present else present
+def own_checks(pb: Playbook) -> list[type[Check]]:
+    """The checks of its own data the playbook's workload makes (none for a load of tools only)."""
+    if not pb.load.builtin_clients:
+        return []
+    return data_checks(pb.load.workload_name, pb.load.workload_params(), pb.checks)
 
 
 def logged_complaints(kept: list[dict[str, Any]]) -> dict[str, list[str]]:
@@ -204,9 +194,10 @@ def group_figures(groups: dict[str, dict[str, Any]], pb: Playbook, rec: Recorder
     the fault and on which node. The group's `rto_first_client_s`, `rto_all_clients_s` and
     `write_gap_s` are the worst over the faults that caused it an outage (null if one of them
     never ended for it)."""
-    rows = (truth.get("ledger_present") or {}).get("rows")
+    per_group = [c for c in own_checks(pb) if c.per_group]
     nodes = {(o.worker, o.seq): o.node for o in rec.history.kept_ops()
-             if o.outcome == OK and o.seq is not None and o.node is not None}
+             if o.outcome == OK and o.seq is not None and o.node is not None} if per_group else {}
+    judging = Judging(rec, t_fault, pb.slo.rpo_max_writes, len(groups), truth.get("writer_error"))
     out: dict[str, Any] = {}
     for name, group in groups.items():
         workers = set(group["workers"])
@@ -221,13 +212,16 @@ def group_figures(groups: dict[str, dict[str, Any]], pb: Playbook, rec: Recorder
             per_fault.append({"id": fa["id"], "t_fault": fa["t_fault"], **figures})
         outages = [f for f in per_fault if f["outage"]]
         applies = pb.slo.group in (None, name)
-        rpo, tool = None, group.get("tool", "builtin")
-        if "rpo" in pb.checks and rows is not None and measures(tool).rpo:
-            rpo = rpo_check(rec, rows, t_fault, pb.slo.rpo_max_writes if applies else None, workers=workers,
-                            nodes=nodes)
+        tool = group.get("tool", "builtin")
+        judged: dict[str, Any] = {"rpo": None}  # a check's figure for this group's workers, where it has one
+        for check in per_group if measures(tool).rpo else ():
+            figure = check.judge_group(truth.get(check.reads), judging, workers,
+                                       pb.slo.rpo_max_writes if applies else None, nodes)
+            if figure is not None:
+                judged[check.name] = figure
         out[name] = {
             "profile": group["profile"], "tool": tool, "workers": sorted(workers),
-            **{key: _worst([f[key] for f in outages]) for key in RTO_FIGURES}, "rpo": rpo, "faults": per_fault}
+            **{key: _worst([f[key] for f in outages]) for key in RTO_FIGURES}, **judged, "faults": per_fault}
         if not measures(tool).rpo:
             out[name]["rpo_null_reason"] = TOOL_RPO_NULL.format(tool=tool)
         if engine(tool).external():

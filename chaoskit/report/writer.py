@@ -35,6 +35,7 @@ from chaoskit.report.observations import observations
 from chaoskit.report.plots import latency_histogram, timeline_plot
 from chaoskit.report.rundir import RunDirectory, clean, evidence_ids
 from chaoskit.topology.probe import ProbeLog
+from chaoskit.workload.checks import LostWrites
 from chaoskit.workload.outcomes import client_deadline
 
 SCHEMA_VERSION = CURRENT  # 3: two RTOs (first client back, all clients back); see legacy.py
@@ -233,7 +234,7 @@ def _history(result: DrillResult, rd: RunDirectory) -> None:
     rec, run = result.recorder, result.record
     if rec is None or not rec.history.windows:
         return
-    present = result.truth.get("ledger_present", {}).get("rows")
+    present = result.truth.get(LostWrites.reads, {}).get("rows")
     # gzip: the ops of a 40 s drill are ~64 MB of JSON lines, ~4 MB compressed (zcat, pandas read it)
     with gzip.open(rd.file("history.jsonl.gz"), "wt", compresslevel=6) as out:
         rec.history.write(out, run_id=run.run_id, faults=result.results.get("faults", []), present=present,

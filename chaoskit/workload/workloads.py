@@ -11,6 +11,7 @@ unknown (`info`), before it the transaction definitely did not happen (`fail`).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 import string
@@ -24,6 +25,7 @@ from chaoskit.db.base import Driver
 from chaoskit.keyranges import KeyRanges
 from chaoskit.plugins import Plugins
 from chaoskit.recorder import SEQUENCE, VERSION
+from chaoskit.workload.checks import BankTotal, Check, LostUpdates, LostWrites
 from chaoskit.workload.sql_script import Drawer, SqlScript
 from chaoskit.workload.sql_script import Ledger as LedgerTable
 
@@ -85,6 +87,9 @@ class Workload(ABC):
     name: ClassVar[str]
     writes: ClassVar[bool] = True
     checks: ClassVar[tuple[str, ...]] = ()  # the checks of its own data it can judge, in the order they are run
+    # the objects behind those checks that read its data after the run (`chaoskit.workload.checks`);
+    # `replica_convergence` is the analysis's own, through `member_digest`
+    data_checks: ClassVar[tuple[type[Check], ...]] = ()
     keyed: ClassVar[str | None] = None  # how an op's `key` reads (recorder.SEQUENCE / VERSION)
     # this run's rows are only ever added, never updated or deleted: a member holding more of them
     # than the one writer holds them for good (the convergence check stops waiting for it)
@@ -139,10 +144,17 @@ class Workload(ABC):
                 d.rollback(conn)
             raise
 
+    @classmethod
+    def data_checks_for(cls, params: WorkloadParams, checks: Collection[str]) -> list[type[Check]]:
+        """Its data checks among `checks` that it can judge with these parameters."""
+        mine = cls.checks_for(params)
+        return [c for c in cls.data_checks if c.name in checks and c.name in mine]
+
     def truth_readers(self, checks: Collection[str], before: Any = None) -> dict[str, TruthReader]:
         """For each of `checks` this workload judges from what the writer holds after the run, the
         read (keyed by the truth it produces). `before` is what `snapshot` read before the load."""
-        return {}
+        return {c.reads: functools.partial(c.read, self, before=before)
+                for c in self.data_checks_for(self.params, checks)}
 
     def member_digest(self, conn: Any) -> tuple[int, int]:
         """This run's data on one member, as (rows, checksum): equal on every member once the
@@ -173,6 +185,7 @@ class Ledger(Workload):
     TABLE = "chaoskit_ledger"
     LEDGER = LedgerTable(TABLE, "run_id", "worker", "seq")
     checks = ("rpo", "replica_convergence")
+    data_checks = (LostWrites,)
     keyed = SEQUENCE  # an op's key: the sequence number of the row it inserts for its worker
     rows_only_added = True
 
@@ -197,9 +210,6 @@ class Ledger(Workload):
     def present(self, conn: Any) -> KeyRanges:
         return ledger_keys_present(self.driver, conn, self.LEDGER, self.run_id)
 
-    def truth_readers(self, checks: Collection[str], before: Any = None) -> dict[str, TruthReader]:
-        return {"ledger_present": lambda conn: {"rows": self.present(conn)}} if "rpo" in checks else {}
-
     def member_digest(self, conn: Any) -> tuple[int, int]:
         """This run's rows on the member: how many, and the sum of their sequence numbers."""
         return ledger_digest(self.driver, conn, self.LEDGER, self.run_id)
@@ -211,6 +221,7 @@ class Bank(Workload):
     name = "bank"
     TABLE = "chaoskit_bank"
     checks = ("bank",)
+    data_checks = (BankTotal,)
 
     def setup(self, conn: Any) -> None:
         d, p = self.driver, self.params
@@ -243,11 +254,6 @@ class Bank(Workload):
         rows = self.driver.query(conn, f"SELECT COUNT(*), SUM(balance) FROM {self.TABLE}")
         return int(rows[0][0]), int(rows[0][1] or 0)
 
-    def truth_readers(self, checks: Collection[str], before: Any = None) -> dict[str, TruthReader]:
-        if "bank" not in checks:
-            return {}
-        return {"bank": lambda conn: dict(zip(("accounts", "total"), self.total(conn), strict=True))
-                | {"expected": self.expected_total()}}
 
 
 class _Keyed(Workload):
@@ -273,6 +279,7 @@ class Update(_Keyed):
 
     name = "update"
     checks = ("rpo",)
+    data_checks = (LostUpdates,)
     keyed = VERSION  # an op's key: the row whose version (value) it increments
 
     def prepare(self) -> None:
@@ -287,11 +294,6 @@ class Update(_Keyed):
     def snapshot(self, conn: Any) -> dict[int, int]:
         """Every row's version (value) now."""
         return {int(i): int(v) for i, v in self.driver.query(conn, f"SELECT id, value FROM {self.TABLE}")}
-
-    def truth_readers(self, checks: Collection[str], before: Any = None) -> dict[str, TruthReader]:
-        if "rpo" not in checks:
-            return {}
-        return {"versions": lambda conn: {"before": before, "after": self.snapshot(conn)}}
 
 
 class Read(_Keyed):
@@ -390,6 +392,7 @@ class UserSql(Workload):
 
     name = "sql"
     checks = ("rpo", "replica_convergence")  # with a @ledger in the file (`checks_for`)
+    data_checks = (LostWrites,)
     keyed = SEQUENCE
 
     def __init__(self, driver: Driver, params: WorkloadParams, run_id: str) -> None:
@@ -449,11 +452,6 @@ class UserSql(Workload):
     def present(self, conn: Any) -> KeyRanges:
         assert self.script.ledger is not None
         return ledger_keys_present(self.driver, conn, self.script.ledger, self.run_id)
-
-    def truth_readers(self, checks: Collection[str], before: Any = None) -> dict[str, TruthReader]:
-        if "rpo" not in checks or self.script.ledger is None:
-            return {}
-        return {"ledger_present": lambda conn: {"rows": self.present(conn)}}
 
     def member_digest(self, conn: Any) -> tuple[int, int]:
         if self.script.ledger is None:
@@ -518,3 +516,9 @@ def make_workload(name: str, driver: Driver, params: WorkloadParams, run_id: str
     except KeyError:
         raise ValueError(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}") from None
     return cls(driver, params, run_id)
+
+
+def data_checks(workload: str, params: WorkloadParams | None, checks: Collection[str]) -> list[type[Check]]:
+    """The data checks of `workload` among a playbook's `checks` (none for a workload no load runs)."""
+    cls = WORKLOADS.get(workload)
+    return cls.data_checks_for(params or WorkloadParams(), checks) if cls is not None else []

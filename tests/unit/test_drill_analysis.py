@@ -434,7 +434,7 @@ def test_gather_truth_without_a_writer_says_so(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_lost_updates_and_phantom_updates_by_hand() -> None:
-    from chaoskit.analysis.durability import lost_update_check
+    from chaoskit.workload.durability import lost_update_check
 
     before = {1: 10, 2: 5, 3: 0, 4: 7}
     # row 1: 3 acknowledged, 1 unknown: 13 or 14 are right; row 2: 2 acknowledged; row 3 never updated;
@@ -578,7 +578,7 @@ def test_worst_of_the_groups() -> None:
 
 
 def test_lost_update_record_in_full() -> None:
-    from chaoskit.analysis.durability import lost_update_check
+    from chaoskit.workload.durability import lost_update_check
 
     r = lost_update_check({5: [2, 0]}, {1: 10}, {1: 10, 5: 2}, max_lost=0)  # row 5 was not there before: from 0
     assert r == {"valid": True, "workload": "update", "acknowledged": 2, "lost_acknowledged": 0,
@@ -787,3 +787,19 @@ def test_each_window_ends_at_the_next_disturbance() -> None:
     # disturbances in time order, whatever order they were recorded in
     assert [(f["id"], f["window_end"]) for f in results["faults"]] == [("s", 1010.0), ("f", 1020.0),
                                                                          ("action0", 1030.0)]
+
+
+def test_every_workload_check_is_an_object_it_declares_and_an_advisory_one_never_fails_the_verdict(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from chaoskit.workload.checks import BankTotal, Check
+    from chaoskit.workload.workloads import WORKLOADS
+
+    for name, cls in WORKLOADS.items():
+        declared = [c.name for c in cls.data_checks]
+        assert len(set(declared)) == len(declared) and set(declared) <= set(cls.checks), name
+        assert all(issubclass(c, Check) and c.severity in ("fail", "advisory") for c in cls.data_checks), name
+    pb = playbook(load={**PLAYBOOK["load"], "workload": "bank"}, checks=["bank"], slo={})
+    drifted = {"bank": {"accounts": 100, "total": 99_990, "expected": 100_000}}
+    monkeypatch.setattr(BankTotal, "severity", "advisory")
+    results, _ = analyse(Ctx(pb, recorder(), Probe(probe()), [kill()]), drifted)
+    assert results["checks"]["bank"]["valid"] is False and results["verdict"] is True  # said, not failing

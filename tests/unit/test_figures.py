@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import pytest
 
-from chaoskit.analysis.durability import rpo_check
 from chaoskit.analysis.failover import analyse_fault, baseline_tps
 from chaoskit.ha.base import ManagerEvent
 from chaoskit.recorder import FAIL, INFO, OK, SEQUENCE, LedgerColumn, Recorder
 from chaoskit.topology.probe import ProbeLog
+from chaoskit.workload.durability import rpo_check
 
 T0, F, IV = 1000.0, 1010.0, 0.125
 

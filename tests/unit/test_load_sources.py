@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from chaoskit.analysis.durability import rpo_check
 from chaoskit.recorder import Recorder
 from chaoskit.testing.fake_pg import FakePgDriver, fake_inventory
 from chaoskit.testing.source import FakeSource
+from chaoskit.workload.durability import rpo_check
 from chaoskit.workload.runner import LoadRunner
 from chaoskit.workload.source import SILENT_S, Watermarks
 from chaoskit.workload.spec import LoadSpec

@@ -13,9 +13,9 @@ import pytest
 
 from chaoskit import history as history_mod
 from chaoskit import spill as spill_mod
-from chaoskit.analysis.durability import rpo_check
 from chaoskit.keyranges import KeyRanges
 from chaoskit.recorder import FAIL, INFO, OK, SEQUENCE, LedgerColumn, Recorder
+from chaoskit.workload.durability import rpo_check
 
 BASE = 1_000.0
 
