@@ -13,8 +13,10 @@ from chaoskit.db.registry import driver_for
 from chaoskit.inventory.fanout import RemotePool
 from chaoskit.inventory.models import Inventory
 from chaoskit.recorder import INFO, Recorder
+from chaoskit.workload.kinds.bank import Bank
+from chaoskit.workload.kinds.ledger import Ledger
 from chaoskit.workload.runner import LoadRunner, LoadSpec
-from chaoskit.workload.workloads import WORKLOADS, Bank, Ledger, WorkloadParams
+from chaoskit.workload.workloads import WORKLOADS, WorkloadParams
 
 PARAMS = WorkloadParams(table_rows=2_000, accounts=50)
 

@@ -25,7 +25,10 @@ from chaoskit.playbook.models import Playbook
 from chaoskit.playbook.record import DrillRecord
 from chaoskit.recorder import OK, SEQUENCE, VERSION, error_rate
 from chaoskit.testing.clock import FakeClock
-from chaoskit.workload.workloads import Bank, Ledger, Update, WorkloadParams
+from chaoskit.workload.kinds.bank import Bank
+from chaoskit.workload.kinds.ledger import Ledger
+from chaoskit.workload.kinds.update import Update
+from chaoskit.workload.workloads import WorkloadParams
 
 PLAYBOOK = {
     "name": "hand", "cluster": "pg",

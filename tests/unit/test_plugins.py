@@ -82,4 +82,4 @@ def test_the_shipped_families_are_found() -> None:
     assert set(DRIVERS.names()) == {"postgres", "mysql", "dameng"}
     assert set(FAMILIES.names()) == {"process", "network", "relay", "stress", "replication", "disk"}
     assert {"base", "patroni", "mariadb", "pg_auto_failover", "repmgr", "mha", "galera"} == set(RECIPES.names())
-    assert list(WORKLOADS) == ["ledger", "bank", "update", "read", "oltp", "oltp-ro", "oltp-wo", "sql"]
+    assert list(WORKLOADS) == ["bank", "ledger", "oltp", "oltp-ro", "oltp-wo", "read", "sql", "update"]  # by module

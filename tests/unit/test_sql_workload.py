@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from chaoskit.errors import InputError
+from chaoskit.workload.kinds.sql import UserSql
 from chaoskit.workload.sql_script import Drawer, Zipf, describe, parse
-from chaoskit.workload.workloads import BEGIN, COMMIT, OpContext, UserSql, WorkloadParams
+from chaoskit.workload.workloads import BEGIN, COMMIT, OpContext, WorkloadParams
 
 SHOP = textwrap.dedent("""\
     -- a shop: orders (the ledger) and stock
