@@ -57,7 +57,10 @@ if TYPE_CHECKING:
 
 OK, FAIL, INFO = "ok", "fail", "info"
 # How a workload's op key reads (`Workload.keyed`): each acknowledged op added one row numbered
-# `key` for its worker (the ledger), or incremented the version of row `key` (the update workload)
+# `key` for its worker (the ledger), or incremented the version of row `key` (the update workload).
+# These are the two shapes of write evidence the recorder stores (per worker: numbered rows, kept
+# as runs and spilled; per row: acknowledged and indeterminate increments), not workload names: a
+# workload whose check counts rows or versions declares one of them and adds no code here
 SEQUENCE, VERSION = "sequence", "version"
 STALL = "stall"  # a gap's class when an op was acknowledged only after the stall bound
 ERROR_CLASSES = [c.value for c in ErrorClass]
