@@ -1,0 +1,136 @@
+"""A recorder batch as bytes another host can send and the controller can trust: JSON, checked
+field by field on the way in, never pickle (a loader host's spool is data, and unpickling data is
+running code). `encode` and `decode` are exact inverses for every batch a recorder drains; a
+payload that is not such a batch raises `WireError` naming the field, and nothing of it is used.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Base64Bytes, BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from chaoskit.recorder import COLUMNS, ERROR_CLASSES, STALL, Batch, Gap
+
+VERSION = 1
+Count = Annotated[int, Field(ge=0)]
+Worker = Annotated[int, Field(ge=0, lt=1 << 31)]
+Seq = Annotated[int, Field(ge=1, lt=1 << 62)]
+
+
+def _error_class(value: str) -> str:
+    if value not in ERROR_CLASSES:
+        raise ValueError(f"unknown error class {value[:40]!r}")
+    return value
+
+
+def _gap_class(value: str) -> str:
+    return value if value == STALL else _error_class(value)
+
+
+ErrorClassName = Annotated[str, AfterValidator(_error_class)]
+Text = Annotated[str, Field(max_length=200)]
+Kind = Literal["write", "read"]
+Outcome = Literal["ok", "fail", "info"]
+
+
+class WireError(ValueError):
+    """A payload that is not a batch (the field and why)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class GapWire(_Strict):
+    worker: Worker
+    last_ok_before: float | None
+    first_err: float
+    first_err_class: Annotated[str, AfterValidator(_gap_class)]
+    first_ok_after: float | None
+    errors: Annotated[int, Field(ge=1)]
+
+
+class BatchWire(_Strict):
+    v: Literal[1]
+    intervals: list[tuple[int, list[Count], Base64Bytes]]
+    errors: list[tuple[float, Worker, Kind, Outcome, ErrorClassName, Text]]
+    errors_dropped: Count
+    gaps: list[GapWire]
+    ledger: list[tuple[Worker, Seq, Base64Bytes]]
+    ops: list[tuple[float, float, Worker, Kind, Outcome, Seq | None, Text | None, ErrorClassName | None,
+                    Annotated[int, Field(ge=0)] | None]]
+    rows: dict[str, tuple[Count, Count]]
+    watermark: int
+
+    @field_validator("intervals")
+    @classmethod
+    def _columns(cls, value: list[tuple[int, list[int], bytes]]) -> list[tuple[int, list[int], bytes]]:
+        for _, counts, _ in value:
+            if len(counts) != len(COLUMNS):
+                raise ValueError(f"an interval has {len(counts)} counts, not {len(COLUMNS)}")
+        return value
+
+    @field_validator("ledger")
+    @classmethod
+    def _whole_entries(cls, value: list[tuple[int, int, bytes]]) -> list[tuple[int, int, bytes]]:
+        for _, _, raw in value:
+            if len(raw) % 4:
+                raise ValueError(f"a ledger run of {len(raw)} bytes is not whole 4-byte entries")
+        return value
+
+    @field_validator("rows")
+    @classmethod
+    def _row_ids(cls, value: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+        for key in value:
+            if not key.isdigit() or len(key) > 18:
+                raise ValueError(f"row id {key[:30]!r} is not a number")
+        return value
+
+
+def _b64(raw: bytes) -> str:
+    import base64
+
+    return base64.b64encode(raw).decode("ascii")
+
+
+def encode(batch: Batch) -> bytes:
+    doc = {
+        "v": VERSION,
+        "intervals": [[idx, list(counts), _b64(encoded)] for idx, counts, encoded in batch.intervals],
+        "errors": [list(e) for e in batch.errors],
+        "errors_dropped": batch.errors_dropped,
+        "gaps": [{"worker": g.worker, "last_ok_before": g.last_ok_before, "first_err": g.first_err,
+                  "first_err_class": g.first_err_class, "first_ok_after": g.first_ok_after, "errors": g.errors}
+                 for g in batch.gaps],
+        "ledger": [[worker, first, _b64(raw)] for worker, first, raw in batch.ledger],
+        "ops": [list(op) for op in batch.ops],
+        "rows": {str(row): list(counts) for row, counts in batch.rows.items()},
+        "watermark": batch.watermark,
+    }
+    return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
+
+
+def decode(payload: bytes) -> Batch:
+    """The batch `payload` encodes; `WireError` (the first field at fault) when it is not one."""
+    try:
+        wire = BatchWire.model_validate_json(payload)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(the payload)"
+        raise WireError(f"not a batch: {where}: {first['msg']}") from None
+    from chaoskit.history import Op
+
+    return Batch(
+        intervals=[(idx, list(counts), bytes(encoded)) for idx, counts, encoded in wire.intervals],
+        errors=[tuple(e) for e in wire.errors],
+        errors_dropped=wire.errors_dropped,
+        gaps=[Gap(g.worker, g.last_ok_before, g.first_err, g.first_err_class, g.first_ok_after, g.errors)
+              for g in wire.gaps],
+        ledger=[(worker, first, bytes(raw)) for worker, first, raw in wire.ledger],
+        ops=[Op(*op) for op in wire.ops],
+        rows={int(row): list(counts) for row, counts in wire.rows.items()},
+        watermark=wire.watermark,
+    )
+
