@@ -7,6 +7,7 @@ payload that is not such a batch raises `WireError` naming the field, and nothin
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Base64Bytes, BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -134,3 +135,73 @@ def decode(payload: bytes) -> Batch:
         watermark=wire.watermark,
     )
 
+
+
+# -- deliveries: what a loader's agent spools, one frame each -------------------------------------
+DELIVERY_KINDS = ("ready", "batch", "final", "event")
+Scalar = str | int | float | bool | None
+
+
+class HeaderWire(_Strict):
+    kind: Literal["ready", "batch", "final", "event"]
+    t: float  # when the agent spooled it, on the control clock as the agent knows it
+
+
+EVENT_KIND = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
+
+
+def encode_delivery(kind: str, t: float, payload: Batch | dict[str, Scalar] | None = None) -> bytes:
+    """One frame's payload: a header line ({"kind", "t"}), then the batch or the event."""
+    if kind not in DELIVERY_KINDS:
+        raise ValueError(f"not a delivery kind: {kind}")
+    head = json.dumps({"kind": kind, "t": t}, separators=(",", ":"), allow_nan=False).encode()
+    if kind in ("batch", "final"):
+        assert isinstance(payload, Batch)
+        return head + b"\n" + encode(payload)
+    if kind == "event":
+        assert isinstance(payload, dict)
+        return head + b"\n" + json.dumps(payload, separators=(",", ":"), allow_nan=False).encode()
+    return head + b"\n"
+
+
+def decode_delivery(data: bytes) -> tuple[str, float, Batch | dict[str, Scalar] | None]:
+    """(kind, t, the batch or the event or None); `WireError` when it is not a delivery."""
+    head, sep, body = data.partition(b"\n")
+    if not sep:
+        raise WireError("not a delivery: no header line")
+    try:
+        header = HeaderWire.model_validate_json(head)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise WireError(f"not a delivery: header.{'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+    if header.kind in ("batch", "final"):
+        return header.kind, header.t, decode(body)
+    if header.kind == "event":
+        return header.kind, header.t, _event(body)
+    if body:
+        raise WireError(f"not a delivery: a {header.kind} carries nothing")
+    return header.kind, header.t, None
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number")
+
+
+def _event(body: bytes) -> dict[str, Scalar]:
+    if len(body) > 4096:
+        raise WireError(f"not a delivery: an event of {len(body)} bytes (at most 4096)")
+    try:
+        doc = json.loads(body, parse_constant=_no_constant)
+    except ValueError:
+        raise WireError("not a delivery: the event is not JSON") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("kind"), str):
+        raise WireError("not a delivery: an event is an object with a kind")
+    for key, value in doc.items():
+        flat = value is None or isinstance(value, str | int | float | bool)
+        if len(key) > 40 or not flat:
+            raise WireError(f"not a delivery: event field {str(key)[:40]!r} is not a flat value")
+        if isinstance(value, str) and len(value) > 1000:
+            raise WireError(f"not a delivery: event field {key!r} is over 1000 characters")
+    if not EVENT_KIND.match(doc["kind"]):
+        raise WireError(f"not a delivery: event kind {doc['kind'][:40]!r}")
+    return doc
