@@ -189,7 +189,10 @@ class LocalPlant:
                 kind, pid, *rest = self.queue.get(timeout=0.2)
             except queue.Empty:
                 continue
-            except (EOFError, OSError):
+            except (EOFError, OSError) as exc:  # the queue itself is gone: nothing more can arrive
+                if not self._closed.is_set():
+                    self._inbox.put(Delivery("", "unreadable", f"the workers' queue ended ({type(exc).__name__}: "
+                                                               f"{exc}"[:200] + ")"))
                 return
             except Exception as exc:  # a word that cannot be read: said, and the pump goes on
                 self._inbox.put(Delivery("", "unreadable", f"{type(exc).__name__}: {exc}"[:300]))

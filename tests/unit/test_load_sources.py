@@ -203,3 +203,28 @@ def test_a_batch_that_cannot_be_merged_is_said_and_the_load_goes_on() -> None:
     assert acknowledged(lr.recorder)[1][-1][1] == source.generated
     rpo = rpo_check(lr.recorder, _everything_written(source), None, 0)
     assert rpo["phantoms"] == 0 and rpo["valid"] == "unknown"
+
+
+def test_the_pump_says_when_the_workers_queue_itself_ends() -> None:
+    """The words of every worker process come through one queue: when it fails (its pipe gone),
+    nothing more can arrive, and the collector is told so instead of the pump ending unheard."""
+    import multiprocessing
+    import queue
+
+    from chaoskit.workload.runner import SharedFlag
+    from chaoskit.workload.source import LocalPlant
+
+    class Broken:
+        def get(self, timeout: float) -> None:
+            raise OSError(9, "Bad file descriptor")
+
+    plant = LocalPlant(multiprocessing.get_context("spawn"), SharedFlag)
+    plant.queue = Broken()
+    inbox: queue.Queue = queue.Queue()
+    plant.pump_into(inbox)
+    got = inbox.get(timeout=10)
+    assert (got.source, got.kind) == ("", "unreadable")
+    assert got.payload == "the workers' queue ended (OSError: [Errno 9] Bad file descriptor)"
+    assert plant._pump is not None
+    plant._pump.join(10)
+    assert not plant._pump.is_alive()
