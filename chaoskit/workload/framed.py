@@ -165,9 +165,18 @@ class FramedSource(LoadSource):
                 for f in frames:
                     self._apply(f)
                 if not frames and not self._final and self.loader.running() is False:
-                    # the agent ended and everything it spooled is read: no final batch will come
-                    self._lost = "its agent ended without its final batch"
-                    return
+                    # the agent ended: what it spooled before it did is read once more, and only
+                    # then, with no final batch among it, is none coming
+                    try:
+                        last = self.loader.fetch(self.applied)
+                    except Exception:  # unreachable again: the next turn counts it
+                        continue
+                    for f in last:
+                        self._apply(f)
+                    if not self._final:
+                        self._lost = "its agent ended without its final batch"
+                        return
+                    continue
                 if not frames:
                     self._killed.wait(POLL_S)
         finally:
