@@ -69,6 +69,15 @@ class Loader(ABC):
     def fetch(self, after: int) -> list[Frame]:
         """The whole frames numbered above `after`, in order; raises when the loader cannot be read."""
 
+    def pids(self) -> list[int]:
+        """Its processes on the control node (none for an agent on another host)."""
+        return []
+
+    def wait(self, timeout: float) -> None:
+        """After the final batch: wait up to `timeout` for the agent to exit (then end it). A
+        remote agent exits by itself: nothing to wait for here."""
+        return None
+
     def describe(self) -> dict[str, Any]:
         return {}
 
@@ -132,6 +141,11 @@ class FramedSource(LoadSource):
             self._thread.join(timeout)
         if self._thread.is_alive():
             self.kill()
+        with contextlib.suppress(Exception):
+            self.loader.wait(timeout)
+
+    def pids(self) -> list[int]:
+        return self.loader.pids()
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), **self.loader.describe()}

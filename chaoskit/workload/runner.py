@@ -199,6 +199,15 @@ def _child_main(cluster_json: str, inventory_json: str, spec: LoadSpec, group: C
     """Entry point of one worker process (all of one client group). It dies with the controller: a
     load nobody watches must never keep writing to a cluster."""
     die_with_parent(parent_pid)
+    run_share(cluster_json, inventory_json, spec, group, worker_ids, base, rate_share, out, go, start_at, stop_evt)
+
+
+def run_share(cluster_json: str, inventory_json: str, spec: LoadSpec, group: ClientGroup, worker_ids: list[int],
+              base: float, rate_share: float | None, out: Any, go: Any, start_at: Any, stop_evt: Any) -> None:
+    """One share of a client group, in this process: `out.put((kind, pid[, payload]))` says ready,
+    each batch and the final batch; `go.wait()` until the start instant `start_at.value`; the load
+    ends when `stop_evt` is set. A worker process of the control node and a loader's agent
+    (`chaoskit.workload.agent`) both run it; what ends it when its controller is gone is theirs."""
     cluster = Cluster.model_validate_json(cluster_json)
     inventory = Inventory.model_validate_json(inventory_json)
     driver = driver_for(cluster, inventory, connect_timeout=spec.connect_timeout, op_timeout=spec.op_timeout,
@@ -302,10 +311,12 @@ class LoadRunner:
     def __init__(self, cluster: Cluster, inventory: Inventory, spec: LoadSpec, recorder: Recorder,
                  driver: Driver | None = None, tool_dir: Path | None = None,
                  on_event: Callable[[dict[str, Any]], None] | None = None,
-                 sources: list[LoadSource] | None = None) -> None:
+                 sources: list[LoadSource] | None = None, agents_dir: Path | None = None,
+                 agent_lease_s: float | None = None) -> None:
         """`tool_dir`: where a tool group keeps what its tool wrote (`<tool_dir>/<group>/`; default
         a temporary directory); `on_event`: what a tool group has to say (its clients' restarts)
-        and what the collector says of its sources (silent, back, lost)."""
+        and what the collector says of its sources (silent, back, lost); `agents_dir`: run each
+        share of chaoskit's own clients as a load agent of its own there (`agent_sources`)."""
         self.cluster = cluster
         self._tmp = None if tool_dir is not None or not self.tool_groups(spec) else \
             tempfile.TemporaryDirectory(prefix="chaoskit-tools-")
@@ -320,6 +331,8 @@ class LoadRunner:
         self.workload = make_workload(spec.workload, self.driver, spec.params, spec.run_id)
         self.before: dict[int, int] | None = None  # update: every row's version before the load
         self._given = sources
+        self.agents_dir = agents_dir
+        self.agent_lease_s = agent_lease_s  # default: chaoskit.workload.framed.LEASE_S
         self.sources: list[LoadSource] = []
         self._plant: LocalPlant | None = None
         self._inbox: Inbox = Inbox()
@@ -395,8 +408,34 @@ class LoadRunner:
                 rate_share), builtin=False, label=f"{group.name}/{group.tool}", workers=tuple(group.worker_ids)))
         return out
 
+    def agent_sources(self, directory: Path) -> list[LoadSource]:
+        """Each share of chaoskit's own clients as a load agent (`chaoskit.workload.agent`): a
+        detached process of its own that spools its deliveries in `<directory>/<group>-<first
+        worker>/` and stops at its lease's end, read back through `FramedSource`."""
+        from chaoskit.workload.agent import AgentOrder, ProcessLoader
+        from chaoskit.workload.framed import LEASE_S, FramedSource
+
+        spec = self.spec
+        if self.tool_groups(spec):
+            raise ValueError("a tool group cannot run as a load agent yet: chaoskit's own clients only")
+        inventory_json = self.inventory.model_dump_json()
+        out: list[LoadSource] = []
+        for group, share in self.shares():
+            rate_share = spec.rate * len(share) / spec.workers if spec.rate else None
+            order = AgentOrder.of(self._route(group).model_dump_json(), inventory_json, spec, group, share,
+                                  self.recorder.base, rate_share)
+            name = f"{group.name}/{share[0]}"
+            loader = ProcessLoader(name, directory / f"{group.name}-{share[0]}", order)
+            out.append(FramedSource(loader, tuple(share), lease_s=self.agent_lease_s or LEASE_S))
+        return out
+
     def start(self, start_delay: float = 0.2) -> float:
-        self.sources = list(self._given) if self._given is not None else self.local_sources()
+        if self._given is not None:
+            self.sources = list(self._given)
+        elif self.agents_dir is not None:
+            self.sources = self.agent_sources(self.agents_dir)
+        else:
+            self.sources = self.local_sources()
         for source in self.sources:
             source.launch(self._inbox)
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -284,3 +285,118 @@ def test_pg_loop_frozen_server_yields_timeouts_not_a_hang(lab: Inventory, pool: 
     gaps = [g for g in rec.gaps if g.first_ok_after]
     assert {g.worker for g in gaps} == {1, 2, 3, 4}
     assert all(g.first_ok_after - marks["cont"] < 3 for g in gaps), gaps
+
+
+def _agent_pids(directory: Path) -> list[tuple[int, str]]:
+    """The agents' (pid, start time), from their pid files."""
+    from chaoskit.workload.agent import PID
+
+    return [(int(pid), start) for pid, start in (p.read_text().split()[:2] for p in sorted(directory.glob(f"*/{PID}")))]
+
+
+def pid_alive(agent: tuple[int, str]) -> bool:
+    """Still that process, and not a zombie (an orphan's exit waits for its reaper)."""
+    try:
+        stat = Path(f"/proc/{agent[0]}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return stat[19] == agent[1] and stat[0] != "Z"
+
+
+def _spooled(directory: Path) -> tuple[list[str], int]:
+    """What the agents themselves spooled: every delivery's kind, and the ledger writes acknowledged."""
+    import numpy as np
+
+    from chaoskit.recorder import LEDGER_UNSET
+    from chaoskit.workload.agent import SPOOL
+    from chaoskit.workload.spool import SpoolReader
+    from chaoskit.workload.wire import decode_delivery
+
+    kinds, acked = [], 0
+    for spool in sorted(directory.glob(f"*/{SPOOL}")):
+        for f in SpoolReader(spool).read():
+            kind, _, payload = decode_delivery(f.payload)
+            kinds.append(kind)
+            for _, _, raw in getattr(payload, "ledger", ()):
+                acked += int((np.frombuffer(raw, dtype="<u4") < LEDGER_UNSET).sum())
+    return kinds, acked
+
+
+def test_load_agents_spool_every_result_and_the_recorder_holds_exactly_that(lab: Inventory, tmp_path: Path) -> None:
+    """The ledger for 8 s through load agents (a detached process per share, spooling its
+    deliveries): what the recorder holds equals what the agents spooled, every acknowledged row is
+    on the writer and no row is there that no write was acknowledged or left indeterminate for; the
+    agents are gone after the stop."""
+    spec = LoadSpec(workload="ledger", workers=4, params=PARAMS)
+    recorder = Recorder(base=time.time())
+    events: list[dict] = []
+    runner = LoadRunner(lab.clusters["pg"], lab, spec, recorder, on_event=events.append, agents_dir=tmp_path / "agents")
+    runner.setup()
+    runner.run_for(8)
+    kinds, spooled_acks = _spooled(tmp_path / "agents")
+    shares = len(runner.sources)
+    assert kinds.count("ready") == kinds.count("final") == shares, kinds
+    totals = recorder.totals()
+    assert totals["fail"] == 0 and totals["info"] == 0, recorder.errors[:5]
+    assert totals["ok"] > 200 and totals["write_ok"] == spooled_acks
+    acked, present = ledger_acked_and_present(runner, recorder)
+    assert len(acked) == spooled_acks and acked <= present and present <= acked | set(recorder.ledger_keys(INFO))
+    assert not recorder.ledger_undelivered()
+    assert not [e for e in events if e["kind"] in ("loader_lost", "load_source_lost")], events
+    assert not [p for p in _agent_pids(tmp_path / "agents") if pid_alive(p)]
+
+
+CONTROLLER = """
+import sys, time
+from pathlib import Path
+from chaoskit.inventory.loader import load_inventory
+from chaoskit.recorder import Recorder
+from chaoskit.workload.runner import LoadRunner, LoadSpec
+from chaoskit.workload.workloads import WorkloadParams
+inv = load_inventory(Path(sys.argv[1]))
+spec = LoadSpec(workload="ledger", workers=2, params=WorkloadParams(table_rows=2_000))
+runner = LoadRunner(inv.clusters["pg"], inv, spec, Recorder(base=time.time()), agents_dir=Path(sys.argv[2]),
+                    agent_lease_s=float(sys.argv[3]))
+runner.setup()
+runner.start()
+print("started", flush=True)
+time.sleep(600)
+"""
+
+
+def test_load_agents_whose_controller_was_killed_stop_at_their_lease(lab: Inventory, tmp_path: Path) -> None:
+    """The controller SIGKILLed while its agents load: nobody renews their 4 s lease, and each one
+    stops by itself, its final batch spooled, within the lease and its own stop (the op deadline
+    of 2.25 s and a second): the load never outlives its controller by more than that."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    lease = 4.0
+    agents = tmp_path / "agents"
+    ctl = subprocess.Popen([sys.executable, "-c", CONTROLLER, lab.source, str(agents), str(lease)],
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        assert ctl.stdout is not None and ctl.stdout.readline().strip() == "started"
+        time.sleep(1.0)  # loading: every agent renewed at least once
+        pids = _agent_pids(agents)
+        assert pids and all(pid_alive(p) for p in pids)
+        ctl.send_signal(signal.SIGKILL)
+        killed = time.time()
+        ctl.wait(10)
+        bound = lease + 2.25 + 1.0 + 2.0  # the lease, the op deadline, the drain, the pid's reaping
+        while any(pid_alive(p) for p in pids) and time.time() < killed + bound + 30:
+            time.sleep(0.1)
+        assert not [p for p in pids if pid_alive(p)]
+        assert time.time() - killed <= bound, time.time() - killed
+        kinds, _ = _spooled(agents)
+        assert kinds.count("final") == len(pids)
+        logs = " ".join(p.read_text() for p in agents.glob("*/agent.log"))
+        assert logs.count('"lease_ended": true') == len(pids), logs[-2000:]
+    finally:
+        if ctl.poll() is None:
+            ctl.kill()
+        for p in _agent_pids(agents):  # only ours, by their pid files
+            if pid_alive(p):
+                os.kill(p[0], signal.SIGKILL)
