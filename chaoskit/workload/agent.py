@@ -27,15 +27,20 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from chaoskit.workload.framed import Loader
+from chaoskit.workload.framed import LEASE_S, FramedSource, Loader
+from chaoskit.workload.source import LoadSource
 from chaoskit.workload.spec import ClientGroup, LoadSpec
 from chaoskit.workload.spool import Frame, SpoolReader, SpoolWriter
 from chaoskit.workload.wire import encode_delivery
+
+if TYPE_CHECKING:
+    from chaoskit.workload.runner import LoadRunner
 
 ORDER, LEASE, GO, STOP, PID, SPOOL, LOG = "order.json", "lease", "go", "stop", "agent.pid", "spool.frames", "agent.log"
 POLL_S = 0.05
@@ -253,3 +258,25 @@ class ProcessLoader(Loader):
 
     def describe(self) -> dict[str, Any]:
         return {"where": "agent on the control node", "dir": str(self.dir)}
+
+
+def agent_sources(directory: Path, lease_s: float = LEASE_S) -> Callable[[LoadRunner], list[LoadSource]]:
+    """For `LoadRunner(make_sources=...)`: each share of chaoskit's own clients as a load agent on
+    the control node, spooling in `<directory>/<group>-<first worker>/`, read back through
+    `FramedSource`."""
+
+    def make(runner: LoadRunner) -> list[LoadSource]:
+        spec = runner.spec
+        if runner.tool_groups(spec):
+            raise ValueError("a tool group cannot run as a load agent yet: chaoskit's own clients only")
+        inventory_json = runner.inventory.model_dump_json()
+        out: list[LoadSource] = []
+        for group, share in runner.shares():
+            rate_share = spec.rate * len(share) / spec.workers if spec.rate else None
+            order = AgentOrder.of(runner.route(group).model_dump_json(), inventory_json, spec, group, share,
+                                  runner.recorder.base, rate_share)
+            loader = ProcessLoader(f"{group.name}/{share[0]}", directory / f"{group.name}-{share[0]}", order)
+            out.append(FramedSource(loader, tuple(share), lease_s=lease_s))
+        return out
+
+    return make

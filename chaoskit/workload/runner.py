@@ -311,12 +311,13 @@ class LoadRunner:
     def __init__(self, cluster: Cluster, inventory: Inventory, spec: LoadSpec, recorder: Recorder,
                  driver: Driver | None = None, tool_dir: Path | None = None,
                  on_event: Callable[[dict[str, Any]], None] | None = None,
-                 sources: list[LoadSource] | None = None, agents_dir: Path | None = None,
-                 agent_lease_s: float | None = None) -> None:
+                 sources: list[LoadSource] | None = None,
+                 make_sources: Callable[[LoadRunner], list[LoadSource]] | None = None) -> None:
         """`tool_dir`: where a tool group keeps what its tool wrote (`<tool_dir>/<group>/`; default
         a temporary directory); `on_event`: what a tool group has to say (its clients' restarts)
-        and what the collector says of its sources (silent, back, lost); `agents_dir`: run each
-        share of chaoskit's own clients as a load agent of its own there (`agent_sources`)."""
+        and what the collector says of its sources (silent, back, lost); `make_sources`: the
+        sources made from this runner's shares at the start instead of the control node's worker
+        processes (`chaoskit.workload.agent.agent_sources`: each share a load agent)."""
         self.cluster = cluster
         self._tmp = None if tool_dir is not None or not self.tool_groups(spec) else \
             tempfile.TemporaryDirectory(prefix="chaoskit-tools-")
@@ -331,8 +332,7 @@ class LoadRunner:
         self.workload = make_workload(spec.workload, self.driver, spec.params, spec.run_id)
         self.before: dict[int, int] | None = None  # update: every row's version before the load
         self._given = sources
-        self.agents_dir = agents_dir
-        self.agent_lease_s = agent_lease_s  # default: chaoskit.workload.framed.LEASE_S
+        self.make_sources = make_sources
         self.sources: list[LoadSource] = []
         self._plant: LocalPlant | None = None
         self._inbox: Inbox = Inbox()
@@ -350,7 +350,7 @@ class LoadRunner:
     def tool_groups(spec: LoadSpec) -> list[ClientGroup]:
         return [g for g in spec.client_groups() if engine(g.tool).external()]
 
-    def _route(self, group: ClientGroup) -> Cluster:
+    def route(self, group: ClientGroup) -> Cluster:
         """A group with a route reaches the same members through another cluster's endpoints."""
         return self.inventory.clusters[group.route] if group.route else self.cluster
 
@@ -367,7 +367,7 @@ class LoadRunner:
             Driver.close_quietly(conn)
         for group in self.tool_groups(self.spec):
             assert self.tool_dir is not None
-            prepare_tool(group, self._route(group), self.inventory, self.spec, self.tool_dir / group.name)
+            prepare_tool(group, self.route(group), self.inventory, self.spec, self.tool_dir / group.name)
 
     def shares(self) -> list[tuple[ClientGroup, list[int]]]:
         """(group, worker ids) per worker process: a deadline group as its engine spreads it (the
@@ -396,7 +396,7 @@ class LoadRunner:
         for group, share in self.shares():
             rate_share = spec.rate * len(share) / spec.workers if spec.rate else None
             out.append(LocalSource(plant, _child_main, (
-                self._route(group).model_dump_json(), inventory_json, spec, group, share, self.recorder.base,
+                self.route(group).model_dump_json(), inventory_json, spec, group, share, self.recorder.base,
                 rate_share), builtin=True, label=f"{group.name}/{share[0]}", workers=tuple(share)))
         for group in self.tool_groups(spec):
             assert self.tool_dir is not None
@@ -404,36 +404,15 @@ class LoadRunner:
             raw.mkdir(parents=True, exist_ok=True)
             rate_share = spec.rate * group.workers / spec.workers if spec.rate else None
             out.append(LocalSource(plant, tool_main, (
-                self._route(group).model_dump_json(), inventory_json, spec, group, str(raw), self.recorder.base,
+                self.route(group).model_dump_json(), inventory_json, spec, group, str(raw), self.recorder.base,
                 rate_share), builtin=False, label=f"{group.name}/{group.tool}", workers=tuple(group.worker_ids)))
-        return out
-
-    def agent_sources(self, directory: Path) -> list[LoadSource]:
-        """Each share of chaoskit's own clients as a load agent (`chaoskit.workload.agent`): a
-        detached process of its own that spools its deliveries in `<directory>/<group>-<first
-        worker>/` and stops at its lease's end, read back through `FramedSource`."""
-        from chaoskit.workload.agent import AgentOrder, ProcessLoader
-        from chaoskit.workload.framed import LEASE_S, FramedSource
-
-        spec = self.spec
-        if self.tool_groups(spec):
-            raise ValueError("a tool group cannot run as a load agent yet: chaoskit's own clients only")
-        inventory_json = self.inventory.model_dump_json()
-        out: list[LoadSource] = []
-        for group, share in self.shares():
-            rate_share = spec.rate * len(share) / spec.workers if spec.rate else None
-            order = AgentOrder.of(self._route(group).model_dump_json(), inventory_json, spec, group, share,
-                                  self.recorder.base, rate_share)
-            name = f"{group.name}/{share[0]}"
-            loader = ProcessLoader(name, directory / f"{group.name}-{share[0]}", order)
-            out.append(FramedSource(loader, tuple(share), lease_s=self.agent_lease_s or LEASE_S))
         return out
 
     def start(self, start_delay: float = 0.2) -> float:
         if self._given is not None:
             self.sources = list(self._given)
-        elif self.agents_dir is not None:
-            self.sources = self.agent_sources(self.agents_dir)
+        elif self.make_sources is not None:
+            self.sources = self.make_sources(self)
         else:
             self.sources = self.local_sources()
         for source in self.sources:

@@ -327,10 +327,13 @@ def test_load_agents_spool_every_result_and_the_recorder_holds_exactly_that(lab:
     deliveries): what the recorder holds equals what the agents spooled, every acknowledged row is
     on the writer and no row is there that no write was acknowledged or left indeterminate for; the
     agents are gone after the stop."""
+    from chaoskit.workload.agent import agent_sources
+
     spec = LoadSpec(workload="ledger", workers=4, params=PARAMS)
     recorder = Recorder(base=time.time())
     events: list[dict] = []
-    runner = LoadRunner(lab.clusters["pg"], lab, spec, recorder, on_event=events.append, agents_dir=tmp_path / "agents")
+    runner = LoadRunner(lab.clusters["pg"], lab, spec, recorder, on_event=events.append,
+                        make_sources=agent_sources(tmp_path / "agents"))
     runner.setup()
     runner.run_for(8)
     kinds, spooled_acks = _spooled(tmp_path / "agents")
@@ -351,12 +354,13 @@ import sys, time
 from pathlib import Path
 from chaoskit.inventory.loader import load_inventory
 from chaoskit.recorder import Recorder
+from chaoskit.workload.agent import agent_sources
 from chaoskit.workload.runner import LoadRunner, LoadSpec
 from chaoskit.workload.workloads import WorkloadParams
 inv = load_inventory(Path(sys.argv[1]))
 spec = LoadSpec(workload="ledger", workers=2, params=WorkloadParams(table_rows=2_000))
-runner = LoadRunner(inv.clusters["pg"], inv, spec, Recorder(base=time.time()), agents_dir=Path(sys.argv[2]),
-                    agent_lease_s=float(sys.argv[3]))
+runner = LoadRunner(inv.clusters["pg"], inv, spec, Recorder(base=time.time()),
+                    make_sources=agent_sources(Path(sys.argv[2]), float(sys.argv[3])))
 runner.setup()
 runner.start()
 print("started", flush=True)
