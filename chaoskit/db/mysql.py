@@ -106,13 +106,19 @@ def slave_state(status: dict[str, Any]) -> tuple[str, int | None, float | None]:
     return state, lag, None if delay is None else float(delay)
 
 
-def replica_state_of(conn: Any) -> tuple[str, int | None, float | None] | None:
-    """A connection's server as a replica (`slave_state`), None where it replicates from nobody."""
+def slave_status(conn: Any) -> dict[str, Any] | None:
+    """A connection's server's SHOW SLAVE STATUS row by column, None where it replicates from nobody."""
     with conn.cursor() as cur:
         cur.execute("SHOW SLAVE STATUS")
         cols = [d[0] for d in cur.description or []]
         row = cur.fetchone()
-    return slave_state(dict(zip(cols, row, strict=False))) if row else None
+    return dict(zip(cols, row, strict=False)) if row else None
+
+
+def replica_state_of(conn: Any) -> tuple[str, int | None, float | None] | None:
+    """A connection's server as a replica (`slave_state`), None where it replicates from nobody."""
+    status = slave_status(conn)
+    return slave_state(status) if status is not None else None
 
 
 class MySQLDriver(Driver):

@@ -408,7 +408,7 @@ class MhaManager(HAManager):
         (a SQL thread that stops on its first event, a duplicate key of a diverged old primary,
         is caught here, not by the manager refusing to start), within the bound; else why not,
         with the replica's own last errors. One connection, made again only after an error."""
-        from chaoskit.db.mysql import slave_state
+        from chaoskit.db.mysql import slave_state, slave_status
 
         deadline = time.time() + timeout
         since: float | None = None
@@ -418,11 +418,7 @@ class MhaManager(HAManager):
             while time.time() < deadline:
                 try:
                     conn = conn or self._admin_connect(node, admin)
-                    with conn.cursor() as cur:
-                        cur.execute("SHOW SLAVE STATUS")
-                        cols = [d[0] for d in cur.description or []]
-                        row = cur.fetchone()
-                    status = dict(zip(cols, row, strict=False)) if row else {}
+                    status = slave_status(conn) or {}
                     state = slave_state(status)[0] if status else "not a replica"
                     if state == "streaming":
                         since = since if since is not None else time.time()

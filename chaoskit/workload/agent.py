@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from chaoskit.lifeline import process_start_time
 from chaoskit.workload.framed import LEASE_S, FramedSource, Loader
 from chaoskit.workload.source import LoadSource
 from chaoskit.workload.spec import ClientGroup, LoadSpec
@@ -90,15 +91,6 @@ def write_instant(path: Path, value: float) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(repr(float(value)))
     os.replace(tmp, path)
-
-
-def start_time(pid: int) -> str | None:
-    """The kernel's start time of `pid` (field 22 of /proc/PID/stat): with the pid, one process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
 
 
 class _Spooled:
@@ -162,7 +154,7 @@ def main(directory: Path) -> int:
     pid = os.getpid()
     fd = os.open(directory / PID, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as fh:
-        fh.write(f"{pid}\n{start_time(pid)}\n")
+        fh.write(f"{pid}\n{process_start_time(pid)}\n")
     order = AgentOrder.model_validate_json((directory / ORDER).read_bytes())
     control = _Control(directory, log)
     threading.Thread(target=control.watch, name="agent-control", daemon=True).start()
@@ -178,9 +170,6 @@ def main(directory: Path) -> int:
     print(json.dumps({"agent": "ended", "lease_ended": control.lease_ended}), file=log, flush=True)
     return 0
 
-
-if __name__ == "__main__":  # pragma: no cover - run as a process by the loaders
-    sys.exit(main(Path(sys.argv[1])))
 
 
 class ProcessLoader(Loader):
@@ -223,11 +212,10 @@ class ProcessLoader(Loader):
     def pid(self) -> int | None:
         """The agent's pid from its pid file, when that process is still the one that wrote it."""
         try:
-            pid_text, start = (self.dir / PID).read_text().split()[:2]
-            pid = int(pid_text)
+            pid, start = (int(x) for x in (self.dir / PID).read_text().split()[:2])
         except (OSError, ValueError):
             return None
-        return pid if start_time(pid) == start else None
+        return pid if process_start_time(pid) == start else None
 
     def kill(self) -> None:
         pid = self.pid()
@@ -280,3 +268,7 @@ def agent_sources(directory: Path, lease_s: float = LEASE_S) -> Callable[[LoadRu
         return out
 
     return make
+
+
+if __name__ == "__main__":  # pragma: no cover - run as a process by the loaders
+    sys.exit(main(Path(sys.argv[1])))

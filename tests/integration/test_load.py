@@ -287,20 +287,19 @@ def test_pg_loop_frozen_server_yields_timeouts_not_a_hang(lab: Inventory, pool: 
     assert all(g.first_ok_after - marks["cont"] < 3 for g in gaps), gaps
 
 
-def _agent_pids(directory: Path) -> list[tuple[int, str]]:
+def _agent_pids(directory: Path) -> list[tuple[int, int]]:
     """The agents' (pid, start time), from their pid files."""
     from chaoskit.workload.agent import PID
 
-    return [(int(pid), start) for pid, start in (p.read_text().split()[:2] for p in sorted(directory.glob(f"*/{PID}")))]
+    return [(int(pid), int(start)) for pid, start in (p.read_text().split()[:2]
+                                                      for p in sorted(directory.glob(f"*/{PID}")))]
 
 
-def pid_alive(agent: tuple[int, str]) -> bool:
+def pid_alive(agent: tuple[int, int]) -> bool:
     """Still that process, and not a zombie (an orphan's exit waits for its reaper)."""
-    try:
-        stat = Path(f"/proc/{agent[0]}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return False
-    return stat[19] == agent[1] and stat[0] != "Z"
+    from chaoskit.lab.procs import alive
+
+    return alive(*agent)
 
 
 def _spooled(directory: Path) -> tuple[list[str], int]:

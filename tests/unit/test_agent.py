@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from chaoskit.lifeline import process_start_time
 from chaoskit.testing.fake_pg import fake_inventory
 from chaoskit.workload import agent
 from chaoskit.workload.spec import ClientGroup, LoadSpec
@@ -95,7 +96,7 @@ def test_the_loader_kills_only_the_process_that_wrote_the_pid_file(tmp_path: Pat
         assert loader.pid() is None
         loader.kill()
         assert other.poll() is None  # left alone
-        (loader.dir / agent.PID).write_text(f"{other.pid}\n{agent.start_time(other.pid)}\n")
+        (loader.dir / agent.PID).write_text(f"{other.pid}\n{process_start_time(other.pid)}\n")
         assert loader.pid() == other.pid
         loader.kill()
         assert other.wait(10) == -9
