@@ -30,8 +30,9 @@ class FakeSource(LoadSource):
                  delay: float = 0.0, hold_after: float | None = None, resume: threading.Event | None = None,
                  lost_after: float | None = None, skew_s: float = 0.0, offset_s: float | None = None,
                  uncertainty_s: float = 0.0, drop_batch: int | None = None,
-                 spoil_batch: int | None = None) -> None:
+                 spoil_batch: int | None = None, final_delay: float = 0.0) -> None:
         self.name = name
+        self.final_delay = final_delay  # its final handed over this long after it ended (a pipe's tail)
         self.worker = worker
         self.workers = (worker,)
         self.drop_batch, self.spoil_batch = drop_batch, spoil_batch
@@ -72,6 +73,9 @@ class FakeSource(LoadSource):
 
     def lost(self) -> str | None:
         return "cut off (scripted)" if self._gone else None if self.alive() else "it ended"
+
+    def ended_cleanly(self) -> bool:
+        return not self._gone and self._go.is_set() and not self._thread.is_alive()
 
     def kill(self) -> None:
         self._stop.set()
@@ -119,7 +123,11 @@ class FakeSource(LoadSource):
         for _, batch in pending:
             self._hand("batch", batch)
         t = self.own_clock() - self.clock_offset_s
-        self._hand("final", self.recorder.drain(t, final=True))
+        final = self.recorder.drain(t, final=True)
+        if self.final_delay:
+            threading.Timer(self.final_delay, self._hand, ("final", final)).start()
+        else:
+            self._hand("final", final)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "where": "fake"}

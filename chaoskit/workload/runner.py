@@ -479,11 +479,16 @@ class LoadRunner:
                 self._told_unheard.add(source.name)
                 self.recorder.undelivered(source.workers, f"{source.name}: {why}")
 
+    def _can_deliver(self, marks: Watermarks) -> dict[str, bool]:
+        """Per source: still running, or ended cleanly with its final batch not here yet (on its
+        way: it is waited for, never called lost)."""
+        return {s.name: s.alive() or (not marks.heard[s.name].final and s.ended_cleanly()) for s in self.sources}
+
     def _collect_one(self, marks: Watermarks, late: dict[str, int]) -> bool:
         """One turn of the collector; True when it is done (every source ended and nothing came)."""
         alive = {s.name: s.alive() for s in self.sources}
         now = time.time()
-        for name in marks.newly_lost(now, alive):
+        for name in marks.newly_lost(now, self._can_deliver(marks)):
             self._say("load_source_lost", source=name, why=self._source(name).lost())
         if not self._stopping:
             for name in marks.newly_silent(now, alive):
@@ -492,9 +497,12 @@ class LoadRunner:
         try:
             got = self._inbox.get(timeout=0.2)
         except queue.Empty:
-            # every source ended over a second ago and nothing came: what was on its way arrived
-            self._seen_alive = now if any(alive.values()) or self._seen_alive is None else self._seen_alive
-            return time.time() - self._seen_alive > 1.0
+            # done when no source could deliver for over a second, judged after the wait (which a
+            # busy host can stretch past a second) and never while a clean final is on its way
+            now = time.time()
+            if any(self._can_deliver(marks).values()) or self._seen_alive is None:
+                self._seen_alive = now
+            return now - self._seen_alive > 1.0
         now = self._last_batch = time.time()
         if got.kind == "unreadable":  # the pump could not read a word (which source's is unknown)
             self._say("load_delivery_unreadable", error=got.payload,

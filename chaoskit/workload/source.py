@@ -8,6 +8,7 @@ node (`LocalSource`); a loader on another machine is the same interface. What a 
   and at the end one `final` batch, each naming the source;
 - `go(t_start)`: begin its load at that control-clock instant; `stop()`: end it (a final follows);
 - `alive()`: whether it can still deliver; `lost()`: why it cannot, once it cannot;
+  `ended_cleanly()`: it ended after handing over its final batch (which may still be on its way);
 - `clock_offset_s` / `clock_uncertainty_s`: what it took from its own clock to stamp on the control
   clock, and how sure that is (0 for the control node's own processes);
 - `pids()`, `builtin`: its local processes for the CPU accounting (none for a remote source).
@@ -65,6 +66,12 @@ class LoadSource(ABC):
     def lost(self) -> str | None:
         """Why it can deliver no more (None while it can)."""
         return None if self.alive() else "it ended"
+
+    def ended_cleanly(self) -> bool:
+        """It ended the way that sends a final batch first: its final is delivered or still on its
+        way (a local process's last words can sit in the pipe after it exited), so the collector
+        waits for it instead of calling the source lost."""
+        return False
 
     @abstractmethod
     def kill(self) -> None: ...
@@ -244,6 +251,9 @@ class LocalSource(LoadSource):
     def lost(self) -> str | None:
         code = self.process.exitcode
         return None if code is None else f"its process exited (code {code})"
+
+    def ended_cleanly(self) -> bool:
+        return self.process.exitcode == 0  # a worker exits 0 only after it put its final batch
 
     def kill(self) -> None:
         self.plant.stop_flag.set()

@@ -146,6 +146,52 @@ def test_a_lost_source_keeps_what_it_delivered_and_is_said_lost() -> None:
     assert [(e["source"], e["why"]) for e in lost_said] == [("lost", "cut off (scripted)")]
 
 
+
+def test_a_final_still_on_its_way_after_the_source_ended_is_waited_for() -> None:
+    """A worker process exits right after it put its final batch; on a busy host the pump hands it
+    over seconds later. The collector waits for it: every op is recorded, nothing is said lost."""
+    events: list[dict[str, Any]] = []
+    base = time.time()
+    slow = FakeSource("slow", 1, base=base, final_delay=1.5)
+    lr = runner([slow], events)
+    lr.start()
+    wait_for(lambda: slow.generated >= 30)
+    lr.stop()
+    assert lr.recorder.totals()["ok"] == slow.generated and lr.undelivered is None
+    assert acknowledged(lr.recorder) == {1: [(1, slow.generated)]}
+    assert not [e for e in events if e["kind"] in ("load_source_lost", "load_undelivered")]
+
+
+class StallingInbox(__import__("queue").Queue):
+    """An inbox whose empty waits take 1.2 s (a starved collector thread) a few times."""
+
+    def __init__(self, stalls: int) -> None:
+        super().__init__()
+        self.stalls = stalls
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        import queue
+        if self.stalls > 0 and self.empty():
+            self.stalls -= 1
+            time.sleep(1.2)
+            raise queue.Empty
+        return super().get(block, timeout)
+
+
+def test_a_collector_starved_past_a_second_does_not_end_while_sources_run() -> None:
+    events: list[dict[str, Any]] = []
+    base = time.time()
+    steady = FakeSource("steady", 1, base=base, tick=0.5)
+    lr = runner([steady], events)
+    inbox = lr._inbox = StallingInbox(stalls=4)
+    lr.start()
+    wait_for(lambda: inbox.stalls == 0)
+    generated = steady.generated
+    wait_for(lambda: steady.generated >= generated + 2 * steady.per_tick)  # batches after the stalls
+    lr.stop()
+    assert lr.recorder.totals()["ok"] == steady.generated and lr.undelivered is None
+    assert not [e for e in events if e["kind"] in ("load_source_lost", "load_undelivered")]
+
 # -- results that never arrived are unknown to the RPO check, never phantoms --------------------
 def _everything_written(*sources: FakeSource) -> set[tuple[int, int]]:
     """What the database would hold: every write each source acknowledged, delivered or not."""
