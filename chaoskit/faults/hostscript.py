@@ -260,15 +260,33 @@ running_now() {
   fi
   return 0
 }
+# clock ticks since boot now, the unit of a process's start time (start_time_of)
+ticks_now() { awk -v hz="$(getconf CLK_TCK 2>/dev/null || echo 100)" '{ printf "%d\n", $1 * hz }' /proc/uptime; }
+# the named process's pid (file or unit) is alive and started at or after tick $2: what the start
+# command just started, whatever program it is yet
+started_since() {
+  _rp=$(pid_of "$1")
+  [ -n "$_rp" ] && alive "$_rp" && start_time_of "$_rp" && [ "$_st" -ge "$(($2 - 1))" ]
+}
+# Start each recorded process that is not running and wait (up to 60 s) until it runs. A process
+# its start command started that is still not the inventory's program after 3 s is a launcher
+# waiting for something else (the lab's repmgrd waits for its PostgreSQL, which only a rejoin
+# starts): not waited for; said on stderr, and the revert's check still finds it pending.
 restart_missing() {
   for n in $PROCS; do
     recorded "$n" || continue
     st=$(proc_field "$n" 4); [ -n "$st" ] || continue
     if ! running_now "$n"; then
+      t0=$(ticks_now)
       sh -c "$st" </dev/null >/dev/null 2>&1
-      i=0
+      i=0; w=0
       while [ "$i" -lt 600 ]; do
         if running_now "$n"; then break; fi
+        if started_since "$n" "$t0"; then w=$((w + 1)); else w=0; fi
+        if [ "$w" -ge 30 ]; then
+          echo "$n: started (pid $_rp) but it $(not_the_program "$n" "$_rp") yet: waiting for something else?" >&2
+          break
+        fi
         sleep 0.1; i=$((i + 1))
       done
     fi

@@ -6,6 +6,7 @@ revert behave as promised. These tests run the host-side shell locally in a priv
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import subprocess
@@ -589,3 +590,49 @@ def test_a_stopped_process_whose_pid_was_reused_is_started_again(reused_by: str,
             p.wait()
         if started is not None and started != squatter.pid:
             os.kill(started, 9)
+
+
+@ROOT_ONLY
+def test_a_restarted_launcher_that_waits_for_another_process_is_not_waited_for(stubbed: dict,
+                                                                                tmp_path: Path) -> None:
+    """A kill's revert starts the process again with its start command. The lab's repmgrd starts as
+    a launcher that waits for its PostgreSQL (which only a rejoin starts) before it becomes repmgrd.
+    The revert stops waiting for it after 3 s instead of 60 (a drill's later steps, the rejoin among
+    them, wait for the revert), says why, and is not verified: the check still finds it pending.
+    Once the launcher is its program, a revert again is verified."""
+    env, root = stubbed["env"], stubbed["root"]
+    pid_file, flag = tmp_path / "d.pid", tmp_path / "server-up"
+    target = subprocess.Popen(["sleep", "60"])
+    pid_file.write_text(f"{target.pid}\n")
+    launcher = (f"sh -c 'while [ ! -f {flag} ]; do sleep 0.1; done; exec sleep 61' </dev/null >/dev/null 2>&1 & "
+                f"echo $! > {pid_file}")
+    facts = HostFacts(host="h", processes={"p": ProcessRef(pid_file=str(pid_file), comm="sleep", start=launcher)})
+    scripts = scripts_for(FID, spec_of("kill", processes=("p",)), facts)
+    started = None
+    try:
+        res = sh(journal.stage_script(FID, journal.journal_files(FID, scripts, {"id": FID}, None), 30, root=root),
+                 env)
+        assert res.returncode == 0, res.stderr
+        assert sh(journal.trigger_script(FID, root=root), env).returncode == 0
+        target.wait(10)
+        t = time.monotonic()
+        res = sh(journal.revert_script(FID, root=root), env)
+        waited = time.monotonic() - t
+        started = int(pid_file.read_text())
+        assert res.returncode == 1 and "p: started (pid" in res.stderr and "is 'sh', not 'sleep'" in res.stderr, res
+        assert 3 <= waited < 30, waited
+        assert sh(journal.active_script(FID, root=root), env).returncode == 0  # pending
+        flag.touch()
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{started}/comm").read_text().strip() != "sleep":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        res = sh(journal.revert_script(FID, root=root), env)
+        assert res.returncode == 0 and journal.parse_reverted(res.stdout)[1] == "controller", res.stderr
+        assert int(pid_file.read_text()) == started  # started once, not again
+    finally:
+        target.kill()
+        target.wait()
+        if started is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(started, 9)
