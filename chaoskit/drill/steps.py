@@ -27,6 +27,8 @@ from chaoskit.playbook.schedule import Do
 from chaoskit.recorder import Recorder
 from chaoskit.timesource import Clock
 
+LATE_S = 1.0  # a step's trigger, action or revert started later than this after its instant is said
+
 
 class Steps:
     """One drill's schedule, item by item (`run`), and what each step left: the faults staged and
@@ -44,6 +46,7 @@ class Steps:
         self.triggers = Triggers([m.host for m in inputs.cluster.members])
         self.staged: dict[int, dict[int, list[StagedFault]]] = {}  # step -> its fault's index -> staged
         self.applied: dict[int, list[InjectedFault]] = {}
+        self._last: dict[str, Any] | None = None  # the item done last: its step, what, how long it took
         self._do: dict[Do, Callable[[schedule.Item, Step], None]] = {
             Do.STAGE: self._stage, Do.TRIGGER: self._trigger, Do.REVERT: self._revert, Do.ACTION: self._act}
 
@@ -57,7 +60,11 @@ class Steps:
             self._decide(now)
             while self.items and self.items[0].t <= now:
                 item = self.items.pop(0)
+                started = self.clock.now()
+                self._said_late(item, started)
                 self._do[item.what](item, self.inputs.playbook.steps[item.step])
+                self._last = {"step": item.step, "what": item.what.value,
+                              "took_s": round(self.clock.now() - started, 3)}
                 if item.what in (Do.TRIGGER, Do.ACTION):
                     self._arm_next(item.step, self._started(item))
                 now = self.clock.now()
@@ -66,6 +73,17 @@ class Steps:
             look(now)
             nxt = self.items[0].t if self.items else end
             self.clock.sleep(max(0.0, min(0.1 if self.triggers.armed else 0.25, nxt - self.clock.now())))
+
+    def _said_late(self, item: schedule.Item, started: float) -> None:
+        """A trigger, action or revert that starts more than LATE_S after its instant is an event
+        (`step_late`) with what ran before it and how long that took: the steps run one after the
+        other, so a slow revert or action holds back the next (the timeline must not read a late
+        rejoin as one on plan)."""
+        late = started - item.t
+        if item.what == Do.STAGE or late <= LATE_S:
+            return
+        self.record.event("step_late", started, step=item.step, what=item.what.value, planned=item.t,
+                          late_s=round(late, 3), held_by=self._last)
 
     def _started(self, item: schedule.Item) -> float:
         """When a step started: its first fault's trigger or its action sent (what the cluster

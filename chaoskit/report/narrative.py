@@ -55,6 +55,11 @@ def _line(e: dict[str, Any]) -> str | None:
         return f"steps[{e.get('step')}] started by {e.get('event')}{who} ({e.get('source')})"
     if kind == "step_skipped":
         return f"steps[{e.get('step')}] skipped: {e.get('reason')}"
+    if kind == "step_late":
+        held = e.get("held_by") or {}
+        why = (f": steps[{held.get('step')}]'s {held.get('what')} before it took {held.get('took_s')} s"
+               if held else "")
+        return f"steps[{e.get('step')}]'s {e.get('what')} started {e.get('late_s')} s after its planned instant{why}"
     if kind == "load_started":
         return f"load started ({e.get('workers')} clients, {e.get('workload')})"
     if kind in ("throughput_not_recovered", "aborted", "preflight_refused"):

@@ -427,6 +427,29 @@ def test_a_revert_that_fails_verification_is_in_the_heal_record(tmp_path: Path) 
     assert lab.log.count("revert pg1") == 2
 
 
+
+def test_a_step_held_back_by_a_slow_revert_is_said_late_with_what_held_it(tmp_path: Path) -> None:
+    """Steps run one after the other: step 0's revert (due at its effect + 0.5 s) takes 2.5 s, so
+    step 1's trigger, planned at +3 s, starts no earlier than +2.5 + 2.5 s: at least 2 s late. The
+    drill says so (`step_late`, with the revert that held it and how long that took) and the
+    narrative reads it; the revert itself, started on time, is not said late."""
+    from chaoskit.report.narrative import _line
+
+    lab = Lab(tmp_path)
+    lab.hooks["revert pg1"] = lambda: time.sleep(2.5)
+    pb = playbook(steps=[{"at": "2s", "fault": {"kind": "pause", "target": "pg1", "duration": "500ms"}},
+                         {"at": "3s", "fault": {"kind": "pause", "target": "pg2", "duration": "500ms"}}],
+                  duration="6s")
+    ctx = lab.drill(pb)
+    late = [e for e in ctx.events if e["kind"] == "step_late"]
+    [trigger] = [e for e in late if e["step"] == 1 and e["what"] == "trigger"]
+    assert trigger["planned"] == ctx.t0 + 3.0 and trigger["late_s"] >= 2.0 - 0.01
+    assert trigger["held_by"]["step"] == 0 and trigger["held_by"]["what"] == "revert"
+    assert trigger["held_by"]["took_s"] >= 2.5
+    assert not [e for e in late if e["step"] == 0]
+    text = _line(trigger)
+    assert text is not None and text.startswith("steps[1]'s trigger started ") and "steps[0]'s revert" in text
+
 def test_no_logs_are_kept_when_the_playbook_says_zero(tmp_path: Path) -> None:
     lab = Lab(tmp_path)
     ctx = lab.drill(playbook(evidence={"log_bytes_per_file": 0}))
