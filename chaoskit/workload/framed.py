@@ -131,6 +131,9 @@ class FramedSource(LoadSource):
             return self._lost
         return None if self.alive() else "it ended"
 
+    def ended_cleanly(self) -> bool:
+        return self._final  # its final frame was read (and is handed over just after)
+
     def kill(self) -> None:
         self._killed.set()
         with contextlib.suppress(Exception):  # unreachable: its lease ends it
