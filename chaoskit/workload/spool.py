@@ -114,57 +114,100 @@ class Frame:
     offset: int  # where it starts in the file
 
 
+class FrameCursor:
+    """Where a reader of one spool stands (the first byte not yet read as a whole frame, the last
+    whole frame's number) and the rule that reads frames from the bytes after it: every whole
+    frame, stopping at the first that is not (yet); damage raises `SpoolDamaged`. The bytes may
+    come from the file itself (`SpoolReader`) or from its tail read on another host."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.offset = 0
+        self.seq = 0
+
+    def rewind_for(self, after: int) -> None:
+        """Asked for frames from further back than it stands: start over."""
+        if after < self.seq:
+            self.offset, self.seq = 0, 0
+
+    def take(self, data: bytes, at_end: bool, after: int, max_bytes: int = 16 << 20) -> list[Frame]:
+        """The whole frames in `data` (the spool's bytes from `self.offset`; `at_end`: they reach
+        the end of the file as it was read) numbered above `after`, up to about `max_bytes` of
+        payload; the cursor moves past every whole frame read."""
+        out: list[Frame] = []
+        taken, pos, size = 0, 0, len(data)
+        while pos + HEAD.size <= size and taken < max_bytes:
+            magic, seq, length, crc = HEAD.unpack_from(data, pos)
+            end = pos + HEAD.size + length
+            if magic != MAGIC:
+                if data.count(0, pos) == size - pos:  # a crash's unwritten tail (or its start): nothing yet
+                    break
+                raise SpoolDamaged(self.path, self.offset, f"no frame mark ({magic!r})")
+            if length > MAX_PAYLOAD:
+                raise SpoolDamaged(self.path, self.offset, f"length {length} over {MAX_PAYLOAD}")
+            if end > size:  # still being written, or beyond what was read this time
+                break
+            payload = bytes(data[pos + HEAD.size:end])
+            if _crc(seq, payload) != crc:
+                if end == size and at_end:  # the last frame, written but not whole on disk yet
+                    break
+                raise SpoolDamaged(self.path, self.offset, f"checksum of frame {seq} is wrong")
+            if seq != self.seq + 1:
+                raise SpoolDamaged(self.path, self.offset, f"frame {seq} follows frame {self.seq}")
+            start = self.offset
+            self.offset, self.seq, pos = self.offset + (end - pos), seq, end
+            if seq > after:
+                out.append(Frame(seq, payload, start))
+                taken += length
+        return out
+
+
 class SpoolReader:
     """Reads a spool's whole frames in order, remembering where it stopped, so each call reads
     only what was appended since. `read(after=N)` gives the frames numbered above N."""
 
+    READ_BYTES = 16 << 20
+
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.offset = 0  # the first byte not yet read as a whole frame
-        self.seq = 0  # the last whole frame read
+        self.cursor = FrameCursor(path)
+
+    @property
+    def offset(self) -> int:
+        return self.cursor.offset
+
+    @property
+    def seq(self) -> int:
+        return self.cursor.seq
 
     def read(self, after: int = 0, max_bytes: int = 16 << 20) -> list[Frame]:
         """The whole frames numbered above `after` (those at or below it are skipped), up to
         about `max_bytes` of payload; [] when nothing whole was appended. Raises `SpoolDamaged`."""
-        if after < self.seq:  # asked again from further back: start over
-            self.offset, self.seq = 0, 0
+        self.cursor.rewind_for(after)
         out: list[Frame] = []
-        taken = 0
         try:
             fh = self.path.open("rb")
         except FileNotFoundError:
             return out
+        taken = 0
         with fh:
             size = os.fstat(fh.fileno()).st_size
-            fh.seek(self.offset)
-            while self.offset + HEAD.size <= size and taken < max_bytes:
+            while taken < max_bytes and self.cursor.offset + HEAD.size <= size:
+                at = self.cursor.offset
+                fh.seek(at)
                 head = fh.read(HEAD.size)
-                if len(head) < HEAD.size:
+                want = min(size - at, self.READ_BYTES)
+                if len(head) == HEAD.size and head[:4] == MAGIC:
+                    want = min(size - at, max(want, HEAD.size + HEAD.unpack(head)[2]))
+                fh.seek(at)
+                data = fh.read(want)
+                got = self.cursor.take(data, at + len(data) >= size, after, max_bytes - taken)
+                out += got
+                taken += sum(len(f.payload) for f in got)
+                if self.cursor.offset == at:  # nothing whole here (yet)
+                    if data[:4] != MAGIC and at + len(data) < size and not self._zeros_from(fh, at, size):
+                        raise SpoolDamaged(self.path, at, f"no frame mark ({data[:4]!r})")
                     break
-                magic, seq, length, crc = HEAD.unpack(head)
-                end = self.offset + HEAD.size + length
-                if magic != MAGIC:
-                    if self._zeros_from(fh, self.offset, size):  # a crash's unwritten tail: nothing yet
-                        break
-                    raise SpoolDamaged(self.path, self.offset, f"no frame mark ({magic!r})")
-                if length > MAX_PAYLOAD:
-                    raise SpoolDamaged(self.path, self.offset, f"length {length} over {MAX_PAYLOAD}")
-                if end > size:  # still being written
-                    break
-                payload = fh.read(length)
-                if len(payload) < length:
-                    break
-                if _crc(seq, payload) != crc:
-                    if end == size:  # the last frame, written but not whole on disk yet
-                        break
-                    raise SpoolDamaged(self.path, self.offset, f"checksum of frame {seq} is wrong")
-                if seq != self.seq + 1:
-                    raise SpoolDamaged(self.path, self.offset, f"frame {seq} follows frame {self.seq}")
-                start = self.offset
-                self.offset, self.seq = end, seq
-                if seq > after:
-                    out.append(Frame(seq, payload, start))
-                    taken += length
         return out
 
     @staticmethod

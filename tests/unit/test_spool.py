@@ -171,3 +171,40 @@ def test_spooled_batches_read_back_as_the_batches(tmp_path: Path) -> None:
     _written(path, [wire.encode(b) for b in batches])
     assert [wire.decode(f.payload) for f in spool.SpoolReader(path).read()] == batches
     assert os.path.getsize(path) == sum(spool.HEAD.size + len(wire.encode(b)) for b in batches)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 20, 64, 10_000])
+def test_a_tail_read_in_pieces_gives_the_same_frames_as_the_file(tmp_path: Path, chunk: int) -> None:
+    """A spool on another host is read as its tail from the cursor's offset, at most `chunk` bytes
+    a time (how a loader's tail comes over SSH): the same frames in the same order as the file
+    reader gives, a frame cut by the chunk read whole on a later call, never called damaged."""
+    path = tmp_path / "a.frames"
+    payloads = [b"x" * n for n in (0, 5, 33, 1, 70, 2)]
+    _written(path, payloads)
+    raw = path.read_bytes()
+    cursor = spool.FrameCursor(path)
+    got: list[tuple[int, bytes]] = []
+    for _ in range(10_000):
+        if cursor.offset >= len(raw):
+            break
+        piece = raw[cursor.offset:cursor.offset + chunk]
+        before = cursor.offset
+        got += [(f.seq, f.payload) for f in cursor.take(piece, cursor.offset + len(piece) >= len(raw), after=0)]
+        if cursor.offset == before:  # a frame longer than the piece: a longer read
+            piece = raw[cursor.offset:]
+            got += [(f.seq, f.payload) for f in cursor.take(piece, True, after=0)]
+    assert got == [(i + 1, p) for i, p in enumerate(payloads)]
+    assert got == [(f.seq, f.payload) for f in spool.SpoolReader(path).read()]
+
+
+def test_a_damaged_frame_in_a_tail_is_said_with_its_offset(tmp_path: Path) -> None:
+    path = tmp_path / "a.frames"
+    _written(path, [b"one", b"two", b"three"])
+    raw = bytearray(path.read_bytes())
+    second = spool.HEAD.size + 3
+    raw[second + spool.HEAD.size] ^= 0xFF  # the second frame's payload
+    cursor = spool.FrameCursor(path)
+    with pytest.raises(spool.SpoolDamaged) as err:
+        cursor.take(bytes(raw), True, after=0)
+    assert err.value.offset == second and "checksum of frame 2" in err.value.why
+    assert cursor.seq == 1  # the frame before it was read
