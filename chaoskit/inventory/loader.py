@@ -27,7 +27,7 @@ from chaoskit.inventory import tags as tag_rules
 from chaoskit.inventory.models import Inventory
 from chaoskit.yamlsrc import LineMap, SourceDoc, load_yaml, raise_validation
 
-_OWN_TOP = {"defaults", "hosts", "clusters", "lab"}
+_OWN_TOP = {"defaults", "hosts", "clusters", "lab", "loaders"}
 _PATH_FIELDS = ("key_file", "known_hosts")
 
 
@@ -40,10 +40,11 @@ def load_inventory(path: str | Path) -> Inventory:
     else:
         unknown = sorted(set(doc.data) - _OWN_TOP)
         if unknown:
-            raise doc.error((unknown[0],), "unknown field (expected defaults, hosts, clusters, lab or all)")
+            raise doc.error((unknown[0],), "unknown field (expected defaults, hosts, clusters, lab, loaders or all)")
         data, lines = _from_own(doc)
-        if "lab" in doc.data:
-            data["lab"] = doc.data["lab"]
+        for key in ("lab", "loaders"):
+            if key in doc.data:
+                data[key] = doc.data[key]
     base = Path(path).resolve().parent
     for host in data.get("hosts", {}).values():
         for key in _PATH_FIELDS:
@@ -235,6 +236,11 @@ def _parse_ssh_args(args: str, doc: SourceDoc, src: tuple) -> dict[str, Any]:
 
 
 def _check_references(inv: Inventory, doc: SourceDoc, lines: LineMap) -> None:
+    for i, name in enumerate(inv.loaders.hosts if inv.loaders else ()):
+        if name not in inv.hosts:
+            raise InputError(f"loader host {name!r} is not in the inventory's hosts", source=doc.source,
+                             line=lines.line(("loaders", "hosts", i)) or lines.line(("loaders", "hosts")),
+                             field=f"loaders.hosts[{i}]")
     for hname, host in inv.hosts.items():
         if host.jump and "@" not in host.jump and ":" not in host.jump and host.jump not in inv.hosts:
             raise InputError(f"jump host {host.jump!r} is not in the inventory", source=doc.source,

@@ -300,6 +300,31 @@ class LabMarker(Frozen):
         return value
 
 
+class Loaders(Frozen):
+    """Hosts that run load agents (`chaoskit.workload.ssh_loader`): each is an inventory host (its
+    tags, e.g. `az: b`, are what a client group's `where:` matches), with chaoskit installed for
+    `python` (the same version as the controller's); each agent spools under `spool`."""
+
+    hosts: tuple[Name, ...] = Field(min_length=1)
+    python: SafePath = "/usr/bin/python3"
+    spool: SafePath = "/var/lib/chaoskit/loader"
+
+    @field_validator("python", "spool")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/") or "/../" in value + "/":
+            raise ValueError("an absolute path without '..'")
+        return value
+
+    @field_validator("hosts")
+    @classmethod
+    def _once(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        doubled = sorted({h for h in value if value.count(h) > 1})
+        if doubled:
+            raise ValueError(f"host {doubled[0]} listed twice")
+        return value
+
+
 class Inventory(Frozen):
     """Hosts and clusters, checked for cross references."""
 
@@ -308,6 +333,7 @@ class Inventory(Frozen):
     lab: LabMarker | None = None
     hosts: dict[Name, Host]
     clusters: dict[Name, Cluster] = Field(default_factory=dict)
+    loaders: Loaders | None = None
 
     def host(self, name: str) -> Host:
         try:
@@ -343,9 +369,13 @@ class Inventory(Frozen):
         """The inventory as the evidence keeps it: built field by field from an allow-list, never
         by dumping the model, so a field added later (or a value that slipped past a type) does
         not reach run.json. Secrets appear as their references, commands only as "given"."""
-        return {"hosts": {n: _host_evidence(h) for n, h in self.hosts.items()},
-                "clusters": {n: _cluster_evidence(c) for n, c in self.clusters.items()},
-                "lab": None if self.lab is None else {"subnet": self.lab.subnet, "bridge": self.lab.bridge}}
+        lab = None if self.lab is None else {"subnet": self.lab.subnet, "bridge": self.lab.bridge}
+        out: dict[str, Any] = {"hosts": {n: _host_evidence(h) for n, h in self.hosts.items()},
+                               "clusters": {n: _cluster_evidence(c) for n, c in self.clusters.items()}, "lab": lab}
+        if self.loaders is not None:
+            out["loaders"] = {"hosts": list(self.loaders.hosts), "python": self.loaders.python,
+                              "spool": self.loaders.spool}
+        return out
 
 
 _HOST_FIELDS = ("name", "address", "port", "user", "jump", "become", "become_user", "strict_host_keys")

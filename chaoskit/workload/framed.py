@@ -42,6 +42,7 @@ class Loader(ABC):
     name: str
     clock_offset_s: float = 0.0  # the agent stamps on the control clock with this offset
     clock_uncertainty_s: float = 0.0
+    poll_s: float = POLL_S  # between reads of its spool (a remote one is read after each pause)
 
     @abstractmethod
     def start(self, lease_until: float) -> None:
@@ -176,7 +177,7 @@ class FramedSource(LoadSource):
                         self._lost = (f"its loader could not be read for {now - unreachable_since:.0f} s "
                                       f"({type(exc).__name__}: {str(exc)[:120]})")
                         return
-                    self._killed.wait(POLL_S)
+                    self._killed.wait(self.loader.poll_s)
                     continue
                 unreachable_since = None
                 for f in frames:
@@ -194,8 +195,8 @@ class FramedSource(LoadSource):
                         self._lost = "its agent ended without its final batch"
                         return
                     continue
-                if not frames:
-                    self._killed.wait(POLL_S)
+                if not frames or self.loader.poll_s > POLL_S:
+                    self._killed.wait(self.loader.poll_s)
         finally:
             if not self._final:
                 self._said_late()

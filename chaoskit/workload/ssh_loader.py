@@ -1,0 +1,234 @@
+"""A load agent on a loader host, started, leased, stopped and read over SSH (issue: load from
+several machines). The agent is the same process as on the control node
+(`python3 -m chaoskit.workload.agent DIR`, `chaoskit.workload.agent`), started on the host detached
+in a session of its own; what it spools stays on that host's disk, and the controller reads the
+spool's tail after the last whole frame it has (`tail -c +N | head -c MAX | base64`), so a batch
+is never only in a process or a connection: a controller cut from the host reads what it missed
+once it reaches the host again.
+
+What crosses to the host is data, never code: the agent's directory is a validated path in single
+quotes; the order and the lease travel base64-encoded (nothing in that alphabet ends a quote) and
+are checked against their SHA-256 there; the control files are numbers chaoskit formatted; the
+agent's pid is read back as digits and signalled only while its start time is the one the agent
+wrote. Before the start, the host's Python and chaoskit are checked (the same chaoskit version as
+the controller's, else a refusal naming the host and both versions), as is its clock: the agent
+stamps every op with its own clock, so a host whose clock is off the control node's by more than
+`CLOCK_TOLERANCE_S` beyond the measurement's uncertainty is refused with the offset (chaoskit does
+not correct a loader's clock: keep loader hosts synchronised, e.g. with chrony).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import chaoskit
+from chaoskit.inventory.clock import ClockOffset, measure_offset
+from chaoskit.inventory.fanout import RemotePool
+from chaoskit.inventory.remote import HostUnreachable, Remote
+from chaoskit.workload.agent import GO, LEASE, LOG, ORDER, PID, SPOOL, STOP, AgentOrder
+from chaoskit.workload.framed import LEASE_S, FramedSource, Loader
+from chaoskit.workload.source import LoadSource
+from chaoskit.workload.spool import HEAD, MAGIC, Frame, FrameCursor
+
+if TYPE_CHECKING:
+    from chaoskit.workload.runner import LoadRunner
+
+CLOCK_TOLERANCE_S = 0.005
+TAIL_BYTES = 4 << 20  # read per fetch at most (a longer frame is read whole on the next one)
+_DIR = re.compile(r"^/[A-Za-z0-9_./@:+%=,~-]{1,300}$")
+_NUMBER = re.compile(r"^[0-9]+(\.[0-9]+)?$")
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")
+
+
+class LoaderRefused(ValueError):
+    """A loader host that cannot take an agent: said before any load starts."""
+
+
+def _path(value: str, what: str) -> str:
+    if not _DIR.fullmatch(value) or "/../" in value + "/" or value.endswith("/.."):
+        raise ValueError(f"{what}: not an absolute path of plain characters: {value!r}")
+    return value
+
+
+def _instant(value: float) -> str:
+    text = f"{float(value):.6f}"
+    if not _NUMBER.fullmatch(text):
+        raise ValueError(f"not an instant: {value!r}")
+    return text
+
+
+class SshLoader(Loader):
+    """One agent in `directory` on the host behind `remote`."""
+
+    def __init__(self, name: str, remote: Remote, directory: str, order: AgentOrder, python: str,
+                 version: str, poll_s: float = 0.25) -> None:  # a read of its spool is an SSH round trip
+        self.name = name
+        self.remote = remote
+        self.dir = _path(directory, "the agent's directory")
+        self.python = _path(python, "the loader's python")
+        self.order = order
+        self.version = version
+        self.poll_s = poll_s
+        self.cursor = FrameCursor(f"{remote.name}:{self.dir}/{SPOOL}")
+        self.offset: ClockOffset | None = None
+
+    def _q(self, name: str) -> str:
+        return f"'{self.dir}/{name}'"
+
+    # -- before the start -------------------------------------------------------------------------
+    def check(self) -> None:
+        """The host's Python runs this chaoskit version, and its clock agrees with the control
+        node's; raises LoaderRefused naming the host otherwise."""
+        res = self.remote.shell(
+            f"'{self.python}' -c 'import chaoskit, sys; print(chaoskit.__version__); "
+            "print(\"%d.%d\" % sys.version_info[:2])'", check=False, timeout=60)
+        lines = res.stdout.split()
+        if res.exited != 0 or len(lines) < 2:
+            raise LoaderRefused(f"loader host {self.remote.name}: {self.python} cannot import chaoskit "
+                                f"({(res.stderr.strip().splitlines() or ['exit ' + str(res.exited)])[-1][:200]})")
+        if lines[0] != self.version:
+            raise LoaderRefused(f"loader host {self.remote.name} runs chaoskit {lines[0][:40]!r}, the controller "
+                                f"{self.version}: the same version on every loader")
+        self.offset = measure_offset(self.remote)
+        if abs(self.offset.offset_s) > self.offset.uncertainty_s + CLOCK_TOLERANCE_S:
+            raise LoaderRefused(
+                f"loader host {self.remote.name}: its clock is {self.offset.offset_s * 1000:+.1f} ms off the control "
+                f"node's (+/- {self.offset.uncertainty_s * 1000:.1f} ms); a loader's agent stamps ops with its own "
+                f"clock, so it must agree within {CLOCK_TOLERANCE_S * 1000:g} ms (synchronise it, e.g. chrony)")
+        self.clock_offset_s = self.offset.offset_s
+        self.clock_uncertainty_s = self.offset.uncertainty_s
+
+    # -- the Loader -------------------------------------------------------------------------------
+    def start(self, lease_until: float) -> None:
+        order = self.order.model_dump_json().encode()
+        lease = _instant(lease_until).encode()
+        files = []
+        for name, data in ((ORDER, order), (LEASE, lease)):
+            files.append(f"w {name} {base64.b64encode(data).decode()} {hashlib.sha256(data).hexdigest()}")
+        script = "\n".join([
+            "set -e", "umask 077", f"D='{self.dir}'",
+            # a fresh directory of its own: an agent never starts over another one's spool
+            'if [ -e "$D" ]; then echo "$D already exists: an agent directory is used once" >&2; exit 3; fi',
+            'mkdir -p -- "$D"',
+            'w() { printf \'%s\' "$2" | base64 -d > "$D/$1.tmp"; '
+            'printf \'%s  %s\\n\' "$3" "$D/$1.tmp" | sha256sum -c --quiet --status; mv -f -- "$D/$1.tmp" "$D/$1"; }',
+            *files,
+            f"cd / && setsid '{self.python}' -m chaoskit.workload.agent \"$D\" </dev/null >>\"$D/{LOG}\" 2>&1 &",
+            "echo started"])
+        res = self.remote.shell(script, check=False, timeout=60)
+        if res.exited != 0 or "started" not in res.stdout:
+            raise RuntimeError(f"loader {self.name} on {self.remote.name}: the agent did not start: "
+                               f"{(res.stderr or res.stdout).strip()[-300:]}")
+
+    def _write(self, name: str, value: float) -> None:
+        self.remote.shell(f"printf '%s' {_instant(value)} > {self._q(name + '.tmp')} && "
+                          f"mv -f -- {self._q(name + '.tmp')} {self._q(name)}", timeout=30)
+
+    def go(self, t_start: float) -> None:
+        self._write(GO, t_start)
+
+    def renew(self, lease_until: float) -> None:
+        self._write(LEASE, lease_until)
+
+    def stop(self) -> None:
+        self.remote.shell(f"touch -- {self._q(STOP)}", timeout=30)
+
+    # the agent's pid while it is the process that wrote the pid file (pid, start time) and runs
+    # (a zombie its reaper has not collected yet is not running; a stopped one, paused, is)
+    _PID = (f'p=""; if [ -r "$D/{PID}" ]; then {{ read -r p; read -r s; }} < "$D/{PID}"; fi; '
+            'case "$p" in ""|*[!0-9]*) p="";; esac; case "$s" in ""|*[!0-9]*) p="";; esac; '
+            'if [ -n "$p" ] && [ -r "/proc/$p/stat" ]; then '
+            'st=$(awk \'{ sub(/.*\\) /, ""); print $1, $20 }\' "/proc/$p/stat" 2>/dev/null); '
+            '{ [ "${st#* }" = "$s" ] && [ "${st%% *}" != Z ] && [ "${st%% *}" != X ]; } || p=""; else p=""; fi')
+
+    def running(self) -> bool | None:
+        try:
+            res = self.remote.shell(f"D='{self.dir}'; {self._PID}; [ -n \"$p\" ] && echo yes || echo no",
+                                    check=False, timeout=30)
+        except HostUnreachable:
+            return None
+        word = res.stdout.strip()
+        return True if word == "yes" else False if word == "no" else None
+
+    def kill(self) -> None:
+        self.remote.shell(f"D='{self.dir}'; {self._PID}; [ -z \"$p\" ] || kill -9 \"$p\"", check=False, timeout=30)
+
+    def fetch(self, after: int) -> list[Frame]:
+        self.cursor.rewind_for(after)
+        frames, need = self._tail(after, TAIL_BYTES)
+        if not frames and need > TAIL_BYTES:  # a frame longer than a piece: read it whole
+            frames, _ = self._tail(after, need)
+        return frames
+
+    def _tail(self, after: int, limit: int) -> tuple[list[Frame], int]:
+        """The whole frames in the spool's next `limit` bytes, and the bytes its first frame needs."""
+        offset = self.cursor.offset
+        res = self.remote.shell(
+            f"f={self._q(SPOOL)}; [ -f \"$f\" ] || exit 0; stat -c %s -- \"$f\"; "
+            f"tail -c +{offset + 1} -- \"$f\" | head -c {int(limit)} | base64 -w0; echo", timeout=60)
+        lines = res.stdout.split("\n")
+        if not lines[0].strip():
+            return [], 0
+        size = int(lines[0])
+        data = base64.b64decode(lines[1] if len(lines) > 1 else "", validate=True)
+        frames = self.cursor.take(data, offset + len(data) >= size, after)
+        need = HEAD.size + HEAD.unpack_from(data)[2] if len(data) >= HEAD.size and data[:4] == MAGIC else 0
+        return frames, need
+
+    def describe(self) -> dict[str, Any]:
+        return {"where": self.remote.name, "dir": self.dir}
+
+
+def ssh_agent_sources(pool: RemotePool, placement: dict[str, tuple[str, ...]], run_id: str,
+                      lease_s: float = LEASE_S) -> Callable[[LoadRunner], list[LoadSource]]:
+    """For `LoadRunner(make_sources=...)`: each share of a group named in `placement` as a load
+    agent on one of its loader hosts (round robin over the shares), spooling in
+    `<loaders.spool>/<run_id>/<group>-<first worker>` there; every other share on the control node
+    as before. Each loader host is checked once (chaoskit version, clock) before any agent starts."""
+    if not _RUN_ID.fullmatch(run_id):
+        raise ValueError(f"not a run id: {run_id!r}")
+
+    def make(runner: LoadRunner) -> list[LoadSource]:
+        loaders = runner.inventory.loaders
+        if loaders is None:
+            raise LoaderRefused("client groups placed on loader hosts need the inventory's loaders: section")
+        for group_name, hosts in placement.items():
+            for host in hosts:
+                if host not in loaders.hosts:
+                    raise LoaderRefused(f"group {group_name}: {host} is not one of the inventory's loader hosts "
+                                        f"({', '.join(loaders.hosts)})")
+        tool_placed = [g.name for g in runner.tool_groups(runner.spec) if g.name in placement]
+        if tool_placed:
+            raise LoaderRefused(f"group {tool_placed[0]}: a tool group cannot run on a loader host yet")
+        spec = runner.spec
+        inventory_json = runner.inventory.model_dump_json()
+        checked: dict[str, SshLoader] = {}
+        turns: dict[str, int] = {}
+        out: list[LoadSource] = []
+        for group, share in runner.shares():
+            where = placement.get(group.name)
+            if not where:
+                continue
+            turn = turns[group.name] = turns.get(group.name, -1) + 1
+            host = where[turn % len(where)]
+            rate_share = spec.rate * len(share) / spec.workers if spec.rate else None
+            order = AgentOrder.of(runner.route(group).model_dump_json(), inventory_json, spec, group, share,
+                                  runner.recorder.base, rate_share)
+            loader = SshLoader(f"{group.name}/{share[0]}@{host}", pool.get(host),
+                               f"{loaders.spool}/{run_id}/{group.name}-{share[0]}", order, loaders.python,
+                               chaoskit.__version__)
+            if host not in checked:
+                loader.check()
+                checked[host] = loader
+            loader.offset = checked[host].offset
+            loader.clock_offset_s = checked[host].clock_offset_s
+            loader.clock_uncertainty_s = checked[host].clock_uncertainty_s
+            out.append(FramedSource(loader, tuple(share), lease_s=lease_s))
+        placed = {w for s in out for w in s.workers}
+        return out + [s for s in runner.local_sources() if placed.isdisjoint(s.workers)]
+
+    return make
