@@ -145,6 +145,14 @@ def test_ansible_dash_j_and_unknown_vars(tmp_path: Path) -> None:
      "    dsn: host=a password=hunter2\n", 4, "clusters.c", "password inside the DSN"),
     ("hosts:\n  a: {address: x}\nclusters:\n  c:\n    engine: postgres\n    user: u\n    members: [a]\n"
      "    options: {sslpassword: x}\n", 8, "clusters.c.options", "looks like a secret"),
+    ("hosts:\n  a: {address: x}\nloaders:\n  hosts: [a, ld-b]\n", 4, "loaders.hosts[1]", "not in the inventory"),
+    ("hosts:\n  a: {address: x}\nloaders:\n  hosts: [a, a]\n", 4, "loaders.hosts", "host a listed twice"),
+    ("hosts:\n  a: {address: x}\nloaders:\n  hosts: []\n", 4, "loaders.hosts", "at least 1"),
+    ("hosts:\n  a: {address: x}\nloaders:\n  hosts: [a]\n  python: bin/python3\n", 5, "loaders.python",
+     "absolute path"),
+    ("hosts:\n  a: {address: x}\nloaders:\n  hosts: [a]\n  spool: '/var/x y'\n", 5, "loaders.spool",
+     "not a valid path"),
+    ("hosts:\n  a: {address: x}\nloaders:\n  hosts: [a]\n  ray: {port: 1}\n", 5, "loaders.ray", "unknown field"),
     ("", 1, None, "empty document"),
     ("- a\n- b\n", 1, None, "mapping"),
     ("all:\n  hosts:\n    a: {ansible_port: nope}\n", 3, "hosts.a.port", "valid integer"),
@@ -235,3 +243,16 @@ def test_ansible_vars_precedence_all_parent_child_host(tmp_path: Path) -> None:
     got = {n: (h.user, h.port) for n, h in inv.hosts.items()}
     assert got == {"a": ("from-parent", 2202), "b": ("from-child", 2202), "c": ("from-host", 2202),
                    "d": ("from-all", 2201)}
+
+
+def test_loader_hosts_are_read_with_their_zone_tags(tmp_path: Path) -> None:
+    path = write(tmp_path, "hosts:\n  db1: {address: 10.0.0.1, tags: {az: a}}\n"
+                           "  ld-b: {address: 10.0.0.9, tags: {az: b}}\n"
+                           "loaders:\n  hosts: [ld-b]\n  python: /opt/ck/bin/python3\n")
+    inv = load_inventory(path)
+    assert inv.loaders is not None and inv.loaders.hosts == ("ld-b",)
+    assert (inv.loaders.python, inv.loaders.spool) == ("/opt/ck/bin/python3", "/var/lib/chaoskit/loader")
+    assert inv.hosts_tagged("az", "b") == ["ld-b"]
+    assert inv.evidence()["loaders"] == {"hosts": ["ld-b"], "python": "/opt/ck/bin/python3",
+                                         "spool": "/var/lib/chaoskit/loader"}
+    assert "loaders" not in load_inventory(write(tmp_path, "hosts:\n  a: {address: x}\n")).evidence()
