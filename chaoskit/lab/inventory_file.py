@@ -23,7 +23,7 @@ HEADER = """\
 # the same database through PgBouncer on dcs1 (a second route to compare). Every stack's cluster is
 # listed; `lab up --stack ...` says which are running (pg: patroni, mariadb: mariadb, pgaf:
 # pg_auto_failover, repmgr: repmgr, mha: mha and mha-haproxy, galera: galera, galera-haproxy and
-# galera-node3). `lab:` marks this file
+# galera-node3; loaders: ld-a and ld-b, the loader hosts of zones a and b). `lab:` marks this file
 # as the lab's: chaoskit refuses to use it while the lab is down (its addresses would leave through
 # the default route).
 """
@@ -41,10 +41,12 @@ def render(spec: LabSpec | None = None) -> str:
         entry["metrics"] = {"source": "cgroup", "cgroup": h.cgroup}
         hosts[h.name] = entry
     clusters: dict = {}
+    loaders: dict = {}
     for module in recipes({h.stack for h in spec.hosts}):
         clusters.update(module.clusters(spec))
         for name, services in getattr(module, "host_services", lambda _: {})(spec).items():
             hosts[name].update(services)
+        loaders.update(getattr(module, "loaders", lambda _: {})(spec))
     doc = {
         "lab": {"subnet": f"{SUBNET_PREFIX}.0/24", "bridge": BRIDGE},
         "defaults": {
@@ -53,6 +55,7 @@ def render(spec: LabSpec | None = None) -> str:
         },
         "hosts": hosts,
         "clusters": clusters,
+        **({"loaders": loaders} if loaders else {}),
     }
     return HEADER + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=110)
 

@@ -61,8 +61,10 @@ def _small(path: tuple) -> dict[str, Any]:
     keep = {m["host"] if isinstance(m, dict) else m for m in c["members"]} | {"dcs1", "mham"}
     if path[0] == "hosts":
         keep.add(path[1])
-    return {**LAB_DOC, "hosts": {h: v for h, v in LAB_DOC["hosts"].items() if h in keep},
-            "clusters": {cluster: c}}
+    small = {**LAB_DOC, "hosts": {h: v for h, v in LAB_DOC["hosts"].items() if h in keep},
+             "clusters": {cluster: c}}
+    small.pop("loaders", None)  # its hosts are cut
+    return small
 
 
 def inventory_with(path: tuple, value: Any) -> Inventory:

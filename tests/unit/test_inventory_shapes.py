@@ -22,7 +22,7 @@ def load(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize(("text", "line", "field", "detail"), [
     ("5\n", 1, None, "an inventory is a mapping (hosts/clusters, or Ansible's all:)"),
     ("hosts:\n  a: {address: x}\nextra: 1\n", 3, "extra",
-     "unknown field (expected defaults, hosts, clusters, lab or all)"),
+     "unknown field (expected defaults, hosts, clusters, lab, loaders or all)"),
     ("defaults: [a]\nhosts:\n  a: {address: x}\n", 1, "defaults", "expected a mapping of host fields"),
     ("hosts: {}\n", 1, "hosts", "expected a non-empty mapping of host name -> host"),
     ("hosts: [a]\n", 1, "hosts", "expected a non-empty mapping of host name -> host"),

@@ -13,7 +13,8 @@ Every recipe module defines:
 - optionally `host_services(spec) -> {host: {"processes": ..., "logs": ...}}`: the services of its
   hosts that are no cluster member's (etcd, HAProxy, a monitor, a manager), so faults can target
   them by host and process name;
-- `postgres_data(spec) -> [data dirs]` (postmasters to stop and SysV segments to remove at down).
+- `postgres_data(spec) -> [data dirs]` (postmasters to stop and SysV segments to remove at down);
+- optionally `loaders(spec) -> {hosts, python, spool}`: the lab inventory's `loaders:` section.
 """
 
 from __future__ import annotations
