@@ -36,6 +36,7 @@ from chaoskit.timesource import SYSTEM_CLOCK, Clock, Held
 from chaoskit.topology.probe import RoleProbe
 from chaoskit.workload.engine import measures
 from chaoskit.workload.runner import LoadRunner
+from chaoskit.workload.ssh_loader import ssh_agent_sources
 
 # what the live view is shown about once a tick: the record so far, the roles now, the last second's load
 Progress = Callable[[DrillRecord, dict[str, str], dict[str, Any]], None]
@@ -235,16 +236,26 @@ class Drill:
         self.record.run_id = spec.run_id
         if spec.params.sql is not None and self.out is not None:  # what ran, as it was read
             self.out.write_text(spec.params.sql.kept_as, spec.params.sql.text)
+        # groups with `where:` run as load agents on their loader hosts (validated: at least one matches)
+        wheres = {g.group_name: g.where for g in self.pb.load.groups or () if g.where is not None}
+        placement = {name: tuple(w.hosts(self.inputs.inventory)) for name, w in wheres.items()}
         self.record.groups = {g.name: {"profile": g.profile, "tool": g.tool, "workers": list(g.worker_ids),
                                        "rto_resolution_s": measures(g.tool).rto_resolution_s,
                                        "statement_timeout": g.statement_timeout, "validation": g.validate,
-                                       "route": g.route or self.pb.cluster} for g in spec.client_groups()}
+                                       "route": g.route or self.pb.cluster,
+                                       **({"where": wheres[g.name].said(), "loaders": list(placement[g.name])}
+                                          if g.name in wheres else {})} for g in spec.client_groups()}
         cluster, driver = self.load_route
+        extra: dict[str, Any] = {}
+        if placement:
+            assert self.pool is not None
+            extra["make_sources"] = ssh_agent_sources(self.pool, placement, spec.run_id)
         # what a tool group's tool wrote is kept in the run directory (tools/<group>/), and its
         # clients' restarts are events of the run
         self.runner = self.parts.load(cluster, self.inputs.inventory, spec, self.recorder, driver=driver,
                                       tool_dir=self.out.file("tools") if self.out is not None else None,
-                                      on_event=lambda ev: self.record.event(ev.pop("kind"), ev.pop("t"), **ev))
+                                      on_event=lambda ev: self.record.event(ev.pop("kind"), ev.pop("t"), **ev),
+                                      **extra)
         self.runner.setup()
 
     @contextlib.contextmanager

@@ -115,6 +115,30 @@ def _managed_drill(pb: Playbook, doc: object) -> None:
                                      "split_brain are judged through its endpoints)")
 
 
+def _placed_groups(pb: Playbook, inventory: Inventory, doc: object) -> None:
+    """Groups with `where:` run on loader hosts: the inventory must have them, one at least must
+    match, and the load is then not behind the control node's client link."""
+    placed = [(i, g) for i, g in enumerate(pb.load.groups or ()) if g.where is not None]
+    for i, group in placed:
+        assert group.where is not None
+        if inventory.loaders is None:
+            raise doc.error(("load", "groups", i, "where"), "where: needs loader hosts, and inventory "  # type: ignore[attr-defined]
+                                                            f"{inventory.source} has no loaders: section")
+        if not group.where.hosts(inventory):
+            zones = sorted({f"{inventory.hosts[h].tags.get('az', '(none)')} ({h})" for h in inventory.loaders.hosts})
+            raise doc.error(("load", "groups", i, "where"), f"no loader host matches {group.where.said()}; "  # type: ignore[attr-defined]
+                                                            f"the loader hosts and their az: {', '.join(zones)}")
+    if not placed:
+        return
+    for i, step in enumerate(pb.steps):
+        for j, fault in enumerate(step.specs):
+            if split_target(fault.target)[0] == CLIENT:
+                where = ("steps", i, "fault", "target") if step.fault else ("steps", i, "faults", j, "target")
+                raise doc.error(where, "target: client acts on the control node's client link, and group "  # type: ignore[attr-defined]
+                                       f"{placed[0][1].group_name} runs on loader hosts (where:); cut the loader "
+                                       "hosts with a partition fault instead")
+
+
 def check_against_inventory(pb: Playbook, inventory: Inventory, doc: object) -> None:
     from chaoskit.ha.registry import managers
 
@@ -129,6 +153,7 @@ def check_against_inventory(pb: Playbook, inventory: Inventory, doc: object) -> 
     if unknown:
         raise doc.error(("settings",), f"ha: {cl.ha.kind} cannot change {', '.join(sorted(unknown))} "  # type: ignore[attr-defined]
                                        f"(changeable: {', '.join(sorted(manager.changeable_settings)) or 'none'})")
+    _placed_groups(pb, inventory, doc)
     for i, group in enumerate(pb.load.groups or ()):
         engine = inventory.clusters[group.route].engine if group.route in inventory.clusters else cl.engine
         refusal = tool_engine_refusal(group.tool, group.route or pb.cluster, engine)

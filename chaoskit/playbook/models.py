@@ -24,11 +24,14 @@ from chaoskit.faults.spec import CLIENT, FaultBase, FaultSpec, Seconds
 from chaoskit.faults.ttl import drill_fault_ttl
 from chaoskit.models import Frozen
 from chaoskit.units import parse_duration
-from chaoskit.validation import FreeText, Name, SafePath, input_file
+from chaoskit.validation import FreeText, Name, SafePath, Tag, input_file
 from chaoskit.workload import spec
 from chaoskit.workload.engine import BUILTIN, ENGINES, engine
 from chaoskit.workload.sql_script import SqlScript, load_script
 from chaoskit.workload.workloads import WorkloadParams
+
+if TYPE_CHECKING:
+    from chaoskit.inventory.models import Inventory
 
 CheckName = Annotated[str, Field(pattern=r"^[a-z_]{1,40}$")]  # which ones: the load's workload says
 MAX_DRILL_S = 24 * 3600.0
@@ -70,6 +73,31 @@ class SqlWorkloadConfig(Frozen):
         return self._script
 
 
+class Where(Frozen):
+    """Where a client group's load runs: on the inventory's loader hosts (`loaders:`) of a zone
+    (`az: b`, the hosts' `az` tag) or on one of them by name (`host: ld-b`); without it, on the
+    control node. Exactly one of the two."""
+
+    az: Tag | None = None
+    host: Name | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> Where:
+        if (self.az is None) == (self.host is None):
+            raise ValueError("where: takes exactly one of az or host")
+        return self
+
+    def hosts(self, inventory: Inventory) -> list[str]:
+        """The inventory's loader hosts it names, in their order (empty: none)."""
+        loaders = inventory.loaders.hosts if inventory.loaders is not None else ()
+        if self.host is not None:
+            return [h for h in loaders if h == self.host]
+        return [h for h in loaders if inventory.hosts[h].tags.get("az") == str(self.az).lower()]
+
+    def said(self) -> dict[str, str]:
+        return {"az": str(self.az)} if self.az is not None else {"host": str(self.host)}
+
+
 class GroupBase(Frozen):
     """One client group of the load (see chaoskit.workload.spec.ClientGroup for the profiles).
     `tool` says who makes its load: chaoskit's own clients (`builtin`) or an external load tool
@@ -87,6 +115,7 @@ class GroupBase(Frozen):
     # another way (e.g. through HAProxy instead of the endpoint list), so one failover gives the
     # RTO of each route; default: the drill's cluster
     route: Name | None = None
+    where: Where | None = None  # on loader hosts (an agent per share), else on the control node
 
     @field_validator("tool")
     @classmethod
@@ -115,6 +144,9 @@ class GroupBase(Frozen):
                              "apply")
         if tool.external() and self.validation:
             raise ValueError(f"{self.tool} has no check on checkout: validation is for chaoskit's own pool clients")
+        if self.where is not None and self.tool != BUILTIN:
+            raise ValueError(f"where: a {self.tool} group runs on the control node; only chaoskit's own clients run "
+                             "on loader hosts yet")
         return self
 
     @model_validator(mode="after")

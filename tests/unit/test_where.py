@@ -1,0 +1,85 @@
+"""A client group's `where:` (issue 46): on the inventory's loader hosts of a zone or by name.
+Bad input is one line naming file, line and field before anything starts; a good one reaches the
+drill as the loader hosts each group runs on."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from chaoskit.errors import InputError
+from chaoskit.inventory import load_inventory
+from chaoskit.inventory.models import Inventory
+from chaoskit.playbook.loader import load_playbook
+
+INVENTORY = """
+hosts:
+  db1: {address: 127.0.0.1, tags: {az: a}}
+  ld-a: {address: 127.0.0.2, tags: {az: a}}
+  ld-b: {address: 127.0.0.3, tags: {az: b}}
+  ld-b2: {address: 127.0.0.4, tags: {az: b}}
+clusters:
+  pg:
+    engine: postgres
+    user: u
+    members: [{host: db1, processes: {postgres: {pid_file: /run/pg.pid, comm: postgres}}}]
+"""
+CLIENT_LATENCY = "{kind: latency, target: client, delay_ms: 5, duration: 1s}"
+LOADERS = "loaders: {hosts: [ld-a, ld-b, ld-b2]}\n"
+
+
+def inventory(tmp_path: Path, loaders: bool = True) -> Inventory:
+    p = tmp_path / "inv.yaml"
+    p.write_text(textwrap.dedent(INVENTORY).lstrip() + (LOADERS if loaders else ""))
+    return load_inventory(p)
+
+
+def playbook(tmp_path: Path, groups: str, step: str = '{kind: pause, target: db1, duration: 1s}') -> Path:
+    p = tmp_path / "pb.yaml"
+    p.write_text("name: w\ncluster: pg\nload:\n  workload: ledger\n  groups:\n" + groups
+                 + f"steps:\n  - at: 12s\n    fault: {step}\nduration: 20s\n")
+    return p
+
+
+def test_a_group_runs_on_the_loader_hosts_of_its_zone_or_on_the_one_it_names(tmp_path: Path) -> None:
+    inv = inventory(tmp_path)
+    loaded = load_playbook(playbook(tmp_path, "    - {name: za, workers: 2, where: {az: a}}\n"
+                                              "    - {name: zb, workers: 2, where: {az: B}}\n"
+                                              "    - {name: one, workers: 2, where: {host: ld-b2}}\n"
+                                              "    - {name: here, workers: 2}\n"), inv)
+    groups = {g.group_name: g.where for g in loaded.playbook.load.groups or ()}
+    assert groups["here"] is None
+    assert {n: w.hosts(inv) for n, w in groups.items() if w is not None} == {
+        "za": ["ld-a"], "zb": ["ld-b", "ld-b2"], "one": ["ld-b2"]}
+    assert groups["za"].said() == {"az": "a"} and groups["one"].said() == {"host": "ld-b2"}
+
+
+@pytest.mark.parametrize(("groups", "loaders", "step", "line", "field", "message"), [
+    ("    - {name: x, workers: 2, where: {az: a, host: ld-a}}\n", True, None, 6, "load.groups[0].where",
+     "exactly one of az or host"),
+    ("    - {name: x, workers: 2, where: {}}\n", True, None, 6, "load.groups[0].where", "exactly one of az or host"),
+    ("    - {name: x, workers: 2, where: {zone: a}}\n", True, None, 6, "load.groups[0].where.zone", "unknown field"),
+    ("    - {name: x, tool: pgbench, where: {az: a}}\n", True, None, 6, "load.groups[0]",
+     "only chaoskit's own clients run on loader hosts"),
+    ("    - {name: x, workers: 2, where: {az: c}}\n", True, None, 6, "load.groups[0].where",
+     "no loader host matches {'az': 'c'}; the loader hosts and their az: a (ld-a), b (ld-b), b (ld-b2)"),
+    ("    - {name: x, workers: 2, where: {host: db1}}\n", True, None, 6, "load.groups[0].where",
+     "no loader host matches {'host': 'db1'}"),
+    ("    - {name: x, workers: 2, where: {az: a}}\n", False, None, 6, "load.groups[0].where",
+     "has no loaders: section"),
+    ("    - {name: x, workers: 2, where: {az: a}}\n", True, CLIENT_LATENCY, 9, "steps[0].fault.target",
+     "group x runs on loader hosts"),
+])
+def test_bad_where_is_one_line_naming_file_line_and_field(tmp_path: Path, groups: str, loaders: bool,
+                                                          step: str | None, line: int, field: str,
+                                                          message: str) -> None:
+    inv = inventory(tmp_path, loaders)
+    path = playbook(tmp_path, groups, *([step] if step else []))
+    with pytest.raises(InputError) as info:
+        load_playbook(path, inv)
+    err = info.value
+    assert (err.source, err.line, err.field) == (str(path), line, field), err.one_line()
+    assert message in err.detail, err.one_line()
+    assert "\n" not in err.one_line()
