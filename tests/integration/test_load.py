@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from agentfiles import agent_pids, pid_alive, spooled
 
 from chaoskit.db.base import Driver
 from chaoskit.db.registry import driver_for
@@ -287,40 +288,6 @@ def test_pg_loop_frozen_server_yields_timeouts_not_a_hang(lab: Inventory, pool: 
     assert all(g.first_ok_after - marks["cont"] < 3 for g in gaps), gaps
 
 
-def _agent_pids(directory: Path) -> list[tuple[int, int]]:
-    """The agents' (pid, start time), from their pid files."""
-    from chaoskit.workload.agent import PID
-
-    return [(int(pid), int(start)) for pid, start in (p.read_text().split()[:2]
-                                                      for p in sorted(directory.glob(f"*/{PID}")))]
-
-
-def pid_alive(agent: tuple[int, int]) -> bool:
-    """Still that process, and not a zombie (an orphan's exit waits for its reaper)."""
-    from chaoskit.lab.procs import alive
-
-    return alive(*agent)
-
-
-def _spooled(directory: Path) -> tuple[list[str], int]:
-    """What the agents themselves spooled: every delivery's kind, and the ledger writes acknowledged."""
-    import numpy as np
-
-    from chaoskit.recorder import LEDGER_UNSET
-    from chaoskit.workload.agent import SPOOL
-    from chaoskit.workload.spool import SpoolReader
-    from chaoskit.workload.wire import decode_delivery
-
-    kinds, acked = [], 0
-    for spool in sorted(directory.glob(f"*/{SPOOL}")):
-        for f in SpoolReader(spool).read():
-            kind, _, payload = decode_delivery(f.payload)
-            kinds.append(kind)
-            for _, _, raw in getattr(payload, "ledger", ()):
-                acked += int((np.frombuffer(raw, dtype="<u4") < LEDGER_UNSET).sum())
-    return kinds, acked
-
-
 def test_load_agents_spool_every_result_and_the_recorder_holds_exactly_that(lab: Inventory, tmp_path: Path) -> None:
     """The ledger for 8 s through load agents (a detached process per share, spooling its
     deliveries): what the recorder holds equals what the agents spooled, every acknowledged row is
@@ -335,7 +302,7 @@ def test_load_agents_spool_every_result_and_the_recorder_holds_exactly_that(lab:
                         make_sources=agent_sources(tmp_path / "agents"))
     runner.setup()
     runner.run_for(8)
-    kinds, spooled_acks = _spooled(tmp_path / "agents")
+    kinds, spooled_acks = spooled(tmp_path / "agents")
     shares = len(runner.sources)
     assert kinds.count("ready") == kinds.count("final") == shares, kinds
     totals = recorder.totals()
@@ -345,7 +312,7 @@ def test_load_agents_spool_every_result_and_the_recorder_holds_exactly_that(lab:
     assert len(acked) == spooled_acks and acked <= present and present <= acked | set(recorder.ledger_keys(INFO))
     assert not recorder.ledger_undelivered()
     assert not [e for e in events if e["kind"] in ("loader_lost", "load_source_lost")], events
-    assert not [p for p in _agent_pids(tmp_path / "agents") if pid_alive(p)]
+    assert not [p for p in agent_pids(tmp_path / "agents") if pid_alive(p)]
 
 
 CONTROLLER = """
@@ -383,7 +350,7 @@ def test_load_agents_whose_controller_was_killed_stop_at_their_lease(lab: Invent
     try:
         assert ctl.stdout is not None and ctl.stdout.readline().strip() == "started"
         time.sleep(1.0)  # loading: every agent renewed at least once
-        pids = _agent_pids(agents)
+        pids = agent_pids(agents)
         assert pids and all(pid_alive(p) for p in pids)
         ctl.send_signal(signal.SIGKILL)
         killed = time.time()
@@ -393,13 +360,13 @@ def test_load_agents_whose_controller_was_killed_stop_at_their_lease(lab: Invent
             time.sleep(0.1)
         assert not [p for p in pids if pid_alive(p)]
         assert time.time() - killed <= bound, time.time() - killed
-        kinds, _ = _spooled(agents)
+        kinds, _ = spooled(agents)
         assert kinds.count("final") == len(pids)
         logs = " ".join(p.read_text() for p in agents.glob("*/agent.log"))
         assert logs.count('"lease_ended": true') == len(pids), logs[-2000:]
     finally:
         if ctl.poll() is None:
             ctl.kill()
-        for p in _agent_pids(agents):  # only ours, by their pid files
+        for p in agent_pids(agents):  # only ours, by their pid files
             if pid_alive(p):
                 os.kill(p[0], signal.SIGKILL)

@@ -1,0 +1,131 @@
+"""Load from loader hosts (issue 46): client groups run as load agents on the lab's loader hosts
+ld-a (zone a) and ld-b (zone b), started and read over SSH (`chaoskit.workload.ssh_loader`), their
+batches spooled on the loader's side before the controller sees them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from agentfiles import agent_pids, pid_alive, spooled
+
+from chaoskit.inventory.fanout import RemotePool
+from chaoskit.inventory.models import Inventory
+from chaoskit.lab.spec import NETNS_PREFIX
+from chaoskit.recorder import INFO, Recorder
+from chaoskit.workload.runner import LoadRunner, LoadSpec
+from chaoskit.workload.spec import ClientGroup
+from chaoskit.workload.ssh_loader import ssh_agent_sources
+from chaoskit.workload.workloads import WorkloadParams
+
+LAB_STACKS = ("patroni", "loaders")
+PARAMS = WorkloadParams(table_rows=2_000)
+PLACEMENT = {"zone-a": ("ld-a",), "zone-b": ("ld-b",)}
+
+
+@pytest.fixture
+def run_dir(lab: Inventory) -> Iterator[Path]:
+    """This test's agents' directories on the loader hosts (the lab's hosts share this machine's
+    filesystem, so they are read here as the agents wrote them); removed afterwards."""
+    assert lab.loaders is not None
+    run_id = "t-" + uuid.uuid4().hex[:10]
+    path = Path(lab.loaders.spool) / run_id
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def runner_on_loaders(lab: Inventory, run_dir: Path, pool: RemotePool, events: list[dict]) -> LoadRunner:
+    spec = LoadSpec(workload="ledger", workers=4, params=PARAMS,
+                    groups=(ClientGroup("zone-a", workers=2), ClientGroup("zone-b", workers=2, first_worker=3)))
+    runner = LoadRunner(lab.clusters["pg"], lab, spec, Recorder(base=time.time()), on_event=events.append,
+                        make_sources=ssh_agent_sources(pool, PLACEMENT, run_dir.name))
+    runner.setup()
+    return runner
+
+
+def netns_of(pid: int) -> str | None:
+    """The lab host whose network namespace the process is in (None: another one)."""
+    mine = os.stat(f"/proc/{pid}/ns/net").st_ino
+    for ns in Path("/run/netns").glob(NETNS_PREFIX + "*"):
+        if ns.stat().st_ino == mine:
+            return ns.name[len(NETNS_PREFIX):]
+    return None
+
+
+def acked_and_present(runner: LoadRunner, rec: Recorder) -> tuple[set, set]:
+    from chaoskit.db.base import Driver
+
+    conn = runner.driver.connect_writer()
+    try:
+        present = set(runner.workload.present(conn))  # type: ignore[attr-defined]
+    finally:
+        Driver.close_quietly(conn)
+    acked = {(w, s) for w, r in rec.ledger_acknowledged().items() for lo, hi in r for s in range(lo, hi + 1)}
+    return acked, present
+
+
+def test_client_groups_on_two_loader_hosts_deliver_exactly_what_their_agents_spooled(lab: Inventory,
+                                                                                     run_dir: Path) -> None:
+    """The ledger for 8 s, group zone-a on ld-a and zone-b on ld-b: each agent runs in its loader
+    host's network namespace; what the recorder holds equals what the agents spooled there; every
+    acknowledged row is on the writer and none is there that no write was acknowledged or left
+    indeterminate for; both zones wrote; the agents are gone after the stop."""
+    events: list[dict] = []
+    with RemotePool(lab) as pool:
+        runner = runner_on_loaders(lab, run_dir, pool, events)
+        runner.start()
+        try:
+            time.sleep(2.0)
+            places = {netns_of(pid) for pid, _ in agent_pids(run_dir)}
+            wheres = sorted(s.describe()["where"] for s in runner.sources)
+            time.sleep(6.0)
+        finally:
+            runner.stop()
+    assert wheres == ["ld-a", "ld-b"] and places == {"ld-a", "ld-b"}
+    kinds, spooled_acks = spooled(run_dir)
+    assert kinds.count("ready") == kinds.count("final") == len(runner.sources) == 2, kinds
+    rec = runner.recorder
+    totals = rec.totals()
+    assert totals["fail"] == 0 and totals["info"] == 0, rec.errors[:5]
+    assert totals["ok"] > 100 and totals["write_ok"] == spooled_acks
+    acked, present = acked_and_present(runner, rec)
+    assert len(acked) == spooled_acks and acked <= present and present <= acked | set(rec.ledger_keys(INFO))
+    assert {w for w, _ in acked} == {1, 2, 3, 4}  # both zones wrote
+    assert not rec.ledger_undelivered()
+    assert not [e for e in events if e["kind"] in ("loader_lost", "load_source_lost", "load_undelivered")], events
+    assert not [p for p in agent_pids(run_dir) if pid_alive(p)]
+
+
+def test_an_agent_killed_on_its_loader_is_lost_and_the_other_zone_goes_on(lab: Inventory, run_dir: Path) -> None:
+    """ld-b's agent SIGKILLed 3 s into the load: its source is said lost (`loader_lost`, no final
+    batch) and what it spooled before stays in the run, its later writes unknown to the RPO check
+    (never phantoms); zone a's agent loads to the end and ends with its final batch."""
+    events: list[dict] = []
+    with RemotePool(lab) as pool:
+        runner = runner_on_loaders(lab, run_dir, pool, events)
+        runner.start()
+        try:
+            time.sleep(3.0)
+            [(pid, _)] = [p for p in agent_pids(run_dir) if netns_of(p[0]) == "ld-b"]
+            os.kill(pid, signal.SIGKILL)
+            time.sleep(5.0)
+        finally:
+            runner.stop()
+    lost = [e for e in events if e["kind"] == "loader_lost"]
+    assert [e["source"] for e in lost] == ["zone-b/3@ld-b"], events
+    assert "without its final batch" in lost[0]["why"]
+    kinds, spooled_acks = spooled(run_dir)
+    assert kinds.count("ready") == 2 and kinds.count("final") == 1
+    rec = runner.recorder
+    assert rec.totals()["write_ok"] == spooled_acks
+    acked, present = acked_and_present(runner, rec)
+    assert acked <= present
+    assert set(rec.ledger_undelivered().workers()) == {3, 4}  # zone b's workers: their later outcomes unknown
+    assert {w for w, _ in acked} == {1, 2, 3, 4}
+    assert not [p for p in agent_pids(run_dir) if pid_alive(p)]
