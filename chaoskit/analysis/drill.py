@@ -222,6 +222,8 @@ def group_figures(groups: dict[str, dict[str, Any]], pb: Playbook, rec: Recorder
         out[name] = {
             "profile": group["profile"], "tool": tool, "workers": sorted(workers),
             **{key: _worst([f[key] for f in outages]) for key in RTO_FIGURES}, **judged, "faults": per_fault}
+        if group.get("where") is not None:  # its clients ran on loader hosts: which, and why there
+            out[name]["where"], out[name]["loaders"] = group["where"], group.get("loaders")
         if not measures(tool).rpo:
             out[name]["rpo_null_reason"] = TOOL_RPO_NULL.format(tool=tool)
         if engine(tool).external():

@@ -129,3 +129,33 @@ def test_an_agent_killed_on_its_loader_is_lost_and_the_other_zone_goes_on(lab: I
     assert set(rec.ledger_undelivered().workers()) == {3, 4}  # zone b's workers: their later outcomes unknown
     assert {w for w, _ in acked} == {1, 2, 3, 4}
     assert not [p for p in agent_pids(run_dir) if pid_alive(p)]
+
+
+def test_az_failover_gives_each_zone_its_own_figures(lab: Inventory, tmp_path: Path) -> None:
+    """az-failover shortened: the leader killed at +8 s under clients of zone a (on ld-a) and zone
+    b (on ld-b). Each zone has its own figures (first and all clients back, lost writes) and they
+    add up to the run's; run.json says where each zone's clients ran; every agent delivered its
+    final batch (no loader lost) and left no process behind."""
+    from drillrun import run, shortened
+
+    pb = shortened("playbooks/az-failover.yaml", tmp_path, ["8s"], "30s", ["15s"], recovery_within="40s")
+    res, ev, _ = run(pb, tmp_path)
+    assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
+    spool = Path(lab.loaders.spool) / ev["run_id"]  # type: ignore[union-attr]
+    try:
+        (f,) = ev["results"]["faults"]
+        assert f["outcome"] == "failover", f.get("outcome_text")
+        groups = ev["results"]["groups"]
+        assert set(groups) == {"zone-a", "zone-b"}
+        assert (groups["zone-a"]["where"], groups["zone-a"]["loaders"]) == ({"az": "a"}, ["ld-a"])
+        assert (groups["zone-b"]["where"], groups["zone-b"]["loaders"]) == ({"az": "b"}, ["ld-b"])
+        assert all(0 < g["rto_first_client_s"] <= g["rto_all_clients_s"] < 30 for g in groups.values())
+        assert sum(g["rpo"]["lost_acknowledged"] for g in groups.values()) == \
+            ev["results"]["rpo"]["lost_acknowledged"]
+        assert ev["results"]["rpo"]["phantoms"] == 0
+        kinds, spooled_acks = spooled(spool)
+        assert kinds.count("ready") == kinds.count("final") == 2
+        assert ev["load"]["totals"]["write_ok"] == spooled_acks
+        assert not [p for p in agent_pids(spool) if pid_alive(p)]
+    finally:
+        shutil.rmtree(spool, ignore_errors=True)
