@@ -124,6 +124,13 @@ def _placed_groups(pb: Playbook, inventory: Inventory, doc: object) -> None:
         if inventory.loaders is None:
             raise doc.error(("load", "groups", i, "where"), "where: needs loader hosts, and inventory "  # type: ignore[attr-defined]
                                                             f"{inventory.source} has no loaders: section")
+        route = inventory.clusters.get(group.route or pb.cluster)
+        secret = route.password if route is not None else None
+        if secret is not None and secret.env is not None:
+            raise doc.error(("load", "groups", i, "where"), "clients on loader hosts read the database password "  # type: ignore[attr-defined]
+                                                            f"there, and password: {{env: {secret.env}}} is the "
+                                                            "controller's environment: use password: {file: ...}, "
+                                                            "the file present on each loader host")
         if not group.where.hosts(inventory):
             zones = sorted({f"{inventory.hosts[h].tags.get('az', '(none)')} ({h})" for h in inventory.loaders.hosts})
             raise doc.error(("load", "groups", i, "where"), f"no loader host matches {group.where.said()}; "  # type: ignore[attr-defined]

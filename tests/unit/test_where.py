@@ -30,9 +30,9 @@ CLIENT_LATENCY = "{kind: latency, target: client, delay_ms: 5, duration: 1s}"
 LOADERS = "loaders: {hosts: [ld-a, ld-b, ld-b2]}\n"
 
 
-def inventory(tmp_path: Path, loaders: bool = True) -> Inventory:
+def inventory(tmp_path: Path, loaders: bool = True, password: str = "{file: /etc/ck/pw}") -> Inventory:
     p = tmp_path / "inv.yaml"
-    p.write_text(textwrap.dedent(INVENTORY).lstrip() + (LOADERS if loaders else ""))
+    p.write_text(textwrap.dedent(INVENTORY).lstrip() + f"    password: {password}\n" + (LOADERS if loaders else ""))
     return load_inventory(p)
 
 
@@ -83,3 +83,13 @@ def test_bad_where_is_one_line_naming_file_line_and_field(tmp_path: Path, groups
     assert (err.source, err.line, err.field) == (str(path), line, field), err.one_line()
     assert message in err.detail, err.one_line()
     assert "\n" not in err.one_line()
+
+
+def test_a_password_from_the_controllers_environment_is_refused_for_loader_hosts(tmp_path: Path) -> None:
+    inv = inventory(tmp_path, password="{env: PGPASSWORD}")
+    path = playbook(tmp_path, "    - {name: x, workers: 2, where: {az: a}}\n")
+    with pytest.raises(InputError) as info:
+        load_playbook(path, inv)
+    assert (info.value.line, info.value.field) == (6, "load.groups[0].where")
+    assert "password: {env: PGPASSWORD} is the controller's environment" in info.value.detail
+    load_playbook(playbook(tmp_path, "    - {name: x, workers: 2}\n"), inv)  # on the control node: fine
