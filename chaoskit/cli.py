@@ -819,6 +819,50 @@ def experiment_run(
         raise typer.Exit(1)
 
 
+loaders_app = typer.Typer(no_args_is_help=True, help="The inventory's loader hosts (load agents over SSH).")
+app.add_typer(loaders_app, name="loaders")
+
+
+@loaders_app.command("status")
+def loaders_status(inventory: InventoryOpt, as_json: JsonOpt = False) -> None:
+    """Each loader host: its zone, the chaoskit and Python its python runs, its clock against this
+    node's, and whether it can take this controller's agents (exit 1 when one cannot)."""
+    from chaoskit import __version__
+    from chaoskit.inventory.fanout import RemotePool
+    from chaoskit.workload.ssh_loader import host_status
+
+    try:
+        inv = _inventory(inventory)
+    except ChaoskitError as exc:
+        _fail(exc)
+    if inv.loaders is None:
+        _fail(InputError("the inventory has no loaders: section", source=str(inventory), field="loaders"))
+    with RemotePool(inv) as pool:
+        statuses = [host_status(pool.get(h), inv.loaders.python) for h in inv.loaders.hosts]
+    rows = [{"host": st.host, "az": inv.hosts[st.host].tags.get("az"), "chaoskit": st.chaoskit,
+             "python": st.python_version,
+             "clock_offset_ms": None if st.offset is None else round(st.offset.offset_s * 1000, 3),
+             "clock_uncertainty_ms": None if st.offset is None else round(st.offset.uncertainty_s * 1000, 3),
+             "refused": st.refusal(__version__)} for st in statuses]
+    if as_json:
+        sys.stdout.write(json.dumps({"controller_chaoskit": __version__, "loaders": rows}) + "\n")
+    else:
+        table = Table(title=f"loader hosts (controller: chaoskit {__version__})")
+        for col in ("host", "az", "chaoskit", "python", "clock offset", "ready"):
+            table.add_column(col)
+        for r in rows:
+            clock = "-" if r["clock_offset_ms"] is None else \
+                f"{r['clock_offset_ms']:+.2f} ms +/- {r['clock_uncertainty_ms']:.2f}"
+            table.add_row(r["host"], r["az"] or "-", r["chaoskit"] or "-", r["python"] or "-", clock,
+                          "yes" if r["refused"] is None else "NO")
+        out.print(table)
+        for r in rows:
+            if r["refused"]:
+                err.print(r["refused"], highlight=False, markup=False)
+    if any(r["refused"] for r in rows):
+        raise typer.Exit(1)
+
+
 import_app = typer.Typer(no_args_is_help=True, help="Read a run made elsewhere into a run directory.")
 app.add_typer(import_app, name="import")
 

@@ -23,6 +23,7 @@ import base64
 import hashlib
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import chaoskit
@@ -61,6 +62,53 @@ def _instant(value: float) -> str:
     return text
 
 
+@dataclass(frozen=True)
+class HostStatus:
+    """What a loader host runs and how its clock stands, as `loaders status` shows it."""
+
+    host: str
+    python: str
+    chaoskit: str | None = None  # the version its python imports (None: it does not)
+    python_version: str | None = None
+    offset: ClockOffset | None = None
+    why: str | None = None  # why it could not be read
+
+    def refusal(self, version: str) -> str | None:
+        """Why it cannot take an agent of this controller (None: it can)."""
+        if self.chaoskit is None:
+            return f"loader host {self.host}: {self.python} cannot import chaoskit ({self.why})"
+        if self.chaoskit != version:
+            return (f"loader host {self.host} runs chaoskit {self.chaoskit!r}, the controller {version}: the same "
+                    "version on every loader")
+        if self.offset is None:
+            return f"loader host {self.host}: its clock could not be read ({self.why})"
+        if abs(self.offset.offset_s) > self.offset.uncertainty_s + CLOCK_TOLERANCE_S:
+            return (f"loader host {self.host}: its clock is {self.offset.offset_s * 1000:+.1f} ms off the control "
+                    f"node's (+/- {self.offset.uncertainty_s * 1000:.1f} ms); a loader's agent stamps ops with its "
+                    f"own clock, so it must agree within {CLOCK_TOLERANCE_S * 1000:g} ms (synchronise it, e.g. "
+                    "chrony)")
+        return None
+
+
+def host_status(remote: Remote, python: str) -> HostStatus:
+    """A loader host's chaoskit and Python versions and its clock offset, read over its shell."""
+    python = _path(python, "the loader's python")
+    try:
+        res = remote.shell(f"'{python}' -c 'import chaoskit, sys; print(chaoskit.__version__); "
+                           "print(\"%d.%d\" % sys.version_info[:2])'", check=False, timeout=60)
+    except HostUnreachable as exc:
+        return HostStatus(remote.name, python, why=str(exc)[:200])
+    lines = res.stdout.split()
+    if res.exited != 0 or len(lines) < 2:
+        why = (res.stderr.strip().splitlines() or [f"exit {res.exited}"])[-1][:200]
+        return HostStatus(remote.name, python, why=why)
+    try:
+        offset = measure_offset(remote)
+    except (HostUnreachable, ValueError) as exc:
+        return HostStatus(remote.name, python, lines[0][:40], lines[1][:10], why=str(exc)[:200])
+    return HostStatus(remote.name, python, lines[0][:40], lines[1][:10], offset)
+
+
 class SshLoader(Loader):
     """One agent in `directory` on the host behind `remote`."""
 
@@ -83,24 +131,14 @@ class SshLoader(Loader):
     def check(self) -> None:
         """The host's Python runs this chaoskit version, and its clock agrees with the control
         node's; raises LoaderRefused naming the host otherwise."""
-        res = self.remote.shell(
-            f"'{self.python}' -c 'import chaoskit, sys; print(chaoskit.__version__); "
-            "print(\"%d.%d\" % sys.version_info[:2])'", check=False, timeout=60)
-        lines = res.stdout.split()
-        if res.exited != 0 or len(lines) < 2:
-            raise LoaderRefused(f"loader host {self.remote.name}: {self.python} cannot import chaoskit "
-                                f"({(res.stderr.strip().splitlines() or ['exit ' + str(res.exited)])[-1][:200]})")
-        if lines[0] != self.version:
-            raise LoaderRefused(f"loader host {self.remote.name} runs chaoskit {lines[0][:40]!r}, the controller "
-                                f"{self.version}: the same version on every loader")
-        self.offset = measure_offset(self.remote)
-        if abs(self.offset.offset_s) > self.offset.uncertainty_s + CLOCK_TOLERANCE_S:
-            raise LoaderRefused(
-                f"loader host {self.remote.name}: its clock is {self.offset.offset_s * 1000:+.1f} ms off the control "
-                f"node's (+/- {self.offset.uncertainty_s * 1000:.1f} ms); a loader's agent stamps ops with its own "
-                f"clock, so it must agree within {CLOCK_TOLERANCE_S * 1000:g} ms (synchronise it, e.g. chrony)")
-        self.clock_offset_s = self.offset.offset_s
-        self.clock_uncertainty_s = self.offset.uncertainty_s
+        status = host_status(self.remote, self.python)
+        refusal = status.refusal(self.version)
+        if refusal:
+            raise LoaderRefused(refusal)
+        assert status.offset is not None
+        self.offset = status.offset
+        self.clock_offset_s = status.offset.offset_s
+        self.clock_uncertainty_s = status.offset.uncertainty_s
 
     # -- the Loader -------------------------------------------------------------------------------
     def start(self, lease_until: float) -> None:

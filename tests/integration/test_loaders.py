@@ -159,3 +159,23 @@ def test_az_failover_gives_each_zone_its_own_figures(lab: Inventory, tmp_path: P
         assert not [p for p in agent_pids(spool) if pid_alive(p)]
     finally:
         shutil.rmtree(spool, ignore_errors=True)
+
+
+def test_loaders_status_shows_each_hosts_zone_versions_and_clock(lab: Inventory) -> None:
+    """`chaoskit loaders status`: both lab loader hosts with their zone, this chaoskit, and a clock
+    offset within its uncertainty plus the tolerance (one kernel clock here); ready, exit 0."""
+    import json
+    import subprocess
+
+    import chaoskit
+    from chaoskit.workload.ssh_loader import CLOCK_TOLERANCE_S
+
+    res = subprocess.run(["chaoskit", "loaders", "status", "-i", "inventories/lab.yaml", "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    got = json.loads(res.stdout)
+    assert got["controller_chaoskit"] == chaoskit.__version__
+    assert [(r["host"], r["az"], r["chaoskit"], r["refused"]) for r in got["loaders"]] == [
+        ("ld-a", "a", chaoskit.__version__, None), ("ld-b", "b", chaoskit.__version__, None)]
+    for r in got["loaders"]:
+        assert abs(r["clock_offset_ms"]) <= r["clock_uncertainty_ms"] + CLOCK_TOLERANCE_S * 1000
