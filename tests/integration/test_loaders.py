@@ -181,3 +181,32 @@ def test_loaders_status_shows_each_hosts_zone_versions_and_clock(lab: Inventory)
         ("ld-a", "a", chaoskit.__version__, None), ("ld-b", "b", chaoskit.__version__, None)]
     for r in got["loaders"]:
         assert abs(r["clock_offset_ms"]) <= r["clock_uncertainty_ms"] + CLOCK_TOLERANCE_S * 1000
+
+
+def test_a_loader_cut_from_the_database_is_its_zones_outage_alone(lab: Inventory, tmp_path: Path) -> None:
+    """loader-partitioned shortened: ld-b, zone b's loader host, cut from every member for 12 s.
+    The cluster does not react (pg's primary stays); zone b's clients are back no earlier than the
+    cut was lifted (nothing can be acknowledged through it), every acknowledged write of both zones
+    is kept, and zone b's agent, cut from the database but not from the controller, delivered to
+    the end (no loader lost)."""
+    import json
+
+    from drillrun import run, shortened
+
+    pb = shortened("playbooks/loader-partitioned.yaml", tmp_path, ["8s"], "30s", ["12s"], recovery_within="40s")
+    res, ev, run_dir = run(pb, tmp_path)
+    assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
+    spool = Path(lab.loaders.spool) / ev["run_id"]  # type: ignore[union-attr]
+    try:
+        (cut,) = ev["faults_injected"]
+        assert cut["host"] == "ld-b" and cut["revert_verified"] is True
+        (f,) = ev["results"]["faults"]
+        assert f["outcome"] == "no_reaction", f.get("outcome_text")
+        zone_b = ev["results"]["groups"]["zone-b"]
+        assert zone_b["rto_first_client_s"] >= cut["t_reverted"] - f["t_fault"] - cut["offset_uncertainty_s"]
+        assert ev["results"]["rpo"]["lost_acknowledged"] == 0 and ev["results"]["rpo"]["phantoms"] == 0
+        kinds = [json.loads(line)["kind"] for line in (run_dir / "events.jsonl").read_text().splitlines()]
+        assert "loader_lost" not in kinds and "load_source_lost" not in kinds
+        assert spooled(spool)[0].count("final") == 2
+    finally:
+        shutil.rmtree(spool, ignore_errors=True)
