@@ -57,12 +57,31 @@ def touched_hosts(pb: Playbook, inv: Inventory) -> list[str]:
     return sorted(hosts)
 
 
+def _loaders_ready(pb: Playbook, inv: Inventory, pool: RemotePool) -> None:
+    """The loader hosts the groups' `where:` names run this chaoskit and agree with this clock:
+    refused before anything is touched (their agents would be refused at the load's start)."""
+    from chaoskit import __version__
+    from chaoskit.workload.ssh_loader import host_status
+
+    placed = sorted({h for g in pb.load.groups or () if g.where is not None for h in g.where.hosts(inv)})
+    if not placed or inv.loaders is None:
+        return
+    python = inv.loaders.python
+    statuses = fan_out_pool(pool, lambda remote: host_status(remote, python), placed)
+    for host in placed:
+        status = statuses[host]
+        why = f"loader host {host}: {status}" if isinstance(status, BaseException) else status.refusal(__version__)
+        if why:
+            raise PreflightError(why)
+
+
 def run_preflight(pb: Playbook, inv: Inventory, pool: RemotePool, ha: HAManager, fm: FaultManager,
                   allow_production: bool, driver: Driver | None = None) -> dict[str, Any]:
     cluster = observed(inv.clusters[pb.cluster], inv)  # a managed service: its endpoints stand in for members
     driver = driver or driver_for(cluster, inv)
     hosts = touched_hosts(pb, inv)  # a managed service has none: its steps are its client link only
     production = refuse_production(inv, hosts, [pb.cluster], allow=allow_production)
+    _loaders_ready(pb, inv, pool)
     offsets = fan_out_pool(pool, measure_offset, hosts)
     caps = fan_out_pool(pool, probe_capabilities, hosts)
     for host in hosts:

@@ -210,3 +210,26 @@ def test_a_loader_cut_from_the_database_is_its_zones_outage_alone(lab: Inventory
         assert spooled(spool)[0].count("final") == 2
     finally:
         shutil.rmtree(spool, ignore_errors=True)
+
+
+def test_a_loader_host_that_cannot_run_the_agent_is_refused_before_the_drill(lab: Inventory, tmp_path: Path) -> None:
+    """The lab inventory with the loaders' python set to Debian's own, which has no chaoskit: the
+    drill is refused in its preflight naming the host and why, before any fault is staged or any
+    agent started (no agent directory appears on a loader host)."""
+    import json
+    import subprocess
+
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(Path("inventories/lab.yaml").read_text().replace(f"python: {lab.loaders.python}",  # type: ignore[union-attr]
+                                                                    "python: /usr/bin/python3"))
+    spool = Path(lab.loaders.spool)  # type: ignore[union-attr]
+    before = set(spool.iterdir()) if spool.exists() else set()
+    res = subprocess.run(["chaoskit", "run", "playbooks/az-failover.yaml", "-i", str(inv), "--out",
+                          str(tmp_path / "runs"), "--no-pdf", "--no-plots"], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode != 0
+    [run_json] = list((tmp_path / "runs").glob("*/run.json"))
+    ev = json.loads(run_json.read_text())
+    assert ev["refused"].startswith("loader host ld-a: /usr/bin/python3 cannot import chaoskit"), ev["refused"]
+    assert not ev.get("faults_injected")
+    assert (set(spool.iterdir()) if spool.exists() else set()) == before
