@@ -222,8 +222,9 @@ def group_figures(groups: dict[str, dict[str, Any]], pb: Playbook, rec: Recorder
         out[name] = {
             "profile": group["profile"], "tool": tool, "workers": sorted(workers),
             **{key: _worst([f[key] for f in outages]) for key in RTO_FIGURES}, **judged, "faults": per_fault}
-        if group.get("where") is not None:  # its clients ran on loader hosts: which, and why there
+        if group.get("where") is not None:  # its clients ran on loader hosts: which, and how exact their clocks are
             out[name]["where"], out[name]["loaders"] = group["where"], group.get("loaders")
+            out[name]["loader_clock_error_s"] = loader_clock_error(name, events)
         if not measures(tool).rpo:
             out[name]["rpo_null_reason"] = TOOL_RPO_NULL.format(tool=tool)
         if engine(tool).external():
@@ -233,6 +234,18 @@ def group_figures(groups: dict[str, dict[str, Any]], pb: Playbook, rec: Recorder
             out[name]["rto_resolution_note"] = TOOL_RTO_RESOLUTION.format(
                 tool=tool, s=measures(tool).rto_resolution_s, d=2 * measures(tool).rto_resolution_s)
     return out
+
+
+def loader_clock_error(group: str, events: Sequence[dict[str, Any]]) -> float | None:
+    """How far a group's op stamps can be off the control clock when its clients ran on loader
+    hosts: an agent stamps with its host's clock, which chaoskit measures but does not correct, so
+    the bound is the measured offset plus its uncertainty, the worst over the group's loaders
+    (from the `load_sources` event). Every time figure of the group is exact to within it, beside
+    the fault's own offset uncertainty. None when no loader of the group was measured."""
+    bounds = [abs(s.get("clock_offset_s") or 0.0) + (s.get("clock_uncertainty_s") or 0.0)
+              for e in events if e.get("kind") == "load_sources" for s in e.get("sources") or ()
+              if s.get("group") == group]
+    return round(max(bounds), 6) if bounds else None
 
 
 def tool_restarts(group: str, events: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -218,7 +218,7 @@ class SshLoader(Loader):
         return frames, need
 
     def describe(self) -> dict[str, Any]:
-        return {"where": self.remote.name, "dir": self.dir}
+        return {"where": self.remote.name, "dir": self.dir, "group": self.order.group().name}
 
 
 def ssh_agent_sources(pool: RemotePool, placement: dict[str, tuple[str, ...]], run_id: str,

@@ -4,6 +4,7 @@ batches spooled on the loader's side before the controller sees them."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -141,7 +142,7 @@ def test_az_failover_gives_each_zone_its_own_figures(lab: Inventory, tmp_path: P
     from drillrun import run, shortened
 
     pb = shortened("playbooks/az-failover.yaml", tmp_path, ["8s"], "30s", ["15s"], recovery_within="40s")
-    res, ev, _ = run(pb, tmp_path)
+    res, ev, run_dir = run(pb, tmp_path)
     assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
     spool = Path(lab.loaders.spool) / ev["run_id"]  # type: ignore[union-attr]
     try:
@@ -151,6 +152,14 @@ def test_az_failover_gives_each_zone_its_own_figures(lab: Inventory, tmp_path: P
         assert set(groups) == {"zone-a", "zone-b"}
         assert (groups["zone-a"]["where"], groups["zone-a"]["loaders"]) == ({"az": "a"}, ["ld-a"])
         assert (groups["zone-b"]["where"], groups["zone-b"]["loaders"]) == ({"az": "b"}, ["ld-b"])
+        # each zone's stamps are exact to within its loader's measured offset plus its uncertainty,
+        # as the run's load_sources event has them
+        events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+        [said] = [e for e in events if e["kind"] == "load_sources"]
+        for name, g in groups.items():
+            [src] = [x for x in said["sources"] if x["group"] == name]
+            assert src["where"] == g["loaders"][0]
+            assert g["loader_clock_error_s"] == round(abs(src["clock_offset_s"]) + src["clock_uncertainty_s"], 6) > 0
         assert all(0 < g["rto_first_client_s"] <= g["rto_all_clients_s"] < 30 for g in groups.values())
         assert sum(g["rpo"]["lost_acknowledged"] for g in groups.values()) == \
             ev["results"]["rpo"]["lost_acknowledged"]
@@ -166,7 +175,6 @@ def test_az_failover_gives_each_zone_its_own_figures(lab: Inventory, tmp_path: P
 def test_loaders_status_shows_each_hosts_zone_versions_and_clock(lab: Inventory) -> None:
     """`chaoskit loaders status`: both lab loader hosts with their zone, this chaoskit, and a clock
     offset within its uncertainty plus the tolerance (one kernel clock here); ready, exit 0."""
-    import json
     import subprocess
 
     import chaoskit
@@ -189,7 +197,6 @@ def test_a_loader_cut_from_the_database_is_its_zones_outage_alone(lab: Inventory
     cut was lifted (nothing can be acknowledged through it), every acknowledged write of both zones
     is kept, and zone b's agent, cut from the database but not from the controller, delivered to
     the end (no loader lost)."""
-    import json
 
     from drillrun import run, shortened
 
@@ -216,7 +223,6 @@ def test_a_loader_host_that_cannot_run_the_agent_is_refused_before_the_drill(lab
     """The lab inventory with the loaders' python set to Debian's own, which has no chaoskit: the
     drill is refused in its preflight naming the host and why, before any fault is staged or any
     agent started (no agent directory appears on a loader host)."""
-    import json
     import subprocess
 
     inv = tmp_path / "inv.yaml"

@@ -93,3 +93,17 @@ def test_a_password_from_the_controllers_environment_is_refused_for_loader_hosts
     assert (info.value.line, info.value.field) == (6, "load.groups[0].where")
     assert "password: {env: PGPASSWORD} is the controller's environment" in info.value.detail
     load_playbook(playbook(tmp_path, "    - {name: x, workers: 2}\n"), inv)  # on the control node: fine
+
+
+def test_a_groups_loader_clock_error_is_its_worst_loaders_offset_plus_uncertainty() -> None:
+    """Worked by hand: zone b's two loaders measured +0.8 ms +/- 0.5 ms and -1.5 ms +/- 0.25 ms;
+    their stamps are not corrected, so zone b's figures are exact to within 1.5 + 0.25 = 1.75 ms.
+    Zone a ran on the control node: no bound."""
+    from chaoskit.analysis.drill import loader_clock_error
+
+    events = [{"kind": "load_sources", "t": 1.0, "sources": [
+        {"source": "zone-b/5@ld-b", "group": "zone-b", "clock_offset_s": 0.0008, "clock_uncertainty_s": 0.0005},
+        {"source": "zone-b/6@ld-b2", "group": "zone-b", "clock_offset_s": -0.0015, "clock_uncertainty_s": 0.00025},
+    ]}]
+    assert loader_clock_error("zone-b", events) == 0.00175
+    assert loader_clock_error("zone-a", events) is None
