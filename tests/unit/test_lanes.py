@@ -40,7 +40,7 @@ def test_each_module_has_one_group() -> None:
 
 @pytest.mark.parametrize(("group", "owned"), [
     ("", None), ("alone", None),
-    ("default", ("base", "patroni", "mariadb")),
+    ("default", ("base", "patroni", "mariadb", "loaders")),
     ("stacks", ("mha", "pg_auto_failover", "repmgr")),
 ])
 def test_what_a_session_owns(monkeypatch: pytest.MonkeyPatch, group: str, owned: tuple[str, ...] | None) -> None:

@@ -81,5 +81,6 @@ def test_the_shipped_families_are_found() -> None:
         "none", "patroni", "pg_auto_failover", "repmgr", "mha", "galera", "dm"}
     assert set(DRIVERS.names()) == {"postgres", "mysql", "dameng"}
     assert set(FAMILIES.names()) == {"process", "network", "relay", "stress", "replication", "disk"}
-    assert {"base", "patroni", "mariadb", "pg_auto_failover", "repmgr", "mha", "galera"} == set(RECIPES.names())
+    assert {"base", "patroni", "mariadb", "pg_auto_failover", "repmgr", "mha", "galera", "loaders"} == \
+        set(RECIPES.names())
     assert list(WORKLOADS) == ["bank", "ledger", "oltp", "oltp-ro", "oltp-wo", "read", "sql", "update"]  # by module
