@@ -23,9 +23,9 @@ from chaoskit.inventory.fanout import RemotePool
 from chaoskit.lab.inventory_file import lab_inventory
 from chaoskit.recorder import Recorder
 from chaoskit.workload.agent import agent_sources
+from chaoskit.workload.placement import loader_agent_sources
 from chaoskit.workload.runner import LoadRunner, LoadSpec
 from chaoskit.workload.spec import ClientGroup
-from chaoskit.workload.ssh_loader import ssh_agent_sources
 from chaoskit.workload.workloads import WorkloadParams
 
 
@@ -38,7 +38,7 @@ def one(clients: int, seconds: float, agents: Path | None, where: str = "here") 
     rec = Recorder(base=time.time())
     with RemotePool(inv) as pool:
         make = None if agents is None else agent_sources(agents) if where == "here" else \
-            ssh_agent_sources(pool, {"a": ("ld-a",), "b": ("ld-b",)}, spec.run_id)
+            loader_agent_sources(pool, {"a": ("ld-a",), "b": ("ld-b",)}, spec.run_id)
         runner = LoadRunner(inv.clusters["pg"], inv, spec, rec, make_sources=make)
         runner.setup()
         try:

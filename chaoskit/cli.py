@@ -819,8 +819,45 @@ def experiment_run(
         raise typer.Exit(1)
 
 
-loaders_app = typer.Typer(no_args_is_help=True, help="The inventory's loader hosts (load agents over SSH).")
+loaders_app = typer.Typer(no_args_is_help=True, help="The inventory's loader hosts and their Ray cluster.")
 app.add_typer(loaders_app, name="loaders")
+
+
+def _plane(inventory: Path, verb: str) -> None:
+    from chaoskit.inventory.fanout import RemotePool
+    from chaoskit.workload import ray_plane
+
+    try:
+        inv = _inventory(inventory)
+    except ChaoskitError as exc:
+        _fail(exc)
+    if inv.loaders is None or inv.loaders.ray is None:
+        _fail(InputError("the inventory has no loaders.ray: section (agents go over SSH: nothing to start)",
+                         source=str(inventory), field="loaders.ray"))
+    try:
+        with RemotePool(inv) as pool:
+            report = ray_plane.up(inv, pool) if verb == "up" else ray_plane.down(inv, pool)
+    except ray_plane.RayUnavailable as exc:
+        err.print(f"loaders {verb}: {exc}", highlight=False, markup=False)
+        raise typer.Exit(1) from None
+    done, idle = ("started", "already running") if verb == "up" else ("stopped", "not running")
+    head = "head " + (done if report.head_started else idle)
+    nodes = ", ".join(f"{n.host} {done if n.started else idle}" for n in report.nodes)
+    out.print(f"loaders {verb} in {report.seconds:.1f}s: {head} (pid {report.head_pid or '-'}); {nodes}",
+              highlight=False)
+
+
+@loaders_app.command("up")
+def loaders_up(inventory: InventoryOpt) -> None:
+    """Start the Ray cluster the loaders' agents are placed through: its head on this node, a node
+    on every loader host (each checked first: the pinned Ray, this chaoskit). Exit 1 when one fails."""
+    _plane(inventory, "up")
+
+
+@loaders_app.command("down")
+def loaders_down(inventory: InventoryOpt) -> None:
+    """Stop the loaders' Ray cluster by its pid files (never `ray stop`)."""
+    _plane(inventory, "down")
 
 
 @loaders_app.command("status")
@@ -839,22 +876,42 @@ def loaders_status(inventory: InventoryOpt, as_json: JsonOpt = False) -> None:
         _fail(InputError("the inventory has no loaders: section", source=str(inventory), field="loaders"))
     with RemotePool(inv) as pool:
         statuses = [host_status(pool.get(h), inv.loaders.python) for h in inv.loaders.hosts]
+    plane = inv.loaders.ray
+    ray_nodes: dict[str, Any] = {}
+    ray_why = None
+    if plane is not None:
+        from chaoskit.workload import ray_plane
+
+        try:
+            ray_nodes = {n.address: n for n in ray_plane.cluster_nodes(plane) if n.alive}
+        except ray_plane.RayUnavailable as exc:
+            ray_why = str(exc)
+    pinned = None if plane is None else ray_plane.RAY_VERSION
     rows = [{"host": st.host, "az": inv.hosts[st.host].tags.get("az"), "chaoskit": st.chaoskit,
-             "python": st.python_version,
+             "python": st.python_version, "ray": st.ray,
+             "ray_node": None if plane is None else inv.hosts[st.host].address in ray_nodes,
              "clock_offset_ms": None if st.offset is None else round(st.offset.offset_s * 1000, 3),
              "clock_uncertainty_ms": None if st.offset is None else round(st.offset.uncertainty_s * 1000, 3),
-             "refused": st.refusal(__version__)} for st in statuses]
+             "refused": st.refusal(__version__, pinned) or (
+                 None if plane is None or inv.hosts[st.host].address in ray_nodes else
+                 f"loader host {st.host}: not a live node of the Ray cluster at {plane.gcs}"
+                 + (f" ({ray_why})" if ray_why else ""))} for st in statuses]
     if as_json:
-        sys.stdout.write(json.dumps({"controller_chaoskit": __version__, "loaders": rows}) + "\n")
+        sys.stdout.write(json.dumps({"controller_chaoskit": __version__, "ray": None if plane is None else
+                                     {"gcs": plane.gcs, "pinned": pinned, "reachable": ray_why is None},
+                                     "loaders": rows}) + "\n")
     else:
-        table = Table(title=f"loader hosts (controller: chaoskit {__version__})")
-        for col in ("host", "az", "chaoskit", "python", "clock offset", "ready"):
+        title = f"loader hosts (controller: chaoskit {__version__}" + \
+            (f"; Ray {pinned} at {plane.gcs})" if plane is not None else ")")
+        table = Table(title=title)
+        for col in ("host", "az", "chaoskit", "python", "ray", "ray node", "clock offset", "ready"):
             table.add_column(col)
         for r in rows:
             clock = "-" if r["clock_offset_ms"] is None else \
                 f"{r['clock_offset_ms']:+.2f} ms +/- {r['clock_uncertainty_ms']:.2f}"
-            table.add_row(r["host"], r["az"] or "-", r["chaoskit"] or "-", r["python"] or "-", clock,
-                          "yes" if r["refused"] is None else "NO")
+            node = "-" if r["ray_node"] is None else "alive" if r["ray_node"] else "NO"
+            table.add_row(r["host"], r["az"] or "-", r["chaoskit"] or "-", r["python"] or "-", r["ray"] or "-",
+                          node, clock, "yes" if r["refused"] is None else "NO")
         out.print(table)
         for r in rows:
             if r["refused"]:

@@ -67,10 +67,14 @@ def _loaders_ready(pb: Playbook, inv: Inventory, pool: RemotePool) -> None:
     if not placed or inv.loaders is None:
         return
     python = inv.loaders.python
+    from chaoskit.workload.ray_plane import RAY_VERSION
+
+    ray = RAY_VERSION if inv.loaders.ray is not None else None  # every node runs the Ray chaoskit pins
     statuses = fan_out_pool(pool, lambda remote: host_status(remote, python), placed)
     for host in placed:
         status = statuses[host]
-        why = f"loader host {host}: {status}" if isinstance(status, BaseException) else status.refusal(__version__)
+        why = f"loader host {host}: {status}" if isinstance(status, BaseException) else \
+            status.refusal(__version__, ray)
         if why:
             raise PreflightError(why)
 

@@ -35,8 +35,8 @@ from chaoskit.recorder import Recorder, error_rate
 from chaoskit.timesource import SYSTEM_CLOCK, Clock, Held
 from chaoskit.topology.probe import RoleProbe
 from chaoskit.workload.engine import measures
+from chaoskit.workload.placement import loader_agent_sources
 from chaoskit.workload.runner import LoadRunner
-from chaoskit.workload.ssh_loader import ssh_agent_sources
 
 # what the live view is shown about once a tick: the record so far, the roles now, the last second's load
 Progress = Callable[[DrillRecord, dict[str, str], dict[str, Any]], None]
@@ -249,7 +249,7 @@ class Drill:
         extra: dict[str, Any] = {}
         if placement:
             assert self.pool is not None
-            extra["make_sources"] = ssh_agent_sources(self.pool, placement, spec.run_id)
+            extra["make_sources"] = loader_agent_sources(self.pool, placement, spec.run_id)
         # what a tool group's tool wrote is kept in the run directory (tools/<group>/), and its
         # clients' restarts are events of the run
         self.runner = self.parts.load(cluster, self.inputs.inventory, spec, self.recorder, driver=driver,

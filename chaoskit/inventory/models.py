@@ -23,6 +23,7 @@ from chaoskit.validation import (
     ServiceName,
     SqlName,
     Tag,
+    ip_address,
     ip_network,
     no_control,
     secret_like,
@@ -300,14 +301,80 @@ class LabMarker(Frozen):
         return value
 
 
+class RayPlane(Frozen):
+    """The Ray cluster that places and starts the load agents (`chaoskit.workload.ray_plane`):
+    either one chaoskit starts (`head`: the control node's address the loader hosts reach; `port`
+    and the next 110 ports fixed; `dir` its own temporary directory on every node, short because
+    Ray's socket paths are limited) or one the user already runs (`address`: host:port of its
+    head). Token authentication is always on: `token_file` on the control node holds the token;
+    `loaders up` copies it to each loader host."""
+
+    head: str | None = None
+    address: str | None = None
+    port: int = Field(6380, ge=1024, le=65000)
+    token_file: SafePath
+    dir: SafePath = "/tmp/chaoskit-ray"
+
+    @field_validator("head")
+    @classmethod
+    def _head(cls, value: str | None) -> str | None:
+        if value is not None and ip_address(value).version != 4:
+            raise ValueError("the head's IPv4 address")
+        return value
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        host, _, port = value.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError("host:port of a running Ray cluster's head")
+        ip_address(host)
+        return value
+
+    @field_validator("token_file", "dir")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/") or "/../" in value + "/":
+            raise ValueError("an absolute path without '..'")
+        return value
+
+    @field_validator("dir")
+    @classmethod
+    def _short(cls, value: str) -> str:
+        if len(value) > 40:  # Ray's socket paths under it must stay below 108 characters
+            raise ValueError("at most 40 characters (Ray's socket paths under it are limited)")
+        return value
+
+    @model_validator(mode="after")
+    def _one_form(self) -> RayPlane:
+        if (self.head is None) == (self.address is None):
+            raise ValueError("either head: (a Ray cluster chaoskit starts) or address: (one you run), not both")
+        return self
+
+    @property
+    def gcs(self) -> str:
+        """host:port of the head's GCS, where drivers and nodes connect."""
+        return self.address or f"{self.head}:{self.port}"
+
+    @property
+    def managed(self) -> bool:
+        """chaoskit starts and stops it (`loaders up` / `loaders down`)."""
+        return self.head is not None
+
+
 class Loaders(Frozen):
     """Hosts that run load agents (`chaoskit.workload.ssh_loader`): each is an inventory host (its
     tags, e.g. `az: b`, are what a client group's `where:` matches), with chaoskit installed for
-    `python` (the same version as the controller's); each agent spools under `spool`."""
+    `python` (the same version as the controller's); each agent spools under `spool`. With `ray:`,
+    agents are placed, started and read through Ray actors (`chaoskit.workload.ray_loader`), over
+    SSH when a node is lost; without it, over SSH only."""
 
     hosts: tuple[Name, ...] = Field(min_length=1)
     python: SafePath = "/usr/bin/python3"
     spool: SafePath = "/var/lib/chaoskit/loader"
+    ray: RayPlane | None = None
 
     @field_validator("python", "spool")
     @classmethod
@@ -375,6 +442,10 @@ class Inventory(Frozen):
         if self.loaders is not None:
             out["loaders"] = {"hosts": list(self.loaders.hosts), "python": self.loaders.python,
                               "spool": self.loaders.spool}
+            plane = self.loaders.ray
+            if plane is not None:
+                out["loaders"]["ray"] = {"gcs": plane.gcs, "managed": plane.managed, "dir": plane.dir,
+                                         "token_file": plane.token_file}
         return out
 
 

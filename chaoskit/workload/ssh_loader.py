@@ -22,21 +22,18 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from collections.abc import Callable
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import chaoskit
 from chaoskit.inventory.clock import ClockOffset, measure_offset
-from chaoskit.inventory.fanout import RemotePool
 from chaoskit.inventory.remote import HostUnreachable, Remote
 from chaoskit.workload.agent import GO, LEASE, LOG, ORDER, PID, SPOOL, STOP, AgentOrder
-from chaoskit.workload.framed import LEASE_S, FramedSource, Loader
-from chaoskit.workload.source import LoadSource
+from chaoskit.workload.framed import Loader
 from chaoskit.workload.spool import HEAD, MAGIC, Frame, FrameCursor
 
 if TYPE_CHECKING:
-    from chaoskit.workload.runner import LoadRunner
+    pass
 
 CLOCK_TOLERANCE_S = 0.005
 TAIL_BYTES = 4 << 20  # read per fetch at most (a longer frame is read whole on the next one)
@@ -72,14 +69,19 @@ class HostStatus:
     python_version: str | None = None
     offset: ClockOffset | None = None
     why: str | None = None  # why it could not be read
+    ray: str | None = None  # the Ray version its python has (None: none)
 
-    def refusal(self, version: str) -> str | None:
-        """Why it cannot take an agent of this controller (None: it can)."""
+    def refusal(self, version: str, ray: str | None = None) -> str | None:
+        """Why it cannot take an agent of this controller (None: it can); `ray`: the version every
+        node must run when agents go through Ray."""
         if self.chaoskit is None:
             return f"loader host {self.host}: {self.python} cannot import chaoskit ({self.why})"
         if self.chaoskit != version:
             return (f"loader host {self.host} runs chaoskit {self.chaoskit!r}, the controller {version}: the same "
                     "version on every loader")
+        if ray is not None and self.ray != ray:
+            return (f"loader host {self.host} runs ray {self.ray or 'none'}, the controller {ray}: "
+                    "chaoskit[loaders] pins the same Ray on every node")
         if self.offset is None:
             return f"loader host {self.host}: its clock could not be read ({self.why})"
         if abs(self.offset.offset_s) > self.offset.uncertainty_s + CLOCK_TOLERANCE_S:
@@ -94,8 +96,10 @@ def host_status(remote: Remote, python: str) -> HostStatus:
     """A loader host's chaoskit and Python versions and its clock offset, read over its shell."""
     python = _path(python, "the loader's python")
     try:
-        res = remote.shell(f"'{python}' -c 'import chaoskit, sys; print(chaoskit.__version__); "
-                           "print(\"%d.%d\" % sys.version_info[:2])'", check=False, timeout=60)
+        res = remote.shell(f"'{python}' -c 'import chaoskit, sys, importlib.metadata as m; "
+                           "print(chaoskit.__version__); print(\"%d.%d\" % sys.version_info[:2]); "
+                           "print(next((d.version for d in m.distributions(name=\"ray\")), \"-\"))'",
+                           check=False, timeout=60)
     except HostUnreachable as exc:
         return HostStatus(remote.name, python, why=str(exc)[:200])
     lines = res.stdout.split()
@@ -106,7 +110,8 @@ def host_status(remote: Remote, python: str) -> HostStatus:
         offset = measure_offset(remote)
     except (HostUnreachable, ValueError) as exc:
         return HostStatus(remote.name, python, lines[0][:40], lines[1][:10], why=str(exc)[:200])
-    return HostStatus(remote.name, python, lines[0][:40], lines[1][:10], offset)
+    ray = lines[2][:40] if len(lines) > 2 and lines[2] != "-" else None
+    return HostStatus(remote.name, python, lines[0][:40], lines[1][:10], offset, ray=ray)
 
 
 class SshLoader(Loader):
@@ -156,6 +161,11 @@ class SshLoader(Loader):
             'printf \'%s  %s\\n\' "$3" "$D/$1.tmp" | sha256sum -c --quiet --status; mv -f -- "$D/$1.tmp" "$D/$1"; }',
             *files,
             f"cd / && setsid '{self.python}' -m chaoskit.workload.agent \"$D\" </dev/null >>\"$D/{LOG}\" 2>&1 &",
+            # started once its pid file is whole: until then "is it running?" could not be answered
+            f"a=$!; i=0; while ! grep -qs '^[0-9][0-9]*$' \"$D/{PID}\" || [ \"$(wc -l < \"$D/{PID}\")\" -lt 2 ]; do "
+            f"kill -0 \"$a\" 2>/dev/null || {{ echo \"the agent exited at once: $(tail -c 300 \"$D/{LOG}\")\" >&2; "
+            "exit 4; }; i=$((i+1)); [ $i -lt 600 ] || { echo 'the agent wrote no pid file in 60 s' >&2; exit 5; }; "
+            "sleep 0.1; done",
             "echo started"])
         res = self.remote.shell(script, check=False, timeout=60)
         if res.exited != 0 or "started" not in res.stdout:
@@ -195,6 +205,16 @@ class SshLoader(Loader):
     def kill(self) -> None:
         self.remote.shell(f"D='{self.dir}'; {self._PID}; [ -z \"$p\" ] || kill -9 \"$p\"", check=False, timeout=30)
 
+    def wait(self, timeout: float) -> None:
+        """After its final batch the agent closes its connections and exits: wait for that (at most
+        `timeout`, 10 s), so a load that stopped leaves no agent behind; one that does not exit
+        by then ends at its lease."""
+        deadline = time.monotonic() + min(timeout, 10.0)
+        while time.monotonic() < deadline:
+            if self.running() is not True:
+                return
+            time.sleep(0.1)
+
     def fetch(self, after: int) -> list[Frame]:
         self.cursor.rewind_for(after)
         frames, need = self._tail(after, TAIL_BYTES)
@@ -219,54 +239,3 @@ class SshLoader(Loader):
 
     def describe(self) -> dict[str, Any]:
         return {"where": self.remote.name, "dir": self.dir, "group": self.order.group().name}
-
-
-def ssh_agent_sources(pool: RemotePool, placement: dict[str, tuple[str, ...]], run_id: str,
-                      lease_s: float = LEASE_S) -> Callable[[LoadRunner], list[LoadSource]]:
-    """For `LoadRunner(make_sources=...)`: each share of a group named in `placement` as a load
-    agent on one of its loader hosts (round robin over the shares), spooling in
-    `<loaders.spool>/<run_id>/<group>-<first worker>` there; every other share on the control node
-    as before. Each loader host is checked once (chaoskit version, clock) before any agent starts."""
-    if not _RUN_ID.fullmatch(run_id):
-        raise ValueError(f"not a run id: {run_id!r}")
-
-    def make(runner: LoadRunner) -> list[LoadSource]:
-        loaders = runner.inventory.loaders
-        if loaders is None:
-            raise LoaderRefused("client groups placed on loader hosts need the inventory's loaders: section")
-        for group_name, hosts in placement.items():
-            for host in hosts:
-                if host not in loaders.hosts:
-                    raise LoaderRefused(f"group {group_name}: {host} is not one of the inventory's loader hosts "
-                                        f"({', '.join(loaders.hosts)})")
-        tool_placed = [g.name for g in runner.tool_groups(runner.spec) if g.name in placement]
-        if tool_placed:
-            raise LoaderRefused(f"group {tool_placed[0]}: a tool group cannot run on a loader host yet")
-        spec = runner.spec
-        inventory_json = runner.inventory.model_dump_json()
-        checked: dict[str, SshLoader] = {}
-        turns: dict[str, int] = {}
-        out: list[LoadSource] = []
-        for group, share in runner.shares():
-            where = placement.get(group.name)
-            if not where:
-                continue
-            turn = turns[group.name] = turns.get(group.name, -1) + 1
-            host = where[turn % len(where)]
-            rate_share = spec.rate * len(share) / spec.workers if spec.rate else None
-            order = AgentOrder.of(runner.route(group).model_dump_json(), inventory_json, spec, group, share,
-                                  runner.recorder.base, rate_share)
-            loader = SshLoader(f"{group.name}/{share[0]}@{host}", pool.get(host),
-                               f"{loaders.spool}/{run_id}/{group.name}-{share[0]}", order, loaders.python,
-                               chaoskit.__version__)
-            if host not in checked:
-                loader.check()
-                checked[host] = loader
-            loader.offset = checked[host].offset
-            loader.clock_offset_s = checked[host].clock_offset_s
-            loader.clock_uncertainty_s = checked[host].clock_uncertainty_s
-            out.append(FramedSource(loader, tuple(share), lease_s=lease_s))
-        placed = {w for s in out for w in s.workers}
-        return out + [s for s in runner.local_sources() if placed.isdisjoint(s.workers)]
-
-    return make

@@ -1,6 +1,9 @@
 """Load from loader hosts (issue 46): client groups run as load agents on the lab's loader hosts
-ld-a (zone a) and ld-b (zone b), started and read over SSH (`chaoskit.workload.ssh_loader`), their
-batches spooled on the loader's side before the controller sees them."""
+ld-a (zone a) and ld-b (zone b), placed, started and read through the lab's Ray cluster
+(`chaoskit loaders up`, once for the module; `chaoskit.workload.ray_loader`) or over SSH alone
+(`chaoskit.workload.ssh_loader`), their batches spooled on the loader's side before the
+controller sees them. The module ends with `loaders down`, after which no process of the lab's
+Ray cluster is left."""
 
 from __future__ import annotations
 
@@ -20,14 +23,56 @@ from chaoskit.inventory.fanout import RemotePool
 from chaoskit.inventory.models import Inventory
 from chaoskit.lab.spec import NETNS_PREFIX
 from chaoskit.recorder import INFO, Recorder
+from chaoskit.workload.placement import loader_agent_sources
 from chaoskit.workload.runner import LoadRunner, LoadSpec
 from chaoskit.workload.spec import ClientGroup
-from chaoskit.workload.ssh_loader import ssh_agent_sources
 from chaoskit.workload.workloads import WorkloadParams
 
 LAB_STACKS = ("patroni", "loaders")
 PARAMS = WorkloadParams(table_rows=2_000)
 PLACEMENT = {"zone-a": ("ld-a",), "zone-b": ("ld-b",)}
+
+
+def ray_processes(directory: str) -> list[int]:
+    """Processes whose command line names the lab's Ray directory (the head's and nodes' `ray
+    start`, raylets, GCS: every one of them is started with a path below it)."""
+    out = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if directory.encode() in (proc / "cmdline").read_bytes():
+                out.append(int(proc.name))
+        except OSError:
+            continue
+    return out
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_cluster(lab: Inventory) -> Iterator[None]:
+    """The lab's Ray cluster for this module: `loaders up`, then `loaders down`, which must leave
+    no Ray process of it (and no pid file) behind."""
+    import subprocess
+
+    assert lab.loaders is not None and lab.loaders.ray is not None
+    res = subprocess.run(["chaoskit", "loaders", "up", "-i", "inventories/lab.yaml"], capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    yield
+    import sys
+
+    if "ray" in sys.modules:  # this process was a driver of the cluster (the runners' tests)
+        sys.modules["ray"].shutdown()
+    res = subprocess.run(["chaoskit", "loaders", "down", "-i", "inventories/lab.yaml"], capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    left = [p for p in ray_processes(lab.loaders.ray.dir) if p != os.getpid()]
+    assert not left, left
+    assert not list(Path(lab.loaders.ray.dir).glob("**/*.pid"))
+
+
+def over_ssh(lab: Inventory) -> Inventory:
+    """The lab inventory without its Ray cluster: agents started and read over SSH alone."""
+    assert lab.loaders is not None
+    return lab.model_copy(update={"loaders": lab.loaders.model_copy(update={"ray": None})})
 
 
 @pytest.fixture
@@ -45,7 +90,7 @@ def runner_on_loaders(lab: Inventory, run_dir: Path, pool: RemotePool, events: l
     spec = LoadSpec(workload="ledger", workers=4, params=PARAMS,
                     groups=(ClientGroup("zone-a", workers=2), ClientGroup("zone-b", workers=2, first_worker=3)))
     runner = LoadRunner(lab.clusters["pg"], lab, spec, Recorder(base=time.time()), on_event=events.append,
-                        make_sources=ssh_agent_sources(pool, PLACEMENT, run_dir.name))
+                        make_sources=loader_agent_sources(pool, PLACEMENT, run_dir.name))
     runner.setup()
     return runner
 
@@ -71,15 +116,19 @@ def acked_and_present(runner: LoadRunner, rec: Recorder) -> tuple[set, set]:
     return acked, present
 
 
+@pytest.mark.parametrize("via", ["ray", "ssh"])
 def test_client_groups_on_two_loader_hosts_deliver_exactly_what_their_agents_spooled(lab: Inventory,
-                                                                                     run_dir: Path) -> None:
-    """The ledger for 8 s, group zone-a on ld-a and zone-b on ld-b: each agent runs in its loader
-    host's network namespace; what the recorder holds equals what the agents spooled there; every
-    acknowledged row is on the writer and none is there that no write was acknowledged or left
-    indeterminate for; both zones wrote; the agents are gone after the stop."""
+                                                                                     run_dir: Path, via: str) -> None:
+    """The ledger for 8 s, group zone-a on ld-a and zone-b on ld-b, through Ray and over SSH alone:
+    each agent runs in its loader host's network namespace; what the recorder holds equals what
+    the agents spooled there; every acknowledged row is on the writer and none is there that no
+    write was acknowledged or left indeterminate for; both zones wrote; the agents are gone after
+    the stop. Through Ray, every read went through the hosts' actors (no SSH fallback), and the
+    clock read through them agrees with SSH's within both uncertainties and 1 ms."""
     events: list[dict] = []
-    with RemotePool(lab) as pool:
-        runner = runner_on_loaders(lab, run_dir, pool, events)
+    inv = lab if via == "ray" else over_ssh(lab)
+    with RemotePool(inv) as pool:
+        runner = runner_on_loaders(inv, run_dir, pool, events)
         runner.start()
         try:
             time.sleep(2.0)
@@ -89,6 +138,13 @@ def test_client_groups_on_two_loader_hosts_deliver_exactly_what_their_agents_spo
         finally:
             runner.stop()
     assert wheres == ["ld-a", "ld-b"] and places == {"ld-a", "ld-b"}
+    for source in runner.sources:
+        said = source.describe()
+        assert said.get("via", "ssh") == via
+        if via == "ray":
+            assert said["ssh_fallbacks"] == 0 and said["actor_gone"] is None
+            ssh, ray = said["clock_ssh"], said["clock_ray"]
+            assert abs(ssh["offset_s"] - ray["offset_s"]) <= ssh["uncertainty_s"] + ray["uncertainty_s"] + 0.001
     kinds, spooled_acks = spooled(run_dir)
     assert kinds.count("ready") == kinds.count("final") == len(runner.sources) == 2, kinds
     rec = runner.recorder
@@ -158,7 +214,7 @@ def test_az_failover_gives_each_zone_its_own_figures(lab: Inventory, tmp_path: P
         [said] = [e for e in events if e["kind"] == "load_sources"]
         for name, g in groups.items():
             [src] = [x for x in said["sources"] if x["group"] == name]
-            assert src["where"] == g["loaders"][0]
+            assert src["where"] == g["loaders"][0] and src["via"] == "ray"
             assert g["loader_clock_error_s"] == round(abs(src["clock_offset_s"]) + src["clock_uncertainty_s"], 6) > 0
         assert all(0 < g["rto_first_client_s"] <= g["rto_all_clients_s"] < 30 for g in groups.values())
         assert sum(g["rpo"]["lost_acknowledged"] for g in groups.values()) == \
@@ -173,11 +229,13 @@ def test_az_failover_gives_each_zone_its_own_figures(lab: Inventory, tmp_path: P
 
 
 def test_loaders_status_shows_each_hosts_zone_versions_and_clock(lab: Inventory) -> None:
-    """`chaoskit loaders status`: both lab loader hosts with their zone, this chaoskit, and a clock
-    offset within its uncertainty plus the tolerance (one kernel clock here); ready, exit 0."""
+    """`chaoskit loaders status`: both lab loader hosts with their zone, this chaoskit, the pinned
+    Ray, a live node of the lab's Ray cluster, and a clock offset within its uncertainty plus the
+    tolerance (one kernel clock here); ready, exit 0."""
     import subprocess
 
     import chaoskit
+    from chaoskit.workload.ray_plane import RAY_VERSION
     from chaoskit.workload.ssh_loader import CLOCK_TOLERANCE_S
 
     res = subprocess.run(["chaoskit", "loaders", "status", "-i", "inventories/lab.yaml", "--json"],
@@ -187,6 +245,8 @@ def test_loaders_status_shows_each_hosts_zone_versions_and_clock(lab: Inventory)
     assert got["controller_chaoskit"] == chaoskit.__version__
     assert [(r["host"], r["az"], r["chaoskit"], r["refused"]) for r in got["loaders"]] == [
         ("ld-a", "a", chaoskit.__version__, None), ("ld-b", "b", chaoskit.__version__, None)]
+    assert got["ray"]["reachable"] is True and got["ray"]["pinned"] == RAY_VERSION
+    assert all(r["ray"] == RAY_VERSION and r["ray_node"] is True for r in got["loaders"])
     for r in got["loaders"]:
         assert abs(r["clock_offset_ms"]) <= r["clock_uncertainty_ms"] + CLOCK_TOLERANCE_S * 1000
 

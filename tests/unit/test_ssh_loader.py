@@ -16,7 +16,7 @@ import pytest
 import chaoskit
 from chaoskit.testing.fake_pg import fake_inventory
 from chaoskit.testing.remote import LocalRemote
-from chaoskit.workload import agent, ssh_loader
+from chaoskit.workload import agent, placement, ssh_loader
 from chaoskit.workload.spec import ClientGroup, LoadSpec
 from chaoskit.workload.spool import SpoolWriter
 
@@ -153,4 +153,4 @@ def test_a_run_id_that_could_leave_its_directory_is_refused() -> None:
     from chaoskit.inventory.fanout import RemotePool
 
     with pytest.raises(ValueError, match="not a run id"):
-        ssh_loader.ssh_agent_sources(RemotePool(fake_inventory()), {}, "../x")
+        placement.loader_agent_sources(RemotePool(fake_inventory()), {}, "../x")

@@ -2,22 +2,34 @@
 nothing but their sshd, where load agents run (`chaoskit.workload.ssh_loader`). They share this
 machine's filesystem, so the agent is this checkout's chaoskit under this machine's Python, reached
 through a link the build makes (`Paths.root/bin/python3`): the path the lab inventory's
-`loaders: {python}` names on every machine. Their agents spool under the lab's state directory."""
+`loaders: {python}` names on every machine. Their agents spool under the lab's state directory.
+The inventory's `loaders.ray` names the lab's Ray cluster (head on the bridge's address, this
+machine's side; a token the build makes): `chaoskit loaders up -i inventories/lab.yaml` starts it,
+`loaders down` stops it (`lab down` ends the nodes with their namespaces, not the head)."""
 
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import sys
 from typing import Any
 
 from chaoskit.lab.recipes import Build
-from chaoskit.lab.spec import LabHost, LabSpec, Paths
+from chaoskit.lab.spec import BRIDGE_ADDRESS, LabHost, LabSpec, Paths
 
 NAME = "loaders"
 DEFAULT = True  # two hosts with an sshd each: cheap, and every load test may place agents on them
 HOSTS = (LabHost("ld-a", 81, "loader", NAME), LabHost("ld-b", 82, "loader", NAME))
 ZONES = {"ld-a": "a", "ld-b": "b"}
+RAY_PORT = 16380  # and the next 110: the lab's Ray cluster (`chaoskit loaders up`)
+# outside the lab's state directory, which `lab down` removes: the head's pid file outlives it, so
+# `loaders down` can always stop what `loaders up` started
+RAY_DIR = "/run/chaoskit-lab-ray"
+
+
+def ray_token() -> str:
+    return str(Paths.secrets / "ray-token")
 
 
 def python_link() -> str:
@@ -28,6 +40,17 @@ def spool_dir() -> str:
     return str(Paths.root / "loader-spool")
 
 
+def make_ray_token() -> None:
+    token = Paths.secrets / "ray-token"
+    if token.exists():
+        return
+    token.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(token.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32) + "\n")
+    os.replace(token.with_suffix(".tmp"), token)
+
+
 def build(b: Build) -> None:
     link = Paths.root / "bin" / "python3"
     link.parent.mkdir(parents=True, exist_ok=True)
@@ -36,6 +59,7 @@ def build(b: Build) -> None:
         tmp.unlink()
     tmp.symlink_to(os.path.realpath(sys.executable))
     os.replace(tmp, link)
+    make_ray_token()
     b.wait(lambda: health(b.spec), "the loader hosts' sshd")
 
 
@@ -60,7 +84,8 @@ def host_services(spec: LabSpec) -> dict[str, Any]:
 
 
 def loaders(spec: LabSpec) -> dict[str, Any]:
-    return {"hosts": [h.name for h in HOSTS], "python": python_link(), "spool": spool_dir()}
+    return {"hosts": [h.name for h in HOSTS], "python": python_link(), "spool": spool_dir(),
+            "ray": {"head": BRIDGE_ADDRESS, "port": RAY_PORT, "token_file": ray_token(), "dir": RAY_DIR}}
 
 
 def postgres_data(spec: LabSpec) -> list[Any]:
