@@ -301,6 +301,12 @@ class LabMarker(Frozen):
         return value
 
 
+def _absolute_path(value: str) -> str:
+    if not value.startswith("/") or "/../" in value + "/":
+        raise ValueError("an absolute path without '..'")
+    return value
+
+
 class RayPlane(Frozen):
     """The Ray cluster that places and starts the load agents (`chaoskit.workload.ray_plane`):
     either one chaoskit starts (`head`: the control node's address the loader hosts reach; `port`
@@ -336,9 +342,7 @@ class RayPlane(Frozen):
     @field_validator("token_file", "dir")
     @classmethod
     def _absolute(cls, value: str) -> str:
-        if not value.startswith("/") or "/../" in value + "/":
-            raise ValueError("an absolute path without '..'")
-        return value
+        return _absolute_path(value)
 
     @field_validator("dir")
     @classmethod
@@ -379,9 +383,7 @@ class Loaders(Frozen):
     @field_validator("python", "spool")
     @classmethod
     def _absolute(cls, value: str) -> str:
-        if not value.startswith("/") or "/../" in value + "/":
-            raise ValueError("an absolute path without '..'")
-        return value
+        return _absolute_path(value)
 
     @field_validator("hosts")
     @classmethod

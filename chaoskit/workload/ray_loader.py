@@ -28,7 +28,7 @@ from chaoskit.inventory.remote import CommandResult, HostUnreachable, Remote, Re
 from chaoskit.workload.agent import SPOOL, AgentOrder
 from chaoskit.workload.ray_plane import RAY_VERSION, RayUnavailable, connect, node_of
 from chaoskit.workload.spool import HEAD, MAGIC, Frame
-from chaoskit.workload.ssh_loader import LoaderRefused, SshLoader, host_status
+from chaoskit.workload.ssh_loader import LoaderRefused, SshLoader
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -158,23 +158,23 @@ class RayLoader(SshLoader):
             self.hosts.release(self.remote.name)
             self.hosts = None
 
+    ray = RAY_VERSION
+
+    def ssh(self) -> Remote:
+        return self.remote.ssh
+
     def check(self) -> None:
-        """The host's chaoskit and Ray versions and its clock, read over SSH; the clock read again
-        through the actor (the two must agree within their uncertainties and 1 ms)."""
-        status = host_status(self.remote.ssh, self.python)
-        refusal = status.refusal(self.version, RAY_VERSION)
-        if refusal:
-            raise LoaderRefused(refusal)
-        assert status.offset is not None
-        self.offset = status.offset
-        self.clock_offset_s = status.offset.offset_s
-        self.clock_uncertainty_s = status.offset.uncertainty_s
+        """As over SSH (the host's chaoskit and Ray versions and its clock, read over SSH), then
+        the clock read again through the actor: the two must agree within their uncertainties
+        and 1 ms."""
+        super().check()
+        assert self.offset is not None
         try:
             self.ray_offset = self.remote.offset()
         except HostUnreachable as exc:
             raise LoaderRefused(f"loader host {self.remote.name}: its actor does not answer ({exc})") from None
-        apart = abs(self.ray_offset.offset_s - status.offset.offset_s)
-        if apart > self.ray_offset.uncertainty_s + status.offset.uncertainty_s + 0.001:
+        apart = abs(self.ray_offset.offset_s - self.offset.offset_s)
+        if apart > self.ray_offset.uncertainty_s + self.offset.uncertainty_s + 0.001:
             raise LoaderRefused(f"loader host {self.remote.name}: its clock reads {apart * 1000:.1f} ms apart "
                                 "through Ray and through SSH: a clock that is being stepped?")
 

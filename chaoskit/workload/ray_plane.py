@@ -36,6 +36,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -43,6 +44,8 @@ from typing import TYPE_CHECKING, Any
 
 from chaoskit.inventory.models import Inventory, RayPlane
 from chaoskit.inventory.remote import Remote
+from chaoskit.lifeline import process_start_time
+from chaoskit.workload.ssh_loader import host_status, live_pid
 
 if TYPE_CHECKING:
     from chaoskit.inventory.fanout import RemotePool
@@ -148,25 +151,16 @@ class NodeAnswer:
 
 
 # -- the head, on the control node --------------------------------------------------------------
-def _start_time(pid: int) -> str | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(") ", 1)[1].split()
-    return None if fields[0] in ("Z", "X") else fields[19]
-
-
 def _pid_file_process(path: Path) -> int | None:
     """The pid in `path` while that process (same start time) runs."""
     try:
         pid_text, start = path.read_text().split()[:2]
     except (OSError, ValueError):
         return None
-    if not pid_text.isdigit():
+    if not pid_text.isdigit() or not start.isdigit():
         return None
     pid = int(pid_text)
-    return pid if _start_time(pid) == start else None
+    return pid if process_start_time(pid) == int(start) else None
 
 
 def _session(sid: int) -> list[int]:
@@ -200,8 +194,8 @@ def head_up(plane: RayPlane, timeout: float = 60.0) -> tuple[int, bool]:
     proc = subprocess.Popen(head_args(plane), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True, env={**os.environ, **_env(plane.token_file)}, cwd="/")
     log.close()
-    start = _start_time(proc.pid)  # a child not yet reaped is still in /proc
-    if start is None:
+    start = process_start_time(proc.pid)  # a child not yet reaped is still in /proc
+    if start is None or proc.poll() is not None:
         raise RayUnavailable(f"the Ray head exited at once ({proc.wait()})")
     pid_file.write_text(f"{proc.pid}\n{start}\n")
     deadline = time.monotonic() + timeout
@@ -238,11 +232,7 @@ def head_down(plane: RayPlane) -> NodeAnswer:
 
 # -- a node, on a loader host over its shell -----------------------------------------------------
 # the node's pid while it is the process that wrote the pid file and runs
-_NODE_PID = ('p=""; if [ -r "$D/node.pid" ]; then { read -r p; read -r s; } < "$D/node.pid"; fi; '
-             'case "$p" in ""|*[!0-9]*) p="";; esac; case "$s" in ""|*[!0-9]*) p="";; esac; '
-             'if [ -n "$p" ] && [ -r "/proc/$p/stat" ]; then '
-             'st=$(awk \'{ sub(/.*\\) /, ""); print $1, $20 }\' "/proc/$p/stat" 2>/dev/null); '
-             '{ [ "${st#* }" = "$s" ] && [ "${st%% *}" != Z ]; } || p=""; else p=""; fi')
+_NODE_PID = live_pid('"$D/node.pid"')
 # the live processes of session $1
 _SESSION = ("sess() { for f in /proc/[0-9]*/stat; do awk -v s=\"$1\" '{ sub(/.*\\) /, \"\"); "
             "if ($4 == s && $1 != \"Z\") { split(FILENAME, a, \"/\"); print a[3] } }' \"$f\" 2>/dev/null; done; }")
@@ -354,12 +344,25 @@ def _managed(inv: Inventory) -> RayPlane:
     return plane
 
 
+def _on_every_loader(inv: Inventory, pool: RemotePool,
+                     fn: Callable[[Remote], NodeAnswer]) -> tuple[NodeAnswer, ...]:
+    """`fn` on every loader host at once; the first that failed is raised, naming its host."""
+    from chaoskit.inventory.fanout import fan_out_pool
+
+    assert inv.loaders is not None
+    answers = fan_out_pool(pool, fn, inv.loaders.hosts)
+    for host in inv.loaders.hosts:
+        answer = answers[host]
+        if isinstance(answer, BaseException):
+            raise RayUnavailable(f"loader host {host}: {answer}")
+    return tuple(answers[h] for h in inv.loaders.hosts)  # type: ignore[misc]
+
+
 def up(inv: Inventory, pool: RemotePool, timeout: float = 90.0) -> PlaneReport:
     """The head here and a node on every loader host, each checked first (the pinned Ray, this
     chaoskit); ready once every node is alive in the cluster. Running pieces are left running."""
     import chaoskit
     from chaoskit.inventory.fanout import fan_out_pool
-    from chaoskit.workload.ssh_loader import host_status
 
     t0 = time.monotonic()
     plane = _managed(inv)
@@ -375,15 +378,9 @@ def up(inv: Inventory, pool: RemotePool, timeout: float = 90.0) -> PlaneReport:
         if why:
             raise RayUnavailable(why)
     head_pid, head_started = head_up(plane)
-    answers = fan_out_pool(pool, lambda remote: node_up(remote, plane, python, inv.hosts[remote.name].address,
-                                                        remote.name, inv.hosts[remote.name].tags.get("az"), token),
-                           inv.loaders.hosts)
-    nodes = []
-    for host in inv.loaders.hosts:
-        answer = answers[host]
-        if isinstance(answer, BaseException):
-            raise RayUnavailable(f"loader host {host}: {answer}")
-        nodes.append(answer)
+    nodes = _on_every_loader(inv, pool, lambda remote: node_up(
+        remote, plane, python, inv.hosts[remote.name].address, remote.name, inv.hosts[remote.name].tags.get("az"),
+        token))
     wanted = {inv.hosts[h].address for h in inv.loaders.hosts}
     deadline = time.monotonic() + timeout
     while True:
@@ -393,24 +390,16 @@ def up(inv: Inventory, pool: RemotePool, timeout: float = 90.0) -> PlaneReport:
         if time.monotonic() > deadline:
             missing = sorted(h for h in inv.loaders.hosts if inv.hosts[h].address not in alive)
             raise RayUnavailable(f"loader hosts {', '.join(missing)} did not join the Ray cluster at {plane.gcs} "
-                                 f"within {timeout:.0f} s (see {plane.dir}/node.log there)")
+                                 f"within {timeout:.0f} s (see node.log in {plane.dir}/n-HOST there)")
         time.sleep(0.5)
-    return PlaneReport(head_pid, head_started, tuple(nodes), time.monotonic() - t0)
+    return PlaneReport(head_pid, head_started, nodes, time.monotonic() - t0)
 
 
 def down(inv: Inventory, pool: RemotePool) -> PlaneReport:
     """Every node by its pid file, then the head: never `ray stop`."""
-    from chaoskit.inventory.fanout import fan_out_pool
-
     t0 = time.monotonic()
     plane = _managed(inv)
     assert inv.loaders is not None
-    answers = fan_out_pool(pool, lambda remote: node_down(remote, plane, remote.name), inv.loaders.hosts)
-    nodes = []
-    for host in inv.loaders.hosts:
-        answer = answers[host]
-        if isinstance(answer, BaseException):
-            raise RayUnavailable(f"loader host {host}: {answer}")
-        nodes.append(answer)
+    nodes = _on_every_loader(inv, pool, lambda remote: node_down(remote, plane, remote.name))
     head = head_down(plane)
-    return PlaneReport(head.pid, head.started, tuple(nodes), time.monotonic() - t0)
+    return PlaneReport(head.pid, head.started, nodes, time.monotonic() - t0)

@@ -114,6 +114,17 @@ def host_status(remote: Remote, python: str) -> HostStatus:
     return HostStatus(remote.name, python, lines[0][:40], lines[1][:10], offset, ray=ray)
 
 
+def live_pid(pid_file: str) -> str:
+    """Shell that sets $p to the pid in `pid_file` (a quoted shell word; the file holds the pid,
+    then its start time) while that process is the one that wrote it and runs, else to "" (a
+    zombie its reaper has not collected yet is not running; a stopped one, paused, is)."""
+    return (f'p=""; if [ -r {pid_file} ]; then {{ read -r p; read -r s; }} < {pid_file}; fi; '
+            'case "$p" in ""|*[!0-9]*) p="";; esac; case "$s" in ""|*[!0-9]*) p="";; esac; '
+            'if [ -n "$p" ] && [ -r "/proc/$p/stat" ]; then '
+            'st=$(awk \'{ sub(/.*\\) /, ""); print $1, $20 }\' "/proc/$p/stat" 2>/dev/null); '
+            '{ [ "${st#* }" = "$s" ] && [ "${st%% *}" != Z ] && [ "${st%% *}" != X ]; } || p=""; else p=""; fi')
+
+
 class SshLoader(Loader):
     """One agent in `directory` on the host behind `remote`."""
 
@@ -133,11 +144,17 @@ class SshLoader(Loader):
         return f"'{self.dir}/{name}'"
 
     # -- before the start -------------------------------------------------------------------------
+    ray: str | None = None  # the Ray version its host must run (agents through Ray)
+
+    def ssh(self) -> Remote:
+        """The host's SSH, over which its versions and clock are read."""
+        return self.remote
+
     def check(self) -> None:
-        """The host's Python runs this chaoskit version, and its clock agrees with the control
-        node's; raises LoaderRefused naming the host otherwise."""
-        status = host_status(self.remote, self.python)
-        refusal = status.refusal(self.version)
+        """The host's Python runs this chaoskit version (and the pinned Ray, through Ray), and its
+        clock agrees with the control node's; raises LoaderRefused naming the host otherwise."""
+        status = host_status(self.ssh(), self.python)
+        refusal = status.refusal(self.version, self.ray)
         if refusal:
             raise LoaderRefused(refusal)
         assert status.offset is not None
@@ -185,13 +202,7 @@ class SshLoader(Loader):
     def stop(self) -> None:
         self.remote.shell(f"touch -- {self._q(STOP)}", timeout=30)
 
-    # the agent's pid while it is the process that wrote the pid file (pid, start time) and runs
-    # (a zombie its reaper has not collected yet is not running; a stopped one, paused, is)
-    _PID = (f'p=""; if [ -r "$D/{PID}" ]; then {{ read -r p; read -r s; }} < "$D/{PID}"; fi; '
-            'case "$p" in ""|*[!0-9]*) p="";; esac; case "$s" in ""|*[!0-9]*) p="";; esac; '
-            'if [ -n "$p" ] && [ -r "/proc/$p/stat" ]; then '
-            'st=$(awk \'{ sub(/.*\\) /, ""); print $1, $20 }\' "/proc/$p/stat" 2>/dev/null); '
-            '{ [ "${st#* }" = "$s" ] && [ "${st%% *}" != Z ] && [ "${st%% *}" != X ]; } || p=""; else p=""; fi')
+    _PID = live_pid(f'"$D/{PID}"')  # the agent's pid while it is the process that wrote its pid file
 
     def running(self) -> bool | None:
         try:
