@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 from chaoskit.inventory.models import Inventory, RayPlane
 from chaoskit.inventory.remote import Remote
 from chaoskit.lifeline import process_start_time
-from chaoskit.workload.ssh_loader import host_status, live_pid
+from chaoskit.workload.ssh_loader import host_status, live_pid, subshell
 
 if TYPE_CHECKING:
     from chaoskit.inventory.fanout import RemotePool
@@ -242,7 +242,7 @@ def node_up_script(plane: RayPlane, python: str, address: str, host: str, az: st
     args = " ".join(_quoted(a) for a in node_args(plane, python, address, host, az))
     directory = node_dir(plane, host)
     env = " ".join(f"{k}={_quoted(v)}" for k, v in _env(f"{directory}/token").items())
-    return "\n".join([
+    return subshell([
         "set -e", "umask 077", f"D={_quoted(directory)}", 'mkdir -p -- "$D"', _NODE_PID,
         'if [ -n "$p" ]; then echo "running $p"; exit 0; fi',
         f"printf '%s' {base64.b64encode(token).decode()} | base64 -d > \"$D/token.tmp\"",
@@ -256,7 +256,7 @@ def node_up_script(plane: RayPlane, python: str, address: str, host: str, az: st
 
 
 def node_down_script(plane: RayPlane, host: str) -> str:
-    return "\n".join([
+    return subshell([
         f"D={_quoted(node_dir(plane, host))}", _NODE_PID, _SESSION,
         'if [ -z "$p" ]; then rm -f -- "$D/node.pid"; echo "none"; exit 0; fi',
         'n=$(sess "$p" | wc -l); kill -TERM "$p" 2>/dev/null || true; i=0',

@@ -114,6 +114,13 @@ def host_status(remote: Remote, python: str) -> HostStatus:
     return HostStatus(remote.name, python, lines[0][:40], lines[1][:10], offset, ray=ray)
 
 
+def subshell(lines: list[str]) -> str:
+    """A host script that sets options (`set -e`, `umask`) or may `exit`, as one subshell: the
+    host's persistent shell (`Remote.shell`) runs every command in itself, where an `exit` would
+    end that shell and a `set -e` outlive the script."""
+    return "(\n" + "\n".join(lines) + "\n)"
+
+
 def live_pid(pid_file: str) -> str:
     """Shell that sets $p to the pid in `pid_file` (a quoted shell word; the file holds the pid,
     then its start time) while that process is the one that wrote it and runs, else to "" (a
@@ -169,7 +176,7 @@ class SshLoader(Loader):
         files = []
         for name, data in ((ORDER, order), (LEASE, lease)):
             files.append(f"w {name} {base64.b64encode(data).decode()} {hashlib.sha256(data).hexdigest()}")
-        script = "\n".join([
+        script = subshell([
             "set -e", "umask 077", f"D='{self.dir}'",
             # a fresh directory of its own: an agent never starts over another one's spool
             'if [ -e "$D" ]; then echo "$D already exists: an agent directory is used once" >&2; exit 3; fi',

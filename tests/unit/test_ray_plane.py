@@ -156,3 +156,15 @@ def test_a_real_single_node_cluster_with_token_authentication(tmp_path: Path) ->
     assert ray_plane._session(pid) == [] and not ray_plane.head_pid_file(p).exists()
     assert ray_plane.head_down(p).started is False  # nothing left to stop
     subprocess.run(["rm", "-rf", "--", directory], check=False)
+
+
+def test_a_script_that_exits_leaves_the_hosts_persistent_shell_running() -> None:
+    """The host's shell runs each command in itself (`Remote.shell`): a node's stop that finds no
+    node exits early, and must end only its own subshell, not that shell (nor leave `set -e`)."""
+    p = RayPlane(head="10.0.0.1", token_file="/t", dir="/tmp/ck-ut-nd")
+    for script in (ray_plane.node_down_script(p, "ld-a"),
+                   ray_plane.node_up_script(p, "/nonexistent/python", "10.0.0.2", "ld-a", "a", TOKEN)):
+        res = subprocess.run(["sh", "-c", f"{{ {script}\n}} </dev/null; false; echo still-here"],
+                             capture_output=True, text=True, timeout=30)
+        assert res.stdout.splitlines()[-1] == "still-here", res.stdout + res.stderr
+    subprocess.run(["rm", "-rf", "--", "/tmp/ck-ut-nd"], check=False)
