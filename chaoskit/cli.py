@@ -445,9 +445,9 @@ def recover(
     force: Annotated[bool, typer.Option("--force", help="Also revert faults of a controller still running here.")
                      ] = False,
 ) -> None:
-    """Revert every journaled fault on every host and restore every journaled HA setting (after a
-    crashed controller, or to be sure). Faults of a drill still running on this machine are left
-    to it unless --force."""
+    """Revert every journaled fault on every host, restore every journaled HA setting, and end the
+    load agents left on loader hosts (after a crashed controller, or to be sure). What belongs to a
+    drill still running on this machine is left to it unless --force."""
     from chaoskit.ha import settings as ha_settings
 
     report = _with_faults(inventory, lambda fm: fm.recover(force=force))
@@ -463,9 +463,29 @@ def recover(
     for sid, what in ha_settings.recover(force=force).items():
         failed |= what.startswith("failed")
         out.print(f"settings {sid}: {what}", highlight=False)
+    failed |= _recover_agents(inventory, force)
     out.print("recover: done" + (" with failures" if failed else ""))
     if failed:
         raise typer.Exit(1)
+
+
+def _recover_agents(inventory: Path, force: bool) -> bool:
+    """End the load agents left on the inventory's loader hosts; whether any could not be."""
+    from chaoskit.inventory.fanout import RemotePool
+    from chaoskit.workload.leftovers import recover_agents
+
+    inv = _inventory(inventory)
+    failed = False
+    with RemotePool(inv) as pool:
+        for host, done in recover_agents(inv, pool, force=force).items():
+            if "error" in done:
+                failed = True
+                err.print(f"{host}: unreachable: {done['error']}", highlight=False)
+                continue
+            for directory, what in done.items():
+                failed |= what.startswith("failed")
+                out.print(f"{host}: agent {directory} {what}", highlight=False, markup=False)
+    return failed
 
 
 @app.command("validate")

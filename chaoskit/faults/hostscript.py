@@ -36,6 +36,8 @@ class HostFacts:
     service: str | None = None
     systemd: bool = False
     peer_addresses: tuple[str, ...] = ()
+    # the control node is a peer too: the host adds the address chaoskit's SSH comes from
+    peer_control: bool = False
     # SSH endpoints (address, port) of hosts reached through this one as a jump host: a network
     # fault here must not cut the controller's path to them
     exempt: tuple[tuple[str, int], ...] = ()

@@ -26,7 +26,7 @@ from chaoskit.faults import journal
 from chaoskit.faults.hostscript import HostFacts
 from chaoskit.faults.registry import REGISTRY, kind_of, scripts_for
 from chaoskit.faults.relay import stats_script
-from chaoskit.faults.spec import ALL_HOSTS, CLIENT, FaultBase
+from chaoskit.faults.spec import ALL_HOSTS, CLIENT, CONTROL, FaultBase
 from chaoskit.faults.targets import (
     RoleView,
     live_target,
@@ -144,6 +144,9 @@ class FaultManager:
                              "data_dir in the inventory", source=self.inventory.source, field="data_dir")
         peers: list[str] = []
         for peer in spec.peers_wanted:
+            if peer == CONTROL:
+                peers += self._control_addresses(host)
+                continue
             if peer == ALL_HOSTS:
                 peer_hosts = list(self.inventory.hosts)
             elif peer.startswith("role:"):
@@ -157,8 +160,18 @@ class FaultManager:
         caps = self.capabilities.get(host)
         return HostFacts(host=host, processes=processes, service=member.service if member else None,
                          systemd=bool(caps and caps.systemd), peer_addresses=tuple(dict.fromkeys(peers)),
+                         peer_control=CONTROL in spec.peers_wanted,
                          exempt=self._jump_exempt(host), db_socket=member.db_socket if member else None,
                          data_dir=member.data_dir if member else None, wal_dir=member.wal_dir if member else None)
+
+    def _control_addresses(self, host: str) -> list[str]:
+        """The control node's addresses known here: the head of a Ray cluster chaoskit runs on it
+        (the host adds the address chaoskit's SSH comes from itself)."""
+        if self.inventory.hosts[host].jump:
+            raise InputError(f"peer control on {host}, which is reached through a jump host: the control node's "
+                             "own address is not known there", source=self.inventory.source, field="peers")
+        ray = self.inventory.loaders.ray if self.inventory.loaders else None
+        return [ray.head] if ray is not None and ray.head is not None else []
 
     def _jump_exempt(self, host: str) -> tuple[tuple[str, int], ...]:
         """SSH endpoints of the hosts the controller reaches through this one."""

@@ -48,6 +48,7 @@ CHAINS_PREPARE = FAMILIES + r"""
 ctl_ip=${SSH_CONNECTION%% *}
 ctl_port=$(echo "$SSH_CONNECTION" | awk '{ print $4 }')
 if [ -z "$ctl_ip" ] || [ -z "$ctl_port" ]; then echo 'cannot tell the controller address (SSH_CONNECTION)' >&2; exit 3; fi
+if [ -s "$J/$ID.ctl" ] && ! grep -qxF -- "$ctl_ip" "$J/$ID.peers"; then echo "$ctl_ip" >> "$J/$ID.peers"; fi
 fams=$(families)
 rule() {
   case "$MODE" in
@@ -179,7 +180,8 @@ def _chains(fault_id: str, direction: str, mode: str, facts: HostFacts, prob: st
         inject=CHAINS_INJECT, revert=CHAINS_REVERT, active=CHAINS_ACTIVE, prepare=CHAINS_PREPARE,
         env={"CHAIN_IN": chain_name(fault_id, "I"), "CHAIN_OUT": chain_name(fault_id, "O"),
              "DIRECTION": direction, "MODE": mode, "PROB": prob},
-        files={"peers": lines_file(facts.peer_addresses), "exempt": _exempt(facts)})
+        files={"peers": lines_file(facts.peer_addresses), "exempt": _exempt(facts),
+               "ctl": "1\n" if facts.peer_control else ""})
 
 
 def partition_scripts(fault_id: str, spec: PartitionSpec, facts: HostFacts) -> FaultScripts:

@@ -26,6 +26,9 @@ ROLES = ("primary", "replica", "sync_standby", "any")
 COUNTS = ("one", "all", "minority")
 CLIENT = "client"  # as a target: the load's own link to the database, through relays on the control node
 ALL_HOSTS = "all-hosts"  # as a peer: every other host of the inventory (not the controller)
+# as a peer: the control node itself (the address the host sees chaoskit's SSH come from, and the
+# head of a Ray cluster chaoskit runs there); the controller's SSH to the host stays exempt
+CONTROL = "control"
 _ROLE = re.compile(r"^role:(primary|replica|sync_standby|any)(@(one|all|minority))?$")
 # the host an earlier step's fault landed on (`fault.0`): in a playbook only, known at run time
 # ("partition the old primary while it rejoins": the member step 0 killed)
@@ -49,10 +52,10 @@ def _target(value: str) -> str:
 
 def _peer(value: str) -> str:
     no_control(value)
-    if value == ALL_HOSTS or _ROLE.match(value) or TAG_TARGET.match(value) or is_name(value):
+    if value in (ALL_HOSTS, CONTROL) or _ROLE.match(value) or TAG_TARGET.match(value) or is_name(value):
         return value
     raise ValueError(f"not a peer: {value[:60]!r} (a host name, role:..., tag:KEY=VALUE@one|all|minority, "
-                     "or all-hosts)")
+                     "all-hosts or control)")
 
 
 Target = Annotated[str, AfterValidator(_target)]
@@ -147,7 +150,15 @@ class StopSpec(_Processes):
 
 class _Peers(FaultBase):
     family: ClassVar[str] = "network"
+    # whether `control` may be a peer: the kinds whose rules the host builds by address, there
+    control_peer: ClassVar[bool] = False
     peers: tuple[Peer, ...] = ()  # host names or role:... (resolved); empty = all traffic
+
+    @model_validator(mode="after")
+    def _control(self) -> _Peers:
+        if CONTROL in self.peers and not self.control_peer:
+            raise ValueError(f"peer control (the control node) is for partition and loss, not {self.kind}")
+        return self
 
     @property
     def peers_wanted(self) -> tuple[str, ...]:
@@ -155,12 +166,14 @@ class _Peers(FaultBase):
 
 
 class PartitionSpec(_Peers):
+    control_peer: ClassVar[bool] = True
     kind: Literal["partition"] = "partition"
     direction: Literal["both", "in", "out"] = "both"
     action: Literal["drop", "reject"] = "drop"
 
 
 class LossSpec(_Peers):
+    control_peer: ClassVar[bool] = True
     kind: Literal["loss"] = "loss"
     direction: Literal["both", "in", "out"] = "both"
     loss_pct: float = Field(gt=0, le=100)

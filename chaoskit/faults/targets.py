@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from chaoskit.errors import InputError
-from chaoskit.faults.spec import ALL_HOSTS, CLIENT, STEP_TARGET, TAG_TARGET, FaultBase
+from chaoskit.faults.spec import ALL_HOSTS, CLIENT, CONTROL, STEP_TARGET, TAG_TARGET, FaultBase
 from chaoskit.ha.registry import is_multi_writer
 from chaoskit.inventory.models import Cluster, Inventory, Member
 from chaoskit.topology.probe import first_writer
@@ -48,13 +48,38 @@ def validate_target(spec: FaultBase, inventory: Inventory, source: str = "comman
     elif base not in inventory.hosts:
         raise InputError(f"unknown host {base!r}; inventory has: {', '.join(sorted(inventory.hosts))}",
                          source=source, field=field)
+    if CONTROL in spec.peers_wanted:
+        control_peer(spec, inventory, source)
     for peer in spec.peers_wanted:
+        if peer == CONTROL:
+            continue
         if peer.startswith("role:") and spec.cluster is None:
             raise InputError("a role peer needs a cluster", source=source, field="peers")
         if peer.startswith("tag:"):
             tagged_hosts(peer, inventory, source, "peers")
         elif peer != ALL_HOSTS and not peer.startswith("role:") and peer not in inventory.hosts:
             raise InputError(f"unknown peer host {peer!r}", source=source, field="peers")
+
+
+def control_peer(spec: FaultBase, inventory: Inventory, source: str) -> None:
+    """`control` as a peer names the control node by the address a host sees chaoskit's SSH come
+    from: refused where that word could mean an inventory host, and on a host reached through a
+    jump host (its SSH comes from the jump host, whose other traffic the cut would take too)."""
+    if CONTROL in inventory.hosts:
+        raise InputError("peer control is ambiguous: the inventory has a host named control (the word means "
+                         "the control node)", source=source, field="peers")
+    for host in named_hosts(spec.target, inventory) or candidate_hosts(spec, inventory):
+        if inventory.hosts[host].jump:
+            raise InputError(f"peer control on {host}, which is reached through a jump host: its SSH comes from "
+                             f"the jump host, so the control node's own address is not known there",
+                             source=source, field="peers")
+
+
+def candidate_hosts(spec: FaultBase, inventory: Inventory) -> list[str]:
+    """Every host a live target could land on: its cluster's members (all hosts without one)."""
+    if spec.cluster is not None and spec.cluster in inventory.clusters:
+        return [m.host for m in inventory.clusters[spec.cluster].members]
+    return list(inventory.hosts)
 
 
 def tagged_hosts(target: str, inventory: Inventory, source: str = "command line", field: str = "--target") -> list[str]:

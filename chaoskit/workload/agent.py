@@ -9,6 +9,9 @@ from several machines). Started as `python3 -m chaoskit.workload.agent DIR`, whe
   that died leaves no load running longer than its lease;
 - `go`: the start instant, written when every agent is ready;
 - `stop`: present once the controller ends the load;
+- `controller.json`: the controller that started it (host, user, pid, start time) and the loader
+  host it was started on (`loader`), for `chaoskit recover`, which leaves the agents of a
+  controller still running alone and ends an agent only through its own host;
 - `agent.pid` (the agent's, with its start time as the kernel counts it, one line each), `spool.frames`
   (its deliveries, `chaoskit.workload.spool` and `.wire`), `agent.log` (its stderr).
 
@@ -44,6 +47,7 @@ if TYPE_CHECKING:
     from chaoskit.workload.runner import LoadRunner
 
 ORDER, LEASE, GO, STOP, PID, SPOOL, LOG = "order.json", "lease", "go", "stop", "agent.pid", "spool.frames", "agent.log"
+CONTROLLER = "controller.json"  # who started it (host, pid, start time): `recover` spares a live one's agents
 POLL_S = 0.05
 
 

@@ -152,7 +152,8 @@ class FramedSource(LoadSource):
         return self.loader.pids()
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), **self.loader.describe()}
+        return {**super().describe(), **self.loader.describe(), "frames": self.applied, "frames_late": self.late,
+                "max_late_s": round(self.latest_s, 3), "lost": self._lost}
 
     # -- reading the spool ---------------------------------------------------------------------
     def _event(self, kind: str, **fields: Any) -> None:

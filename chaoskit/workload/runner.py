@@ -426,9 +426,7 @@ class LoadRunner:
         self._marks = Watermarks([s.name for s in self.sources], self.t_start)
         for source in self.sources:
             source.go(self.t_start)
-        remote = [s.describe() for s in self.sources if s.clock_offset_s or s.clock_uncertainty_s]
-        if remote and self.on_event is not None:
-            self.on_event({"kind": "load_sources", "t": time.time(), "sources": remote})
+        self._say_remote("load_sources")
         self._collector = threading.Thread(target=self._collect, name="load-collector", daemon=True)
         self._collector.start()
         return self.t_start
@@ -438,6 +436,14 @@ class LoadRunner:
         chaoskit's own worker processes are each bound to one core, a tool group's are not."""
         own = {pid for s in self.sources if s.builtin for pid in s.pids()}
         return CpuWindow([pid for s in self.sources for pid in s.pids()], one_core=own)
+
+    def _say_remote(self, kind: str) -> None:
+        """The sources on other hosts as they are now: where, how read, their clocks (at the start:
+        `load_sources`), and what they delivered, how late, how often over SSH (at the end:
+        `load_sources_ended`)."""
+        remote = [s.describe() for s in self.sources if s.clock_offset_s or s.clock_uncertainty_s]
+        if remote:
+            self._say(kind, sources=remote)
 
     def _say(self, kind: str, **fields: Any) -> None:
         if self.on_event is not None:
@@ -548,6 +554,7 @@ class LoadRunner:
             self._await_finals()
         for source in self.sources:
             source.join(5)
+        self._say_remote("load_sources_ended")
         if self._plant is not None:
             self._plant.close()
         self.t_end = time.time()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import re
 import time
 from dataclasses import dataclass
@@ -28,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from chaoskit.inventory.clock import ClockOffset, measure_offset
 from chaoskit.inventory.remote import HostUnreachable, Remote
-from chaoskit.workload.agent import GO, LEASE, LOG, ORDER, PID, SPOOL, STOP, AgentOrder
+from chaoskit.lifeline import controller_identity
+from chaoskit.workload.agent import CONTROLLER, GO, LEASE, LOG, ORDER, PID, SPOOL, STOP, AgentOrder
 from chaoskit.workload.framed import Loader
 from chaoskit.workload.spool import HEAD, MAGIC, Frame, FrameCursor
 
@@ -46,7 +48,8 @@ class LoaderRefused(ValueError):
     """A loader host that cannot take an agent: said before any load starts."""
 
 
-def _path(value: str, what: str) -> str:
+def plain_path(value: str, what: str) -> str:
+    """`value` if it is an absolute path of plain characters (it goes into single quotes on a host)."""
     if not _DIR.fullmatch(value) or "/../" in value + "/" or value.endswith("/.."):
         raise ValueError(f"{what}: not an absolute path of plain characters: {value!r}")
     return value
@@ -94,7 +97,7 @@ class HostStatus:
 
 def host_status(remote: Remote, python: str) -> HostStatus:
     """A loader host's chaoskit and Python versions and its clock offset, read over its shell."""
-    python = _path(python, "the loader's python")
+    python = plain_path(python, "the loader's python")
     try:
         res = remote.shell(f"'{python}' -c 'import chaoskit, sys, importlib.metadata as m; "
                            "print(chaoskit.__version__); print(\"%d.%d\" % sys.version_info[:2]); "
@@ -139,8 +142,8 @@ class SshLoader(Loader):
                  version: str, poll_s: float = 0.25) -> None:  # a read of its spool is an SSH round trip
         self.name = name
         self.remote = remote
-        self.dir = _path(directory, "the agent's directory")
-        self.python = _path(python, "the loader's python")
+        self.dir = plain_path(directory, "the agent's directory")
+        self.python = plain_path(python, "the loader's python")
         self.order = order
         self.version = version
         self.poll_s = poll_s
@@ -174,7 +177,8 @@ class SshLoader(Loader):
         order = self.order.model_dump_json().encode()
         lease = _instant(lease_until).encode()
         files = []
-        for name, data in ((ORDER, order), (LEASE, lease)):
+        who = json.dumps({**controller_identity(), "loader": self.remote.name}).encode()
+        for name, data in ((ORDER, order), (LEASE, lease), (CONTROLLER, who)):
             files.append(f"w {name} {base64.b64encode(data).decode()} {hashlib.sha256(data).hexdigest()}")
         script = subshell([
             "set -e", "umask 077", f"D='{self.dir}'",

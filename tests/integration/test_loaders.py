@@ -279,6 +279,117 @@ def test_a_loader_cut_from_the_database_is_its_zones_outage_alone(lab: Inventory
         shutil.rmtree(spool, ignore_errors=True)
 
 
+def test_a_loader_cut_from_the_control_node_loses_nothing_and_says_what_came_late(lab: Inventory,
+                                                                                  tmp_path: Path) -> None:
+    """loader-cut-from-control shortened: ld-b cut from the control node (and the Ray head there)
+    for 20 s, chaoskit's SSH to it excepted, its clients' path to the database untouched. The cut
+    was real (ld-b's actor stopped answering, so its spool was read over SSH) and healed; zone b's
+    agent loaded and spooled throughout and ended with its final batch; the run holds exactly the
+    acknowledged writes the agents spooled, every one of them kept; the frames applied over 1 s
+    after they were spooled are said once (`delivered_late`), and the run's closing account of the
+    sources (`load_sources_ended`) has the same count and worst lateness; no loader was lost."""
+    from drillrun import run, shortened
+
+    from chaoskit.workload.framed import LATE_S
+
+    pb = shortened("playbooks/loader-cut-from-control.yaml", tmp_path, ["8s"], "35s", ["20s"], recovery_within="40s")
+    res, ev, run_dir = run(pb, tmp_path)
+    assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
+    spool = Path(lab.loaders.spool) / ev["run_id"]  # type: ignore[union-attr]
+    try:
+        (cut,) = ev["faults_injected"]
+        assert cut["host"] == "ld-b" and cut["revert_verified"] is True
+        events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+        kinds = [e["kind"] for e in events]
+        assert "loader_lost" not in kinds and "load_source_lost" not in kinds and "load_undelivered" not in kinds
+        [ended] = [e for e in events if e["kind"] == "load_sources_ended"]
+        by_host = {s["where"]: s for s in ended["sources"]}
+        assert set(by_host) == {"ld-a", "ld-b"} and all(s["via"] == "ray" and s["lost"] is None
+                                                        for s in by_host.values())
+        cut_source = by_host["ld-b"]
+        assert cut_source["ssh_fallbacks"] >= 1  # its actor did not answer through the cut
+        [late] = [e for e in events if e["kind"] == "delivered_late" and e["source"] == cut_source["source"]]
+        assert late["frames"] == cut_source["frames_late"] >= 1
+        assert late["max_late_s"] == cut_source["max_late_s"] > LATE_S
+        kinds_spooled, spooled_acks = spooled(spool)
+        assert kinds_spooled.count("ready") == kinds_spooled.count("final") == 2
+        assert ev["load"]["totals"]["write_ok"] == spooled_acks
+        assert ev["results"]["rpo"]["lost_acknowledged"] == 0 and ev["results"]["rpo"]["phantoms"] == 0
+        assert not [p for p in agent_pids(spool) if pid_alive(p)]
+    finally:
+        shutil.rmtree(spool, ignore_errors=True)
+
+
+def killed_controller(lab: Inventory, run_dir: Path, lease_s: float) -> tuple[list[tuple[int, int]], float]:
+    """`loaders_controller.py` started (zone a on ld-a, zone b on ld-b, through Ray), loading, then
+    SIGKILLed: its agents' (pid, start) and the instant of the kill."""
+    import subprocess
+    import sys
+
+    ctl = subprocess.Popen([sys.executable, str(Path(__file__).parent / "loaders_controller.py"), lab.source,
+                            run_dir.name, str(lease_s)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert ctl.stdout is not None and ctl.stdout.readline().strip() == "started"
+        time.sleep(1.0)  # loading: every agent renewed at least once
+        pids = agent_pids(run_dir)
+        assert len(pids) == 2 and all(pid_alive(p) for p in pids)
+        assert {netns_of(pid) for pid, _ in pids} == {"ld-a", "ld-b"}
+    finally:
+        ctl.send_signal(signal.SIGKILL)
+        killed = time.time()
+        ctl.wait(10)
+    return pids, killed
+
+
+def test_the_agents_of_a_killed_controller_stop_at_their_lease(lab: Inventory, run_dir: Path) -> None:
+    """The controller SIGKILLed while its agents load on ld-a and ld-b: its Ray actors die with it,
+    nobody renews the agents' 4 s lease, and each stops by itself, its final batch spooled, within
+    the lease, the op deadline of 2.25 s, a second to drain and two to be reaped."""
+    lease = 4.0
+    pids, killed = killed_controller(lab, run_dir, lease)
+    try:
+        bound = lease + 2.25 + 1.0 + 2.0
+        while any(pid_alive(p) for p in pids) and time.time() < killed + bound + 30:
+            time.sleep(0.1)
+        assert not [p for p in pids if pid_alive(p)]
+        assert time.time() - killed <= bound, time.time() - killed
+        kinds, _ = spooled(run_dir)
+        assert kinds.count("final") == 2
+        logs = " ".join(p.read_text() for p in run_dir.glob("*/agent.log"))
+        assert logs.count('"lease_ended": true') == 2, logs[-2000:]
+    finally:
+        for p in pids:  # only ours, by their pid files
+            if pid_alive(p):
+                os.kill(p[0], signal.SIGKILL)
+
+
+def test_recover_ends_the_agents_a_killed_controller_left(lab: Inventory, run_dir: Path) -> None:
+    """The controller SIGKILLed while its agents (leased for 120 s) load; `chaoskit recover` then
+    finds both on the loader hosts by their pid files, asks each to stop as its controller would
+    (it spools its final batch) and says so per agent; none is left running, and their directories,
+    the run's records, stay. A second recover finds nothing to end."""
+    import subprocess
+
+    pids, _ = killed_controller(lab, run_dir, 120.0)
+    try:
+        res = subprocess.run(["chaoskit", "recover", "-i", "inventories/lab.yaml"], capture_output=True, text=True,
+                             timeout=180)
+        assert res.returncode == 0, res.stdout + res.stderr
+        said = [line for line in res.stdout.splitlines() if f"{run_dir}/" in line]
+        assert sorted(line.split()[0] for line in said) == ["ld-a:", "ld-b:"], res.stdout
+        assert all(" ended (pid " in line for line in said), said
+        assert not [p for p in pids if pid_alive(p)]
+        kinds, _ = spooled(run_dir)
+        assert kinds.count("final") == 2 and len(list(run_dir.glob("*/spool.frames"))) == 2
+        again = subprocess.run(["chaoskit", "recover", "-i", "inventories/lab.yaml"], capture_output=True,
+                               text=True, timeout=180)
+        assert again.returncode == 0 and f"{run_dir}/" not in again.stdout, again.stdout
+    finally:
+        for p in pids:
+            if pid_alive(p):
+                os.kill(p[0], signal.SIGKILL)
+
+
 def test_a_loader_host_that_cannot_run_the_agent_is_refused_before_the_drill(lab: Inventory, tmp_path: Path) -> None:
     """The lab inventory with the loaders' python set to Debian's own, which has no chaoskit: the
     drill is refused in its preflight naming the host and why, before any fault is staged or any

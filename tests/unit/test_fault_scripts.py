@@ -636,3 +636,45 @@ def test_a_restarted_launcher_that_waits_for_another_process_is_not_waited_for(s
         if started is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(started, 9)
+
+
+def test_a_partition_from_control_cuts_the_address_ssh_came_from_and_keeps_ssh(stubbed: dict) -> None:
+    """`peers: [control]`: the host adds the address chaoskit's SSH came from (SSH_CONNECTION,
+    10.0.0.1 here) to the peers it cuts, once even when the controller named it too (the Ray head
+    it runs), beside the other peers; chaoskit's own SSH (10.0.0.1 to port 2222) stays exempt and
+    comes first."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root for the journal")
+    env, root = stubbed["env"], stubbed["root"]
+    facts = HostFacts(host="h", processes={}, peer_addresses=("10.0.0.1", "10.0.0.3"), peer_control=True)
+    scripts = scripts_for(FID, spec_of("partition", peers=("control",), action="drop", direction="both"), facts)
+    res = sh(journal.stage_script(FID, journal.journal_files(FID, scripts, {}, None), 30, root=root), env)
+    assert res.returncode == 0, res.stderr
+    jdir = next(Path(root).glob("faults/*"))
+    assert (jdir / f"{FID}.peers").read_text().split() == ["10.0.0.1", "10.0.0.3"]
+    rules = (jdir / f"{FID}.rules4").read_text().splitlines()
+    cin, cout = f"CK{FID[:8].upper()}I", f"CK{FID[:8].upper()}O"
+    ssh_in = rules.index(f"-A {cin} -s 10.0.0.1 -p tcp --dport 2222 -j RETURN")
+    assert ssh_in < rules.index(f"-A {cin} -s 10.0.0.1 -j DROP")
+    ssh_out = rules.index(f"-A {cout} -d 10.0.0.1 -p tcp --sport 2222 -j RETURN")
+    assert ssh_out < rules.index(f"-A {cout} -d 10.0.0.1 -j DROP")
+    assert rules.count(f"-A {cin} -s 10.0.0.1 -j DROP") == 1 and f"-A {cin} -s 10.0.0.3 -j DROP" in rules
+    assert not (jdir / f"{FID}.rules6").exists()  # the peers are IPv4: no IPv6 rules, no all-traffic cut
+    sh(journal.revert_script(FID, root=root), env)
+
+
+def test_control_alone_cuts_only_the_control_node(stubbed: dict) -> None:
+    """`peers: [control]` with no other peer: the controller's address only, never all traffic."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root for the journal")
+    env, root = stubbed["env"], stubbed["root"]
+    facts = HostFacts(host="h", processes={}, peer_control=True)
+    scripts = scripts_for(FID, spec_of("partition", peers=("control",), action="drop", direction="both"), facts)
+    assert sh(journal.stage_script(FID, journal.journal_files(FID, scripts, {}, None), 30, root=root),
+              env).returncode == 0
+    jdir = next(Path(root).glob("faults/*"))
+    rules = (jdir / f"{FID}.rules4").read_text().splitlines()
+    drops = [r for r in rules if r.endswith("-j DROP")]
+    cin, cout = f"CK{FID[:8].upper()}I", f"CK{FID[:8].upper()}O"
+    assert drops == [f"-A {cin} -s 10.0.0.1 -j DROP", f"-A {cout} -d 10.0.0.1 -j DROP"]
+    sh(journal.revert_script(FID, root=root), env)

@@ -6,6 +6,7 @@ file, and a host with another chaoskit or a bad path is refused before anything 
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import chaoskit
+from chaoskit.lifeline import controller_identity
 from chaoskit.testing.fake_pg import fake_inventory
 from chaoskit.testing.remote import LocalRemote
 from chaoskit.workload import agent, placement, ssh_loader
@@ -91,6 +93,8 @@ def test_the_agent_starts_in_a_directory_of_its_own_and_reads_what_it_is_told(tm
         assert agent.read_instant(d / agent.LEASE) == 1_796_000_000.25
         assert (d / "args").read_text().split() == ["-m", "chaoskit.workload.agent", str(d)]
         assert oct((d / agent.ORDER).stat().st_mode & 0o777) == "0o600"
+        # who started it, for `chaoskit recover` (which spares the agents of a controller still running)
+        assert json.loads((d / agent.CONTROLLER).read_text()) == {**controller_identity(), "loader": "here"}
         ld.go(1_796_000_001.5)
         ld.renew(1_796_000_030.0)
         ld.stop()
