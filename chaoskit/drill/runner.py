@@ -237,8 +237,9 @@ class Drill:
         if spec.params.sql is not None and self.out is not None:  # what ran, as it was read
             self.out.write_text(spec.params.sql.kept_as, spec.params.sql.text)
         # groups with `where:` run as load agents on their loader hosts (validated: at least one matches)
-        wheres = {g.group_name: g.where for g in self.pb.load.groups or () if g.where is not None}
-        placement = {name: tuple(w.hosts(self.inputs.inventory)) for name, w in wheres.items()}
+        placed = {g.group_name: g for g in self.pb.load.groups or () if g.where is not None}
+        wheres = {name: g.where for name, g in placed.items() if g.where is not None}
+        placement = {name: tuple(g.loader_hosts(self.inputs.inventory)) for name, g in placed.items()}
         self.record.groups = {g.name: {"profile": g.profile, "tool": g.tool, "workers": list(g.worker_ids),
                                        "rto_resolution_s": measures(g.tool).rto_resolution_s,
                                        "statement_timeout": g.statement_timeout, "validation": g.validate,

@@ -131,10 +131,15 @@ def _placed_groups(pb: Playbook, inventory: Inventory, doc: object) -> None:
                                                             f"there, and password: {{env: {secret.env}}} is the "
                                                             "controller's environment: use password: {file: ...}, "
                                                             "the file present on each loader host")
-        if not group.where.hosts(inventory):
+        matched = group.where.hosts(inventory)
+        if not matched:
             zones = sorted({f"{inventory.hosts[h].tags.get('az', '(none)')} ({h})" for h in inventory.loaders.hosts})
             raise doc.error(("load", "groups", i, "where"), f"no loader host matches {group.where.said()}; "  # type: ignore[attr-defined]
                                                             f"the loader hosts and their az: {', '.join(zones)}")
+        if group.loaders is not None and group.loaders > len(matched):
+            raise doc.error(("load", "groups", i, "loaders"), f"loaders: {group.loaders}, and {len(matched)} loader "  # type: ignore[attr-defined]
+                                                              f"host(s) match {group.where.said()}: "
+                                                              f"{', '.join(matched)}")
     if not placed:
         return
     for i, step in enumerate(pb.steps):

@@ -116,6 +116,9 @@ class GroupBase(Frozen):
     # RTO of each route; default: the drill's cluster
     route: Name | None = None
     where: Where | None = None  # on loader hosts (an agent per share), else on the control node
+    # with where: on how many of the loader hosts it matches (the first N, in inventory order),
+    # each taking at least one agent; default: every one it matches
+    loaders: int | None = Field(None, ge=1, le=256)
 
     @field_validator("tool")
     @classmethod
@@ -148,6 +151,21 @@ class GroupBase(Frozen):
             raise ValueError(f"where: a {self.tool} group runs on the control node; only chaoskit's own clients run "
                              "on loader hosts yet")
         return self
+
+    @model_validator(mode="after")
+    def _fits_loaders(self) -> GroupBase:
+        if self.loaders is not None and self.where is None:
+            raise ValueError("loaders: N spreads a group over N of the loader hosts its where: matches; give where: "
+                             "too")
+        if self.loaders is not None and self.loaders > self.workers:
+            raise ValueError(f"loaders: {self.loaders} needs at least {self.loaders} workers (one agent per loader "
+                             f"host at least), the group has {self.workers}")
+        return self
+
+    def loader_hosts(self, inventory: Inventory) -> list[str]:
+        """The loader hosts its agents run on: the first `loaders` of those `where` matches."""
+        assert self.where is not None
+        return self.where.hosts(inventory)[:self.loaders]
 
     @model_validator(mode="after")
     def _fits_profile(self) -> GroupBase:

@@ -12,10 +12,29 @@ from chaoskit.inventory.fanout import RemotePool
 from chaoskit.workload.agent import AgentOrder
 from chaoskit.workload.framed import LEASE_S, FramedSource
 from chaoskit.workload.source import LoadSource
+from chaoskit.workload.spec import ClientGroup
 from chaoskit.workload.ssh_loader import _RUN_ID, LoaderRefused, SshLoader
 
 if TYPE_CHECKING:
     from chaoskit.workload.runner import LoadRunner
+
+
+def placed_shares(shares: list[tuple[ClientGroup, list[int]]], placement: dict[str, tuple[str, ...]]
+                  ) -> list[tuple[ClientGroup, list[int], str]]:
+    """(group, worker ids, loader host) per agent of the placed groups: a group's shares round robin
+    over its hosts, its workers split into as many shares as it has hosts where it had fewer (every
+    host it names takes an agent)."""
+    out: list[tuple[ClientGroup, list[int], str]] = []
+    for name, hosts in placement.items():
+        mine = [(g, ids) for g, ids in shares if g.name == name]
+        if not mine or not hosts:
+            continue
+        group = mine[0][0]
+        if len(mine) < len(hosts):
+            ids = sorted(w for _, share in mine for w in share)
+            mine = [(group, ids[i::len(hosts)]) for i in range(len(hosts))]
+        out += [(g, ids, hosts[turn % len(hosts)]) for turn, (g, ids) in enumerate(mine) if ids]
+    return out
 
 
 def loader_agent_sources(pool: RemotePool, placement: dict[str, tuple[str, ...]], run_id: str,
@@ -47,14 +66,8 @@ def loader_agent_sources(pool: RemotePool, placement: dict[str, tuple[str, ...]]
 
             via_ray = ray_hosts(loaders.ray, runner.inventory, run_id)
         checked: dict[str, SshLoader] = {}
-        turns: dict[str, int] = {}
         out: list[LoadSource] = []
-        for group, share in runner.shares():
-            where = placement.get(group.name)
-            if not where:
-                continue
-            turn = turns[group.name] = turns.get(group.name, -1) + 1
-            host = where[turn % len(where)]
+        for group, share, host in placed_shares(runner.shares(), placement):
             rate_share = spec.rate * len(share) / spec.workers if spec.rate else None
             order = AgentOrder.of(runner.route(group).model_dump_json(), inventory_json, spec, group, share,
                                   runner.recorder.base, rate_share)

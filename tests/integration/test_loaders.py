@@ -159,6 +159,33 @@ def test_client_groups_on_two_loader_hosts_deliver_exactly_what_their_agents_spo
     assert not [p for p in agent_pids(run_dir) if pid_alive(p)]
 
 
+def test_a_group_spread_over_two_loader_hosts_takes_an_agent_on_each(lab: Inventory, run_dir: Path) -> None:
+    """One group of 2 workers placed on ld-a and ld-b (`loaders: 2` over a `where:` matching both):
+    split into one agent per host, each in its host's network namespace with one of the workers;
+    the recorder holds exactly what the two spooled, and both wrote."""
+    events: list[dict] = []
+    spec = LoadSpec(workload="ledger", workers=2, params=PARAMS, groups=(ClientGroup("spread", workers=2),))
+    with RemotePool(lab) as pool:
+        runner = LoadRunner(lab.clusters["pg"], lab, spec, Recorder(base=time.time()), on_event=events.append,
+                            make_sources=loader_agent_sources(pool, {"spread": ("ld-a", "ld-b")}, run_dir.name))
+        runner.setup()
+        runner.start()
+        try:
+            time.sleep(2.0)
+            places = sorted(netns_of(pid) or "?" for pid, _ in agent_pids(run_dir))
+            time.sleep(2.0)
+        finally:
+            runner.stop()
+    assert places == ["ld-a", "ld-b"]
+    assert sorted((s.describe()["where"], s.workers) for s in runner.sources) == [("ld-a", (1,)), ("ld-b", (2,))]
+    kinds, spooled_acks = spooled(run_dir)
+    assert kinds.count("ready") == kinds.count("final") == 2
+    assert runner.recorder.totals()["write_ok"] == spooled_acks
+    acked, _ = acked_and_present(runner, runner.recorder)
+    assert {w for w, _ in acked} == {1, 2}
+    assert not [p for p in agent_pids(run_dir) if pid_alive(p)]
+
+
 def test_an_agent_killed_on_its_loader_is_lost_and_the_other_zone_goes_on(lab: Inventory, run_dir: Path) -> None:
     """ld-b's agent SIGKILLed 3 s into the load: its source is said lost (`loader_lost`, no final
     batch) and every acknowledged write it spooled before stays in the run, its later writes

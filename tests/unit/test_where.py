@@ -56,6 +56,29 @@ def test_a_group_runs_on_the_loader_hosts_of_its_zone_or_on_the_one_it_names(tmp
     assert groups["za"].said() == {"az": "a"} and groups["one"].said() == {"host": "ld-b2"}
 
 
+def test_loaders_n_takes_the_first_n_hosts_its_where_matches(tmp_path: Path) -> None:
+    inv = inventory(tmp_path)
+    loaded = load_playbook(playbook(tmp_path, "    - {name: one, workers: 4, where: {az: b}, loaders: 1}\n"
+                                              "    - {name: all, workers: 4, where: {az: b}}\n"), inv)
+    hosts = {g.group_name: g.loader_hosts(inv) for g in loaded.playbook.load.groups or ()}
+    assert hosts == {"one": ["ld-b"], "all": ["ld-b", "ld-b2"]}
+
+
+def test_a_placed_group_takes_an_agent_on_every_host_it_names() -> None:
+    """Shares round robin over the group's hosts; a group with fewer shares than hosts is split
+    into one share per host (worker ids dealt in turn); other groups are not placed."""
+    from chaoskit.workload.placement import placed_shares
+    from chaoskit.workload.spec import ClientGroup
+
+    za, zb, here = (ClientGroup("za", workers=5), ClientGroup("zb", workers=4, first_worker=6),
+                    ClientGroup("here", workers=1, first_worker=10))
+    shares = [(za, [1, 2, 3, 4, 5]), (zb, [6, 8]), (zb, [7, 9]), (here, [10])]
+    got = placed_shares(shares, {"za": ("ld-a", "ld-a2", "ld-a3"), "zb": ("ld-b",)})
+    assert [(g.name, ids, host) for g, ids, host in got] == [
+        ("za", [1, 4], "ld-a"), ("za", [2, 5], "ld-a2"), ("za", [3], "ld-a3"),
+        ("zb", [6, 8], "ld-b"), ("zb", [7, 9], "ld-b")]
+
+
 @pytest.mark.parametrize(("groups", "loaders", "step", "line", "field", "message"), [
     ("    - {name: x, workers: 2, where: {az: a, host: ld-a}}\n", True, None, 6, "load.groups[0].where",
      "exactly one of az or host"),
@@ -71,6 +94,14 @@ def test_a_group_runs_on_the_loader_hosts_of_its_zone_or_on_the_one_it_names(tmp
      "has no loaders: section"),
     ("    - {name: x, workers: 2, where: {az: a}}\n", True, CLIENT_LATENCY, 9, "steps[0].fault.target",
      "group x runs on loader hosts"),
+    ("    - {name: x, workers: 4, where: {az: b}, loaders: 3}\n", True, None, 6, "load.groups[0].loaders",
+     "loaders: 3, and 2 loader host(s) match {'az': 'b'}: ld-b, ld-b2"),
+    ("    - {name: x, workers: 4, loaders: 2}\n", True, None, 6, "load.groups[0]",
+     "loaders: N spreads a group over N of the loader hosts its where: matches; give where: too"),
+    ("    - {name: x, workers: 1, where: {az: b}, loaders: 2}\n", True, None, 6, "load.groups[0]",
+     "loaders: 2 needs at least 2 workers"),
+    ("    - {name: x, workers: 2, where: {az: b}, loaders: 0}\n", True, None, 6, "load.groups[0].loaders",
+     "greater than or equal to 1"),
 ])
 def test_bad_where_is_one_line_naming_file_line_and_field(tmp_path: Path, groups: str, loaders: bool,
                                                           step: str | None, line: int, field: str,
