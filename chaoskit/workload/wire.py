@@ -10,7 +10,16 @@ import json
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Base64Bytes, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    Base64Bytes,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from chaoskit.recorder import COLUMNS, ERROR_CLASSES, STALL, Batch, Gap
 
@@ -50,7 +59,16 @@ class GapWire(_Strict):
     first_err: float
     first_err_class: Annotated[str, AfterValidator(_gap_class)]
     first_ok_after: float | None
-    errors: Annotated[int, Field(ge=1)]
+    errors: Annotated[int, Field(ge=0)]
+
+    @model_validator(mode="after")
+    def _stall_or_errors(self) -> GapWire:
+        # a gap opens with an error (errors >= 1), or is a stall: an op acknowledged only after the
+        # stall bound, with no error (recorder.STALL, errors 0)
+        if (self.first_err_class == STALL) != (self.errors == 0):
+            raise ValueError(f"a {self.first_err_class} gap with {self.errors} errors: a stall has none, any other "
+                             "gap at least one")
+        return self
 
 
 class BatchWire(_Strict):

@@ -112,6 +112,8 @@ def _drained(tmp_path: Path) -> tuple[Recorder, list]:
         rec.record(4, "write", t, t + 0.002, OK, key=row, node="pg2", keyed=VERSION)
         t += 0.01
     rec.record(4, "read", t, t + 0.001, FAIL, "read_only", "cannot execute in a read-only transaction")
+    # acknowledged only after the stall bound (1 s): a gap of class stall, without errors
+    rec.record(5, "write", t - 0.5, t + 0.9, OK, key=1, node="pg1", keyed=SEQUENCE)
     first = rec.drain(t + 1.0)
     rec.record(3, "write", t + 1.1, t + 1.2, OK, key=41, node="pg2", keyed=SEQUENCE)
     return rec, [first, rec.drain(t + 2.0, final=True)]
@@ -122,6 +124,7 @@ def test_a_drained_batch_comes_back_exactly_and_merges_to_the_same_figures(tmp_p
     back = [wire.decode(wire.encode(b)) for b in batches]
     assert back == batches
     assert batches[0].ledger and batches[0].gaps and batches[0].errors and batches[0].rows and batches[0].ops
+    assert [(g.worker, g.first_err_class, g.errors) for g in batches[0].gaps if g.errors == 0] == [(5, "stall", 0)]
     direct, via = Recorder(base=1000.0, keep_ops=True), Recorder(base=1000.0, keep_ops=True)
     for b, c in zip(batches, back, strict=True):
         direct.merge(b)
@@ -129,7 +132,7 @@ def test_a_drained_batch_comes_back_exactly_and_merges_to_the_same_figures(tmp_p
     direct.finish()
     via.finish()
     assert via.totals() == direct.totals()
-    assert via.ledger_acknowledged() == direct.ledger_acknowledged() == {3: [(1, 6), (10, 19), (21, 41)]}
+    assert via.ledger_acknowledged() == direct.ledger_acknowledged() == {3: [(1, 6), (10, 19), (21, 41)], 5: [(1, 1)]}
     assert via.row_updates == direct.row_updates == {5: [2, 0], 9: [1, 0]}
     assert [tuple(o) for o in via.history.kept_ops()] == [tuple(o) for o in direct.history.kept_ops()]
 
@@ -156,6 +159,11 @@ def _payload(**change: object) -> bytes:
     (_payload(rows={"1; DROP": [1, 0]}), "rows"),
     (_payload(gaps=[{"worker": 1, "last_ok_before": None, "first_err": 1.0, "first_err_class": "bogus",
                      "first_ok_after": None, "errors": 1}]), "gaps.0.first_err_class"),
+    # a gap without errors is a stall, and a stall has none
+    (_payload(gaps=[{"worker": 1, "last_ok_before": None, "first_err": 1.0, "first_err_class": "timeout",
+                     "first_ok_after": 2.0, "errors": 0}]), "gaps.0"),
+    (_payload(gaps=[{"worker": 1, "last_ok_before": None, "first_err": 1.0, "first_err_class": "stall",
+                     "first_ok_after": 2.0, "errors": 2}]), "gaps.0"),
     (b'{"v":1,"intervals":[],"errors":[],"errors_dropped":0,"gaps":[],"ledger":[],"ops":[],"rows":{},'
      b'"watermark":NaN}', "watermark"),
 ])
