@@ -29,6 +29,7 @@ from chaoskit.faults.relay import stats_script
 from chaoskit.faults.spec import ALL_HOSTS, CLIENT, CONTROL, FaultBase
 from chaoskit.faults.targets import (
     RoleView,
+    control_known_on,
     live_target,
     member_of,
     named_hosts,
@@ -167,9 +168,7 @@ class FaultManager:
     def _control_addresses(self, host: str) -> list[str]:
         """The control node's addresses known here: the head of a Ray cluster chaoskit runs on it
         (the host adds the address chaoskit's SSH comes from itself)."""
-        if self.inventory.hosts[host].jump:
-            raise InputError(f"peer control on {host}, which is reached through a jump host: the control node's "
-                             "own address is not known there", source=self.inventory.source, field="peers")
+        control_known_on(host, self.inventory, self.inventory.source)
         ray = self.inventory.loaders.ray if self.inventory.loaders else None
         return [ray.head] if ray is not None and ray.head is not None else []
 

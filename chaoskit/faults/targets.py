@@ -69,10 +69,15 @@ def control_peer(spec: FaultBase, inventory: Inventory, source: str) -> None:
         raise InputError("peer control is ambiguous: the inventory has a host named control (the word means "
                          "the control node)", source=source, field="peers")
     for host in named_hosts(spec.target, inventory) or candidate_hosts(spec, inventory):
-        if inventory.hosts[host].jump:
-            raise InputError(f"peer control on {host}, which is reached through a jump host: its SSH comes from "
-                             f"the jump host, so the control node's own address is not known there",
-                             source=source, field="peers")
+        control_known_on(host, inventory, source)
+
+
+def control_known_on(host: str, inventory: Inventory, source: str) -> None:
+    """Refused: `control` on a host reached through a jump host (its SSH comes from the jump host)."""
+    if inventory.hosts[host].jump:
+        raise InputError(f"peer control on {host}, which is reached through a jump host: its SSH comes from "
+                         f"the jump host, so the control node's own address is not known there",
+                         source=source, field="peers")
 
 
 def candidate_hosts(spec: FaultBase, inventory: Inventory) -> list[str]:
