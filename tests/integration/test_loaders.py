@@ -7,6 +7,7 @@ Ray cluster is left."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -217,18 +218,29 @@ def test_an_agent_killed_on_its_loader_is_lost_and_the_other_zone_goes_on(lab: I
     assert not [p for p in agent_pids(run_dir) if pid_alive(p)]
 
 
+@contextlib.contextmanager
+def shortened_drill(lab: Inventory, playbook: str, tmp_path: Path, fault_at: str, duration: str,
+                    lasts: str) -> Iterator[tuple[dict, list[dict], Path]]:
+    """The shipped placed-groups playbook shortened and run: its run.json, its events and its
+    agents' directory on the loader hosts (removed afterwards)."""
+    from drillrun import run, shortened
+
+    pb = shortened(playbook, tmp_path, [fault_at], duration, [lasts], recovery_within="40s")
+    res, ev, run_dir = run(pb, tmp_path)
+    assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
+    spool = Path(lab.loaders.spool) / ev["run_id"]  # type: ignore[union-attr]
+    try:
+        yield ev, [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()], spool
+    finally:
+        shutil.rmtree(spool, ignore_errors=True)
+
+
 def test_az_failover_gives_each_zone_its_own_figures(lab: Inventory, tmp_path: Path) -> None:
     """az-failover shortened: the leader killed at +8 s under clients of zone a (on ld-a) and zone
     b (on ld-b). Each zone has its own figures (first and all clients back, lost writes) and they
     add up to the run's; run.json says where each zone's clients ran; every agent delivered its
     final batch (no loader lost) and left no process behind."""
-    from drillrun import run, shortened
-
-    pb = shortened("playbooks/az-failover.yaml", tmp_path, ["8s"], "30s", ["15s"], recovery_within="40s")
-    res, ev, run_dir = run(pb, tmp_path)
-    assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
-    spool = Path(lab.loaders.spool) / ev["run_id"]  # type: ignore[union-attr]
-    try:
+    with shortened_drill(lab, "playbooks/az-failover.yaml", tmp_path, "8s", "30s", "15s") as (ev, events, spool):
         (f,) = ev["results"]["faults"]
         assert f["outcome"] == "failover", f.get("outcome_text")
         groups = ev["results"]["groups"]
@@ -237,7 +249,6 @@ def test_az_failover_gives_each_zone_its_own_figures(lab: Inventory, tmp_path: P
         assert (groups["zone-b"]["where"], groups["zone-b"]["loaders"]) == ({"az": "b"}, ["ld-b"])
         # each zone's stamps are exact to within its loader's measured offset plus its uncertainty,
         # as the run's load_sources event has them
-        events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
         [said] = [e for e in events if e["kind"] == "load_sources"]
         for name, g in groups.items():
             [src] = [x for x in said["sources"] if x["group"] == name]
@@ -251,8 +262,6 @@ def test_az_failover_gives_each_zone_its_own_figures(lab: Inventory, tmp_path: P
         assert kinds.count("ready") == kinds.count("final") == 2
         assert ev["load"]["totals"]["write_ok"] == spooled_acks
         assert not [p for p in agent_pids(spool) if pid_alive(p)]
-    finally:
-        shutil.rmtree(spool, ignore_errors=True)
 
 
 def test_loaders_status_shows_each_hosts_zone_versions_and_clock(lab: Inventory) -> None:
@@ -285,13 +294,8 @@ def test_a_loader_cut_from_the_database_is_its_zones_outage_alone(lab: Inventory
     is kept, and zone b's agent, cut from the database but not from the controller, delivered to
     the end (no loader lost)."""
 
-    from drillrun import run, shortened
-
-    pb = shortened("playbooks/loader-partitioned.yaml", tmp_path, ["8s"], "30s", ["12s"], recovery_within="40s")
-    res, ev, run_dir = run(pb, tmp_path)
-    assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
-    spool = Path(lab.loaders.spool) / ev["run_id"]  # type: ignore[union-attr]
-    try:
+    with shortened_drill(lab, "playbooks/loader-partitioned.yaml", tmp_path, "8s", "30s", "12s") as (ev, events,
+                                                                                                     spool):
         (cut,) = ev["faults_injected"]
         assert cut["host"] == "ld-b" and cut["revert_verified"] is True
         (f,) = ev["results"]["faults"]
@@ -299,11 +303,9 @@ def test_a_loader_cut_from_the_database_is_its_zones_outage_alone(lab: Inventory
         zone_b = ev["results"]["groups"]["zone-b"]
         assert zone_b["rto_first_client_s"] >= cut["t_reverted"] - f["t_fault"] - cut["offset_uncertainty_s"]
         assert ev["results"]["rpo"]["lost_acknowledged"] == 0 and ev["results"]["rpo"]["phantoms"] == 0
-        kinds = [json.loads(line)["kind"] for line in (run_dir / "events.jsonl").read_text().splitlines()]
+        kinds = [e["kind"] for e in events]
         assert "loader_lost" not in kinds and "load_source_lost" not in kinds
         assert spooled(spool)[0].count("final") == 2
-    finally:
-        shutil.rmtree(spool, ignore_errors=True)
 
 
 def test_a_loader_cut_from_the_control_node_loses_nothing_and_says_what_came_late(lab: Inventory,
@@ -315,18 +317,12 @@ def test_a_loader_cut_from_the_control_node_loses_nothing_and_says_what_came_lat
     acknowledged writes the agents spooled, every one of them kept; the frames applied over 1 s
     after they were spooled are said once (`delivered_late`), and the run's closing account of the
     sources (`load_sources_ended`) has the same count and worst lateness; no loader was lost."""
-    from drillrun import run, shortened
-
     from chaoskit.workload.framed import LATE_S
 
-    pb = shortened("playbooks/loader-cut-from-control.yaml", tmp_path, ["8s"], "35s", ["20s"], recovery_within="40s")
-    res, ev, run_dir = run(pb, tmp_path)
-    assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
-    spool = Path(lab.loaders.spool) / ev["run_id"]  # type: ignore[union-attr]
-    try:
+    with shortened_drill(lab, "playbooks/loader-cut-from-control.yaml", tmp_path, "8s", "35s", "20s") as (
+            ev, events, spool):
         (cut,) = ev["faults_injected"]
         assert cut["host"] == "ld-b" and cut["revert_verified"] is True
-        events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
         kinds = [e["kind"] for e in events]
         assert "loader_lost" not in kinds and "load_source_lost" not in kinds and "load_undelivered" not in kinds
         [ended] = [e for e in events if e["kind"] == "load_sources_ended"]
@@ -343,8 +339,6 @@ def test_a_loader_cut_from_the_control_node_loses_nothing_and_says_what_came_lat
         assert ev["load"]["totals"]["write_ok"] == spooled_acks
         assert ev["results"]["rpo"]["lost_acknowledged"] == 0 and ev["results"]["rpo"]["phantoms"] == 0
         assert not [p for p in agent_pids(spool) if pid_alive(p)]
-    finally:
-        shutil.rmtree(spool, ignore_errors=True)
 
 
 def killed_controller(lab: Inventory, run_dir: Path, lease_s: float) -> tuple[list[tuple[int, int]], float]:
