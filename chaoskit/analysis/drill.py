@@ -238,13 +238,16 @@ def group_figures(groups: dict[str, dict[str, Any]], pb: Playbook, rec: Recorder
 
 def loader_clock_error(group: str, events: Sequence[dict[str, Any]]) -> float | None:
     """How far a group's op stamps can be off the control clock when its clients ran on loader
-    hosts: an agent stamps with its host's clock, which chaoskit measures but does not correct, so
-    the bound is the measured offset plus its uncertainty, the worst over the group's loaders
-    (from the `load_sources` event). Every time figure of the group is exact to within it, beside
-    the fault's own offset uncertainty. None when no loader of the group was measured."""
-    bounds = [abs(s.get("clock_offset_s") or 0.0) + (s.get("clock_uncertainty_s") or 0.0)
+    hosts. An agent stamps with its host's clock corrected by the offset measured before the start
+    (exact to within that measurement's uncertainty, from the `load_sources` event) and measured
+    again every 30 s (`loader_clock`: its `error_s`, the change since the previous measurement plus
+    both uncertainties); the bound is the worst of those over the group's loaders. Every time
+    figure of the group is exact to within it, beside the fault's own offset uncertainty. None
+    when no loader of the group was measured."""
+    bounds = [s.get("clock_uncertainty_s") or 0.0
               for e in events if e.get("kind") == "load_sources" for s in e.get("sources") or ()
               if s.get("group") == group]
+    bounds += [e.get("error_s") or 0.0 for e in events if e.get("kind") == "loader_clock" and e.get("group") == group]
     return round(max(bounds), 6) if bounds else None
 
 

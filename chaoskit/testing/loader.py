@@ -7,7 +7,10 @@ remote agent's.
   read or renewed (a partition between it and the control node); its agent goes on spooling;
 - `agent=FakeSource(..., lost_after=s)`: the agent dies without its final batch;
 - the lease: an agent not renewed by its lease's end stops (its final spooled), as a real one does
-  when its controller died; `renewals` counts them.
+  when its controller died; `renewals` counts them;
+- `measures`: what each re-measurement of its host's clock gives, in turn (an exception is
+  raised, as a host that cannot be read; once they run out, None: the control node's clock);
+  `clock_set` holds the offsets the controller told the agent.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from chaoskit.inventory.clock import ClockOffset
 from chaoskit.testing.source import FakeSource
 from chaoskit.workload.framed import Loader
 from chaoskit.workload.source import Delivery
@@ -37,7 +41,8 @@ class SpoolInbox:
 
 
 class SpooledFake(Loader):
-    def __init__(self, agent: FakeSource, spool: Path, cut_after: float | None = None, cut_for: float = 0.0) -> None:
+    def __init__(self, agent: FakeSource, spool: Path, cut_after: float | None = None, cut_for: float = 0.0,
+                 measures: list[ClockOffset | Exception] | None = None) -> None:
         self.agent = agent
         self.name = agent.name
         self.clock_offset_s = agent.clock_offset_s
@@ -50,6 +55,8 @@ class SpooledFake(Loader):
         self.renewals = 0
         self.lease_ended = False
         self.fetches = 0
+        self.measures = list(measures or [])
+        self.clock_set: list[float] = []
 
     def _cut(self) -> bool:
         if self.cut_after is None or self.t_go is None:
@@ -99,5 +106,16 @@ class SpooledFake(Loader):
         self.fetches += 1
         return self.reader.read(after=after)
 
+    def measure_clock(self) -> ClockOffset | None:
+        if not self.measures:
+            return None
+        got = self.measures.pop(0)
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    def set_clock(self, offset_s: float) -> None:
+        self.clock_set.append(offset_s)
+
     def describe(self) -> dict[str, Any]:
-        return {"where": "spooled fake"}
+        return {"where": "spooled fake", "group": "zone-x"}

@@ -8,6 +8,9 @@ from several machines). Started as `python3 -m chaoskit.workload.agent DIR`, whe
   rewrites it (`renew`); past it the agent stops by itself, its final batch spooled: a controller
   that died leaves no load running longer than its lease;
 - `go`: the start instant, written when every agent is ready;
+- `offset`: its host's clock offset (host minus control, seconds) as the controller measured it,
+  written before the start and again after each re-measurement: the agent stamps every op, and
+  reads the lease and the start, on the control clock (`chaoskit.workload.stamp`);
 - `stop`: present once the controller ends the load;
 - `controller.json`: the controller that started it (host, user, pid, start time) and the loader
   host it was started on (`loader`), for `chaoskit recover`, which leaves the agents of a
@@ -37,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from chaoskit.lifeline import process_start_time
+from chaoskit.workload import stamp
 from chaoskit.workload.framed import LEASE_S, FramedSource, Loader
 from chaoskit.workload.source import LoadSource
 from chaoskit.workload.spec import ClientGroup, LoadSpec
@@ -47,6 +51,7 @@ if TYPE_CHECKING:
     from chaoskit.workload.runner import LoadRunner
 
 ORDER, LEASE, GO, STOP, PID, SPOOL, LOG = "order.json", "lease", "go", "stop", "agent.pid", "spool.frames", "agent.log"
+OFFSET = "offset"  # the host's clock offset the controller measured (seconds, host minus control)
 CONTROLLER = "controller.json"  # who started it (host, pid, start time): `recover` spares a live one's agents
 POLL_S = 0.05
 
@@ -107,7 +112,7 @@ class _Spooled:
     def put(self, word: tuple[Any, ...]) -> None:
         kind, _pid, *rest = word
         with self.lock:
-            self.writer.append(encode_delivery(kind, time.time(), rest[0] if rest else None))
+            self.writer.append(encode_delivery(kind, stamp.now(), rest[0] if rest else None))
 
 
 class _Instant:
@@ -118,18 +123,30 @@ class _Instant:
 class _Control:
     """The control files, watched: `go` and `stop` as events, the lease enforced."""
 
-    def __init__(self, directory: Path, log: Any) -> None:
+    def __init__(self, directory: Path, log: Any, clock: stamp.StampClock = stamp.CLOCK) -> None:
         self.dir = directory
         self.log = log
+        self.clock = clock
         self.go = threading.Event()
         self.stop = threading.Event()
         self.start_at = _Instant()
         self.lease_ended = False
+        self.clock_offset = 0.0
+        self.clock_taken = False  # the first offset is applied at once, a later one slewed in
+
+    def take_clock(self) -> None:
+        """The offset in the `offset` file, when it changed (absent or not a number: as it was)."""
+        offset = read_instant(self.dir / OFFSET)
+        if offset is not None and offset != self.clock_offset:
+            self.clock.set_offset(offset, slew=self.clock_taken)
+            self.clock_offset, self.clock_taken = offset, True
+            print(f"agent: clock offset {offset:+.6f} s", file=self.log, flush=True)
 
     def watch(self) -> None:
         said_bad = False
         while not self.stop.is_set():
-            now = time.time()
+            self.take_clock()
+            now = self.clock.now()
             lease = read_instant(self.dir / LEASE)
             if lease is None and not said_bad:
                 said_bad = True
@@ -161,6 +178,7 @@ def main(directory: Path) -> int:
         fh.write(f"{pid}\n{process_start_time(pid)}\n")
     order = AgentOrder.model_validate_json((directory / ORDER).read_bytes())
     control = _Control(directory, log)
+    control.take_clock()  # before anything is stamped or the lease is read
     threading.Thread(target=control.watch, name="agent-control", daemon=True).start()
     with SpoolWriter(directory / SPOOL) as writer:
         out = _Spooled(writer)
@@ -168,7 +186,7 @@ def main(directory: Path) -> int:
             run_share(order.cluster_json, order.inventory_json, order.spec(), order.group(), order.worker_ids,
                       order.base, order.rate_share, out, control.go, control.start_at, control.stop)
         except Exception as exc:  # said in its spool as an event, then in its log; no final batch
-            out.put(("event", pid, {"kind": "agent_failed", "t": time.time(),
+            out.put(("event", pid, {"kind": "agent_failed", "t": stamp.now(),
                                     "error": f"{type(exc).__name__}: {exc}"[:300]}))
             raise
     print(json.dumps({"agent": "ended", "lease_ended": control.lease_ended}), file=log, flush=True)
@@ -195,6 +213,8 @@ class ProcessLoader(Loader):
         with os.fdopen(fd, "w") as fh:
             fh.write(self.order.model_dump_json())
         write_instant(self.dir / LEASE, lease_until)
+        if self.clock_offset_s:  # an agent whose clock is not the controller's (a test's faked one)
+            write_instant(self.dir / OFFSET, self.clock_offset_s)
         import chaoskit
 
         home = str(Path(chaoskit.__file__).resolve().parent.parent)
@@ -206,6 +226,9 @@ class ProcessLoader(Loader):
 
     def go(self, t_start: float) -> None:
         write_instant(self.dir / GO, t_start)
+
+    def set_clock(self, offset_s: float) -> None:
+        write_instant(self.dir / OFFSET, offset_s)
 
     def renew(self, lease_until: float) -> None:
         write_instant(self.dir / LEASE, lease_until)
@@ -252,10 +275,11 @@ class ProcessLoader(Loader):
         return {"where": "agent on the control node", "dir": str(self.dir)}
 
 
-def agent_sources(directory: Path, lease_s: float = LEASE_S) -> Callable[[LoadRunner], list[LoadSource]]:
+def agent_sources(directory: Path, lease_s: float = LEASE_S, python: str = sys.executable
+                  ) -> Callable[[LoadRunner], list[LoadSource]]:
     """For `LoadRunner(make_sources=...)`: each share of chaoskit's own clients as a load agent on
-    the control node, spooling in `<directory>/<group>-<first worker>/`, read back through
-    `FramedSource`."""
+    the control node (run by `python`), spooling in `<directory>/<group>-<first worker>/`, read
+    back through `FramedSource`."""
 
     def make(runner: LoadRunner) -> list[LoadSource]:
         spec = runner.spec
@@ -267,7 +291,7 @@ def agent_sources(directory: Path, lease_s: float = LEASE_S) -> Callable[[LoadRu
             rate_share = spec.rate * len(share) / spec.workers if spec.rate else None
             order = AgentOrder.of(runner.route(group).model_dump_json(), inventory_json, spec, group, share,
                                   runner.recorder.base, rate_share)
-            loader = ProcessLoader(f"{group.name}/{share[0]}", directory / f"{group.name}-{share[0]}", order)
+            loader = ProcessLoader(f"{group.name}/{share[0]}", directory / f"{group.name}-{share[0]}", order, python)
             out.append(FramedSource(loader, tuple(share), lease_s=lease_s))
         return out
 

@@ -15,25 +15,37 @@ process on the control node), so a batch never lives only in a process or a conn
   itself at the lease's end;
 - a loader that cannot be read for `lost_after_s`, or whose agent ended with every frame read and
   no final batch, is lost for good (`loader_lost`, with why); what it delivered stays and the
-  rest of the run goes on.
+  rest of the run goes on;
+- the agent stamps on the control clock with the offset its host's clock was measured at before
+  the start; every `CLOCK_EVERY_S` it is measured again and the agent told (`loader_clock`: the
+  offset, its uncertainty, the change, and `error_s`, how far the stamps since the previous
+  measurement can be off: the change plus both uncertainties). The worst of those, and of the
+  first measurement's uncertainty, is how exact every time figure of the agent's clients is.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chaoskit.workload.source import Delivery, Inbox, LoadSource
 from chaoskit.workload.spool import Frame
+from chaoskit.workload.stamp import STEP_OVER_S
 from chaoskit.workload.wire import WireError, decode_delivery
+
+if TYPE_CHECKING:
+    from chaoskit.inventory.clock import ClockOffset
 
 LATE_S = 1.0  # a frame applied later than this after it was spooled is late
 LEASE_S = 15.0  # an agent not renewed for this long stops by itself
 POLL_S = 0.1
+CLOCK_EVERY_S = 30.0  # a loader host's clock is measured again this often while it loads
+CLOCK_RETRY_S = 5.0  # and sooner after a measurement that could not be taken
 
 
 class Loader(ABC):
@@ -70,6 +82,14 @@ class Loader(ABC):
     def fetch(self, after: int) -> list[Frame]:
         """The whole frames numbered above `after`, in order; raises when the loader cannot be read."""
 
+    def measure_clock(self) -> ClockOffset | None:
+        """Its host's clock against the control clock now (None: it is the control node's)."""
+        return None
+
+    def set_clock(self, offset_s: float) -> None:
+        """Tell the agent the offset to stamp with from now on (`chaoskit.workload.stamp`)."""
+        return None
+
     def pids(self) -> list[int]:
         """Its processes on the control node (none for an agent on another host)."""
         return []
@@ -105,6 +125,9 @@ class FramedSource(LoadSource):
         self._lost: str | None = None
         self._final = False
         self._killed = threading.Event()
+        self.clock_error_s = self.clock_uncertainty_s  # how far its stamps can be off the control clock
+        self.clock_measures = 0  # measurements taken after the start
+        self._next_clock = math.inf
         self._inbox: Inbox | None = None
         self._thread = threading.Thread(target=self._run, name=f"framed-{self.name}", daemon=True)
 
@@ -113,6 +136,7 @@ class FramedSource(LoadSource):
         self._inbox = inbox
         self._renewed = self._clock()
         self.loader.start(self._renewed + self.lease_s)
+        self._next_clock = self._renewed + CLOCK_EVERY_S
         self._thread.start()
 
     def go(self, t_start: float) -> None:
@@ -153,7 +177,8 @@ class FramedSource(LoadSource):
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), **self.loader.describe(), "frames": self.applied, "frames_late": self.late,
-                "max_late_s": round(self.latest_s, 3), "lost": self._lost}
+                "max_late_s": round(self.latest_s, 3), "lost": self._lost,
+                "clock_error_s": round(self.clock_error_s, 6), "clock_measures": self.clock_measures}
 
     # -- reading the spool ---------------------------------------------------------------------
     def _event(self, kind: str, **fields: Any) -> None:
@@ -170,6 +195,8 @@ class FramedSource(LoadSource):
                     with contextlib.suppress(Exception):  # unreachable now: the read below says so
                         self.loader.renew(now + self.lease_s)
                         self._renewed = now
+                if now >= self._next_clock:
+                    self._remeasure(now)
                 try:
                     frames = self.loader.fetch(self.applied)
                 except Exception as exc:
@@ -203,6 +230,27 @@ class FramedSource(LoadSource):
                 self._said_late()
             if self._lost is not None:
                 self._event("loader_lost", why=self._lost, frames=self.applied)
+
+    def _remeasure(self, now: float) -> None:
+        try:
+            off: ClockOffset | None = self.loader.measure_clock()
+            if off is not None:
+                self.loader.set_clock(off.offset_s)
+        except Exception:  # unreachable now: measured again soon (its stamps keep the last offset)
+            self._next_clock = now + CLOCK_RETRY_S
+            return
+        if off is None:  # the control node's own clock
+            self._next_clock = math.inf
+            return
+        change = off.offset_s - self.clock_offset_s
+        error = abs(change) + self.clock_uncertainty_s + off.uncertainty_s
+        self.clock_offset_s, self.clock_uncertainty_s = off.offset_s, off.uncertainty_s
+        self.clock_error_s = max(self.clock_error_s, error)
+        self.clock_measures += 1
+        self._next_clock = now + CLOCK_EVERY_S
+        self._event("loader_clock", group=self.loader.describe().get("group"), offset_s=round(off.offset_s, 6),
+                    uncertainty_s=round(off.uncertainty_s, 6), change_s=round(change, 6), error_s=round(error, 6),
+                    stepped=abs(change) > STEP_OVER_S)
 
     def _said_late(self) -> None:
         """Once, before its final batch (the collector reads nothing of a source after that)."""

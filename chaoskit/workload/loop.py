@@ -30,7 +30,6 @@ import itertools
 import random
 import select
 import socket
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -38,6 +37,7 @@ from typing import Any
 
 from chaoskit.db.base import Driver, ErrorClass
 from chaoskit.recorder import FAIL, OK, Recorder
+from chaoskit.workload import stamp
 from chaoskit.workload.outcomes import DROP_CONNECTION, client_deadline, connect_error_class, first_line, outcome_for
 from chaoskit.workload.workloads import OpContext, Stmt, Workload
 
@@ -156,7 +156,7 @@ class ConnLoop:
 
     # -- the loop -----------------------------------------------------------------------------
     def run(self, should_stop: Callable[[], bool], on_tick: Callable[[float], None], tick: float = 0.05) -> None:
-        now = time.time()
+        now = stamp.now()
         for slot in self.slots:
             if self.rate:
                 slot.idle_since = now
@@ -166,7 +166,7 @@ class ConnLoop:
         next_tick = now + tick
         stop_by = float("inf")
         while True:
-            now = time.time()
+            now = stamp.now()
             if self.rate and not self.stopping:
                 self._start_arrivals(now)
             while self.timers and self.timers[0][0] <= now and not self.stopping:
@@ -226,7 +226,7 @@ class ConnLoop:
 
     def _begin(self, slot: Slot, t_invoke: float, now: float | None = None) -> None:
         slot.t_invoke = t_invoke
-        slot.t_op = now or time.time()
+        slot.t_op = now or stamp.now()
         if slot.conn is None:
             slot.state = CONNECTING
             fut = self.pool.submit(self.driver.connect_writer)
@@ -255,7 +255,7 @@ class ConnLoop:
             if slot.state != CONNECTING or fut is None or not fut.done():
                 continue
             slot.future = None
-            now = time.time()
+            now = stamp.now()
             try:
                 conn = fut.result()
             except Exception as exc:
@@ -309,7 +309,7 @@ class ConnLoop:
             if state == CLEANUP:
                 self._drop(slot)
                 slot.state = IDLE
-                self._after_op(slot, time.time())
+                self._after_op(slot, stamp.now())
             else:
                 self._finish_error(slot, exc)
 
@@ -330,7 +330,7 @@ class ConnLoop:
             if slot.state == CLEANUP:
                 self._drop(slot)
                 slot.state = IDLE
-                self._after_op(slot, time.time())
+                self._after_op(slot, stamp.now())
             elif slot.state == BUSY:
                 self._finish_error(slot, exc)
             else:  # input on an idle connection: the server said goodbye (e.g. terminated)
@@ -343,7 +343,7 @@ class ConnLoop:
         slot.result = None
         if state == CLEANUP:
             slot.state = IDLE
-            self._after_op(slot, time.time())
+            self._after_op(slot, stamp.now())
             return
         if state != BUSY or stmt is None:
             return
@@ -354,7 +354,7 @@ class ConnLoop:
 
     # -- outcomes -------------------------------------------------------------------------------
     def _finish_ok(self, slot: Slot, kind: str) -> None:
-        now = time.time()
+        now = stamp.now()
         slot.state = IDLE
         slot.gen = None
         self.recorder.record(slot.wid, kind, slot.t_invoke, now, OK, key=slot.ctx.key, node=slot.node,
@@ -363,7 +363,7 @@ class ConnLoop:
         self._after_op(slot, now)
 
     def _finish_error(self, slot: Slot, exc: BaseException, interrupted: bool = False) -> None:
-        now = time.time()
+        now = stamp.now()
         ctx = slot.ctx
         cls = ErrorClass.timeout if interrupted else self.driver.classify(exc)
         gave_up = interrupted or self.driver.client_gave_up(exc)

@@ -50,6 +50,7 @@ from chaoskit.db.registry import driver_for
 from chaoskit.inventory.models import Cluster, Inventory
 from chaoskit.lifeline import die_with_parent
 from chaoskit.recorder import FAIL, OK, Recorder
+from chaoskit.workload import stamp
 from chaoskit.workload.client_cpu import ClientCpu, CpuWindow
 from chaoskit.workload.engine import engine
 from chaoskit.workload.loop import missed_at_stop
@@ -86,13 +87,13 @@ class _Worker:
     def _next_start(self) -> float | None:
         """Closed loop: now. Open loop: the next scheduled arrival (counting missed ones)."""
         if self.arrivals is None:
-            return time.time()
+            return stamp.now()
         rate_share, counter = self.arrivals
-        t_free = time.time()  # this worker is free for the next arrival from now
+        t_free = stamp.now()  # this worker is free for the next arrival from now
         while not self.stop.is_set():
             k = next(counter)
             t_sched = self.t_start + k / rate_share
-            now = time.time()
+            now = stamp.now()
             if t_sched > now:
                 if self.stop.wait(t_sched - now):
                     return None
@@ -105,18 +106,18 @@ class _Worker:
         return None
 
     def _dispatched(self, t_sched: float, t_free: float) -> None:
-        self.recorder.dispatched(time.time(), t_sched, t_free)
+        self.recorder.dispatched(stamp.now(), t_sched, t_free)
 
     def _connect(self, t_invoke: float) -> bool:
         """Reach the writer for the op invoked at t_invoke; a failure is that op's outcome."""
-        self.inflight_since = time.time()
+        self.inflight_since = stamp.now()
         try:
             self.conn = self.driver.connect_writer()
             self.node = self.driver.node_of(self.conn)
             return True
         except Exception as exc:
             cls = connect_error_class(self.driver, exc)
-            self.recorder.record(self.wid, "write" if self.workload.writes else "read", t_invoke, time.time(),
+            self.recorder.record(self.wid, "write" if self.workload.writes else "read", t_invoke, stamp.now(),
                                  FAIL, cls.value, first_line(exc))
             return False
         finally:
@@ -161,16 +162,16 @@ class _Worker:
         ctx = self.ctx
         ctx.phase, ctx.key, ctx.kind = "pre", None, None
         self.interrupted = False
-        self.inflight_since = time.time()
+        self.inflight_since = stamp.now()
         kind = "write" if self.workload.writes else "read"
         try:
             kind = self.workload.run(self.conn, ctx)
-            t_done = time.time()
+            t_done = stamp.now()
             self.inflight_since = None
             self.recorder.record(self.wid, kind, t_invoke, t_done, OK, key=ctx.key, node=self.node,
                                  keyed=self.workload.keyed)
         except Exception as exc:
-            t_done = time.time()
+            t_done = stamp.now()
             self.inflight_since = None
             cls = ErrorClass.timeout if self.interrupted else self.driver.classify(exc)
             # the client's own socket deadline is a give-up like the watchdog's interrupt: the
@@ -228,16 +229,16 @@ def run_share(cluster_json: str, inventory_json: str, spec: LoadSpec, group: Cli
     workers = [_Worker(w, driver, workload, spec, recorder, stop, arrivals, t_start, group)
                for w in worker_ids]
     threads = [threading.Thread(target=w.run, name=f"worker-{w.wid}", daemon=True) for w in workers]
-    delay = t_start - time.time()
+    delay = t_start - stamp.now()
     if delay > 0:
         time.sleep(delay)
     for t in threads:
         t.start()
     deadline = client_deadline(spec.op_timeout)
-    last_drain = time.time()
+    last_drain = stamp.now()
     while not stop_evt.is_set():
         stop_evt.wait(0.05)
-        now = time.time()
+        now = stamp.now()
         for w in workers:
             w.watchdog_check(now, deadline)
         if now - last_drain >= DRAIN_EVERY:
@@ -246,14 +247,14 @@ def run_share(cluster_json: str, inventory_json: str, spec: LoadSpec, group: Cli
             last_drain = now
     stop.set()
     if arrivals is not None:
-        missed_at_stop(recorder, arrivals[1], arrivals[0], t_start, time.time(), spec.max_lateness)
-    end = time.time() + deadline + 1
+        missed_at_stop(recorder, arrivals[1], arrivals[0], t_start, stamp.now(), spec.max_lateness)
+    end = stamp.now() + deadline + 1
     for t in threads:
-        while t.is_alive() and time.time() < end:
+        while t.is_alive() and stamp.now() < end:
             t.join(0.05)
             for w in workers:
-                w.watchdog_check(time.time(), deadline, stopping=True)
-    batch = recorder.drain(time.time(), final=True)
+                w.watchdog_check(stamp.now(), deadline, stopping=True)
+    batch = recorder.drain(stamp.now(), final=True)
     out.put(("final", os.getpid(), batch))
 
 
@@ -262,12 +263,12 @@ def _run_loop(driver: Any, workload: Any, spec: LoadSpec, recorder: Recorder, wo
     from chaoskit.workload.my_loop import MyLoop
     from chaoskit.workload.pg_loop import PgLoop
 
-    delay = t_start - time.time()
+    delay = t_start - stamp.now()
     if delay > 0:
         time.sleep(delay)
     loop = (PgLoop if driver.family == "postgres" else MyLoop)(driver, workload, spec, recorder, worker_ids, t_start,
                                                                rate_share)
-    last_drain = [time.time()]
+    last_drain = [stamp.now()]
 
     def drain(now: float) -> None:
         if now - last_drain[0] >= DRAIN_EVERY:
@@ -275,7 +276,7 @@ def _run_loop(driver: Any, workload: Any, spec: LoadSpec, recorder: Recorder, wo
             last_drain[0] = now
 
     loop.run(stop_evt.is_set, drain)
-    out.put(("final", os.getpid(), recorder.drain(time.time(), final=True)))
+    out.put(("final", os.getpid(), recorder.drain(stamp.now(), final=True)))
 
 
 class SharedFlag:

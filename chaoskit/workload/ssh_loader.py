@@ -12,9 +12,11 @@ are checked against their SHA-256 there; the control files are numbers chaoskit 
 agent's pid is read back as digits and signalled only while its start time is the one the agent
 wrote. Before the start, the host's Python and chaoskit are checked (the same chaoskit version as
 the controller's, else a refusal naming the host and both versions), as is its clock: the agent
-stamps every op with its own clock, so a host whose clock is off the control node's by more than
-`CLOCK_TOLERANCE_S` beyond the measurement's uncertainty is refused with the offset (chaoskit does
-not correct a loader's clock: keep loader hosts synchronised, e.g. with chrony).
+stamps every op on the control clock, its host's clock corrected by the offset measured here
+(bracketed round trips over the host's shell) and measured again every 30 s while it loads
+(`chaoskit.workload.framed`); a host whose clock cannot be read within
+`CLOCK_UNCERTAINTY_MAX_S` is refused, since every time figure of its clients would be no more
+exact than that.
 """
 
 from __future__ import annotations
@@ -30,17 +32,18 @@ from typing import TYPE_CHECKING, Any
 from chaoskit.inventory.clock import ClockOffset, measure_offset
 from chaoskit.inventory.remote import HostUnreachable, Remote
 from chaoskit.lifeline import controller_identity
-from chaoskit.workload.agent import CONTROLLER, GO, LEASE, LOG, ORDER, PID, SPOOL, STOP, AgentOrder
+from chaoskit.workload.agent import CONTROLLER, GO, LEASE, LOG, OFFSET, ORDER, PID, SPOOL, STOP, AgentOrder
 from chaoskit.workload.framed import Loader
 from chaoskit.workload.spool import HEAD, MAGIC, Frame, FrameCursor
 
 if TYPE_CHECKING:
     pass
 
-CLOCK_TOLERANCE_S = 0.005
+CLOCK_UNCERTAINTY_MAX_S = 0.05  # a loader host whose clock cannot be read closer than this is refused
 TAIL_BYTES = 4 << 20  # read per fetch at most (a longer frame is read whole on the next one)
 _DIR = re.compile(r"^/[A-Za-z0-9_./@:+%=,~-]{1,300}$")
 _NUMBER = re.compile(r"^[0-9]+(\.[0-9]+)?$")
+_SIGNED = re.compile(r"^[+-][0-9]+\.[0-9]{6}$")
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")
 
 
@@ -59,6 +62,13 @@ def _instant(value: float) -> str:
     text = f"{float(value):.6f}"
     if not _NUMBER.fullmatch(text):
         raise ValueError(f"not an instant: {value!r}")
+    return text
+
+
+def _signed(value: float) -> str:
+    text = f"{float(value):+.6f}"
+    if not _SIGNED.fullmatch(text):
+        raise ValueError(f"not an offset: {value!r}")
     return text
 
 
@@ -87,11 +97,10 @@ class HostStatus:
                     "chaoskit[loaders] pins the same Ray on every node")
         if self.offset is None:
             return f"loader host {self.host}: its clock could not be read ({self.why})"
-        if abs(self.offset.offset_s) > self.offset.uncertainty_s + CLOCK_TOLERANCE_S:
-            return (f"loader host {self.host}: its clock is {self.offset.offset_s * 1000:+.1f} ms off the control "
-                    f"node's (+/- {self.offset.uncertainty_s * 1000:.1f} ms); a loader's agent stamps ops with its "
-                    f"own clock, so it must agree within {CLOCK_TOLERANCE_S * 1000:g} ms (synchronise it, e.g. "
-                    "chrony)")
+        if self.offset.uncertainty_s > CLOCK_UNCERTAINTY_MAX_S:
+            return (f"loader host {self.host}: its clock could be read no closer than +/- "
+                    f"{self.offset.uncertainty_s * 1000:.1f} ms (round trip {self.offset.rtt_s * 1000:.1f} ms); its "
+                    f"clients' time figures need it within {CLOCK_UNCERTAINTY_MAX_S * 1000:g} ms")
         return None
 
 
@@ -178,7 +187,8 @@ class SshLoader(Loader):
         lease = _instant(lease_until).encode()
         files = []
         who = json.dumps({**controller_identity(), "loader": self.remote.name}).encode()
-        for name, data in ((ORDER, order), (LEASE, lease), (CONTROLLER, who)):
+        offset = _signed(self.clock_offset_s).encode()
+        for name, data in ((ORDER, order), (LEASE, lease), (OFFSET, offset), (CONTROLLER, who)):
             files.append(f"w {name} {base64.b64encode(data).decode()} {hashlib.sha256(data).hexdigest()}")
         script = subshell([
             "set -e", "umask 077", f"D='{self.dir}'",
@@ -201,8 +211,17 @@ class SshLoader(Loader):
                                f"{(res.stderr or res.stdout).strip()[-300:]}")
 
     def _write(self, name: str, value: float) -> None:
-        self.remote.shell(f"printf '%s' {_instant(value)} > {self._q(name + '.tmp')} && "
+        self._put(name, _instant(value))
+
+    def _put(self, name: str, text: str) -> None:
+        self.remote.shell(f"printf '%s' {text} > {self._q(name + '.tmp')} && "
                           f"mv -f -- {self._q(name + '.tmp')} {self._q(name)}", timeout=30)
+
+    def measure_clock(self) -> ClockOffset:
+        return measure_offset(self.ssh())
+
+    def set_clock(self, offset_s: float) -> None:
+        self._put(OFFSET, _signed(offset_s))
 
     def go(self, t_start: float) -> None:
         self._write(GO, t_start)

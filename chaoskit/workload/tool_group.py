@@ -20,6 +20,7 @@ from typing import Any
 from chaoskit.inventory.models import Cluster, Inventory
 from chaoskit.lifeline import die_with_parent
 from chaoskit.recorder import Recorder
+from chaoskit.workload import stamp
 from chaoskit.workload.engine import engine
 from chaoskit.workload.outcomes import client_deadline
 from chaoskit.workload.spec import ClientGroup, LoadSpec
@@ -74,10 +75,10 @@ def tool_main(cluster_json: str, inventory_json: str, spec: LoadSpec, group: Cli
     runner = engine(group.tool).runner(group, cluster, inventory, spec, Path(raw), recorder, rate_share)
     out.put(("ready", os.getpid()))
     go.wait()
-    delay = start_at.value - time.time()
+    delay = start_at.value - stamp.now()
     if delay > 0:
         time.sleep(delay)
-    last_drain = time.time()
+    last_drain = stamp.now()
 
     def ship(now: float, kind: str = "batch") -> None:
         for ev in runner.events:
@@ -88,7 +89,7 @@ def tool_main(cluster_json: str, inventory_json: str, spec: LoadSpec, group: Cli
 
     def ship_when_due() -> None:
         nonlocal last_drain
-        now = time.time()
+        now = stamp.now()
         if now - last_drain >= DRAIN_EVERY:
             ship(now)
             last_drain = now
@@ -96,9 +97,9 @@ def tool_main(cluster_json: str, inventory_json: str, spec: LoadSpec, group: Cli
     runner.heartbeat = ship_when_due
     try:
         while not stop_evt.is_set():
-            runner.tick(time.time())
+            runner.tick(stamp.now())
             ship_when_due()
             stop_evt.wait(POLL_S)
     finally:
         runner.stop()
-        ship(time.time(), "final")
+        ship(stamp.now(), "final")

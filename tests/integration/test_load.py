@@ -315,6 +315,60 @@ def test_load_agents_spool_every_result_and_the_recorder_holds_exactly_that(lab:
     assert not [p for p in agent_pids(tmp_path / "agents") if pid_alive(p)]
 
 
+def test_load_agents_on_a_clock_10_s_ahead_stamp_on_the_control_clock(lab: Inventory, tmp_path: Path) -> None:
+    """Agents whose clock runs 10 s ahead (their python's time.time, faked per process the way a
+    loader host's clock would be off), told that offset as a loader host's measured offset is
+    told: they start at the control instant and stamp on the control clock. Every ledger row's
+    client time, read back from the writer, and every ack time the recorder holds lie between the
+    start and the stop plus what an agent may still finish after it (its stop poll, an op in
+    flight up to its client deadline, a second): uncorrected they would be 10 s later; with the
+    sign wrong, 10 s earlier than the start."""
+    import sys
+
+    from chaoskit.workload.agent import POLL_S, agent_sources
+    from chaoskit.workload.outcomes import client_deadline
+
+    ahead = 10.0
+    fake = tmp_path / "ahead"
+    fake.mkdir()
+    (fake / "sitecustomize.py").write_text(f"import time\n_real = time.time\ntime.time = lambda: _real() + {ahead!r}\n")
+    python = tmp_path / "python-ahead"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="{fake}:$PYTHONPATH" exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    make = agent_sources(tmp_path / "agents", python=str(python))
+
+    def told(runner: LoadRunner) -> list:
+        sources = make(runner)
+        for s in sources:  # as check() sets a loader host's measured offset
+            s.loader.clock_offset_s = s.clock_offset_s = ahead  # type: ignore[attr-defined]
+        return sources
+
+    spec = LoadSpec(workload="ledger", workers=2, params=PARAMS)
+    recorder = Recorder(base=time.time())
+    runner = LoadRunner(lab.clusters["pg"], lab, spec, recorder, make_sources=told)
+    runner.setup()
+    runner.run_for(4)
+    assert runner.t_start is not None and runner.t_end is not None
+    after_stop = runner.t_end + POLL_S + client_deadline(spec.op_timeout) + 1.0
+    assert after_stop < runner.t_end + ahead
+    conn = runner.driver.connect_writer()
+    try:
+        cur = conn.cursor()
+        cur.execute(f"SELECT count(*), min(client_ts), max(client_ts) FROM {Ledger.TABLE} WHERE run_id = %s",
+                    (spec.run_id,))
+        rows, first, last = cur.fetchone()
+    finally:
+        Driver.close_quietly(conn)
+    assert rows > 20
+    assert runner.t_start - 0.01 <= first and last <= after_stop, (runner.t_start, first, last, runner.t_end)
+    for w, ranges in recorder.ledger_acknowledged().items():
+        for seq in (ranges[0][0], ranges[-1][1]):
+            _, t = recorder.ledger_outcome(w, seq)
+            assert t is not None and runner.t_start - 0.01 <= t <= after_stop, (w, seq, t)
+    logs = " ".join(p.read_text() for p in (tmp_path / "agents").glob("*/agent.log"))
+    assert logs.count("clock offset +10.000000 s") == len(runner.sources), logs[-2000:]
+
+
 CONTROLLER = """
 import sys, time
 from pathlib import Path

@@ -240,20 +240,36 @@ def test_az_failover_gives_each_zone_its_own_figures(lab: Inventory, tmp_path: P
     b (on ld-b). Each zone has its own figures (first and all clients back, lost writes) and they
     add up to the run's; run.json says where each zone's clients ran; every agent delivered its
     final batch (no loader lost) and left no process behind."""
-    with shortened_drill(lab, "playbooks/az-failover.yaml", tmp_path, "8s", "30s", "15s") as (ev, events, spool):
+    with shortened_drill(lab, "playbooks/az-failover.yaml", tmp_path, "8s", "45s", "15s") as (ev, events, spool):
         (f,) = ev["results"]["faults"]
         assert f["outcome"] == "failover", f.get("outcome_text")
         groups = ev["results"]["groups"]
         assert set(groups) == {"zone-a", "zone-b"}
         assert (groups["zone-a"]["where"], groups["zone-a"]["loaders"]) == ({"az": "a"}, ["ld-a"])
         assert (groups["zone-b"]["where"], groups["zone-b"]["loaders"]) == ({"az": "b"}, ["ld-b"])
-        # each zone's stamps are exact to within its loader's measured offset plus its uncertainty,
-        # as the run's load_sources event has them
+        # each loader's clock measured before the start and again every 30 s while it loaded (a
+        # turn of its reader may come up to 10 s late); its zone's stamps are exact to within the
+        # worst of the first uncertainty and each re-measurement's change plus both uncertainties
         [said] = [e for e in events if e["kind"] == "load_sources"]
+        [ended] = [e for e in events if e["kind"] == "load_sources_ended"]
+        due = int((ended["t"] - said["t"] - 10.0) // 30.0)
+        assert due >= 1, (said["t"], ended["t"])
         for name, g in groups.items():
             [src] = [x for x in said["sources"] if x["group"] == name]
             assert src["where"] == g["loaders"][0] and src["via"] == "ray"
-            assert g["loader_clock_error_s"] == round(abs(src["clock_offset_s"]) + src["clock_uncertainty_s"], 6) > 0
+            again = [e for e in events if e["kind"] == "loader_clock" and e["source"] == src["source"]]
+            assert len(again) >= due, again
+            before, errors = src["clock_uncertainty_s"], [src["clock_uncertainty_s"]]
+            for e in again:  # one kernel clock here: every offset within its uncertainty and the shell's delay
+                assert e["group"] == name and abs(e["offset_s"]) <= e["uncertainty_s"] + 0.005 and not e["stepped"]
+                # (each figure rounded to the microsecond as said)
+                assert e["error_s"] == pytest.approx(abs(e["change_s"]) + before + e["uncertainty_s"], abs=2e-6)
+                before = e["uncertainty_s"]
+                errors.append(e["error_s"])
+            assert g["loader_clock_error_s"] == round(max(errors), 6) > 0
+            [end] = [x for x in ended["sources"] if x["source"] == src["source"]]
+            assert end["clock_measures"] == len(again)
+            assert end["clock_error_s"] == pytest.approx(g["loader_clock_error_s"], abs=1e-6)
         assert all(0 < g["rto_first_client_s"] <= g["rto_all_clients_s"] < 30 for g in groups.values())
         assert sum(g["rpo"]["lost_acknowledged"] for g in groups.values()) == \
             ev["results"]["rpo"]["lost_acknowledged"]
@@ -266,13 +282,12 @@ def test_az_failover_gives_each_zone_its_own_figures(lab: Inventory, tmp_path: P
 
 def test_loaders_status_shows_each_hosts_zone_versions_and_clock(lab: Inventory) -> None:
     """`chaoskit loaders status`: both lab loader hosts with their zone, this chaoskit, the pinned
-    Ray, a live node of the lab's Ray cluster, and a clock offset within its uncertainty plus the
-    tolerance (one kernel clock here); ready, exit 0."""
+    Ray, a live node of the lab's Ray cluster, and a clock offset within its uncertainty plus 5 ms
+    (one kernel clock here); ready, exit 0."""
     import subprocess
 
     import chaoskit
     from chaoskit.workload.ray_plane import RAY_VERSION
-    from chaoskit.workload.ssh_loader import CLOCK_TOLERANCE_S
 
     res = subprocess.run(["chaoskit", "loaders", "status", "-i", "inventories/lab.yaml", "--json"],
                          capture_output=True, text=True, timeout=120)
@@ -284,7 +299,7 @@ def test_loaders_status_shows_each_hosts_zone_versions_and_clock(lab: Inventory)
     assert got["ray"]["reachable"] is True and got["ray"]["pinned"] == RAY_VERSION
     assert all(r["ray"] == RAY_VERSION and r["ray_node"] is True for r in got["loaders"])
     for r in got["loaders"]:
-        assert abs(r["clock_offset_ms"]) <= r["clock_uncertainty_ms"] + CLOCK_TOLERANCE_S * 1000
+        assert abs(r["clock_offset_ms"]) <= r["clock_uncertainty_ms"] + 5.0
 
 
 def test_a_loader_cut_from_the_database_is_its_zones_outage_alone(lab: Inventory, tmp_path: Path) -> None:

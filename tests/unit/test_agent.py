@@ -104,3 +104,34 @@ def test_the_loader_kills_only_the_process_that_wrote_the_pid_file(tmp_path: Pat
         if other.poll() is None:
             other.kill()
             other.wait()
+
+
+def test_the_agent_stamps_with_the_offset_it_is_told_first_at_once_then_slewed(tmp_path: Path) -> None:
+    """The `offset` file before the start (+5 s: its host's clock ahead) is applied at once, so the
+    lease, read on the control clock, is not over although the host's own clock is a second past
+    it; the offset written later (+5.05 s) is taken in (slewed: `test_stamp`) by the watch."""
+    from chaoskit.workload.stamp import SLEW_S, StampClock
+
+    clock = StampClock()
+    control = agent._Control(tmp_path, log=open(tmp_path / "log", "w"), clock=clock)  # noqa: SIM115
+    agent.write_instant(tmp_path / agent.OFFSET, 5.0)
+    control.take_clock()
+    assert clock.offset() == 5.0
+    assert abs(clock.now() - (time.time() - 5.0)) < 0.01
+    agent.write_instant(tmp_path / agent.LEASE, time.time() - 1.0)  # past on the host's clock, not on the control's
+    (tmp_path / agent.OFFSET).write_text("$(id)")  # not a number: the offset stays as it was
+    control.take_clock()
+    assert clock.offset() == 5.0
+    agent.write_instant(tmp_path / agent.OFFSET, 5.05)
+    watcher = threading.Thread(target=control.watch, daemon=True)
+    watcher.start()
+    end = time.monotonic() + SLEW_S + 2.0
+    while clock.offset() != 5.05 and time.monotonic() < end:
+        assert 5.0 <= clock.offset() <= 5.05
+        time.sleep(0.01)
+    assert clock.offset() == 5.05
+    assert not control.lease_ended  # the control clock is still 4 s before the lease
+    control.stop.set()
+    watcher.join(5)
+    assert "clock offset +5.000000 s" in (tmp_path / "log").read_text()
+    assert "clock offset +5.050000 s" in (tmp_path / "log").read_text()

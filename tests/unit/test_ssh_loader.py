@@ -87,8 +87,10 @@ def test_the_agent_starts_in_a_directory_of_its_own_and_reads_what_it_is_told(tm
     ld = loader(tmp_path)
     d = tmp_path / "agent"
     try:
+        ld.clock_offset_s = -0.00125  # its host's clock measured 1.25 ms behind the control node's
         ld.start(1_796_000_000.25)
         assert until(lambda: ld.running() is True)
+        assert (d / agent.OFFSET).read_text() == "-0.001250" and agent.read_instant(d / agent.OFFSET) == -0.00125
         assert agent.AgentOrder.model_validate_json((d / agent.ORDER).read_bytes()) == ld.order
         assert agent.read_instant(d / agent.LEASE) == 1_796_000_000.25
         assert (d / "args").read_text().split() == ["-m", "chaoskit.workload.agent", str(d)]
@@ -97,6 +99,8 @@ def test_the_agent_starts_in_a_directory_of_its_own_and_reads_what_it_is_told(tm
         assert json.loads((d / agent.CONTROLLER).read_text()) == {**controller_identity(), "loader": "here"}
         ld.go(1_796_000_001.5)
         ld.renew(1_796_000_030.0)
+        ld.set_clock(0.0021)  # measured again
+        assert agent.read_instant(d / agent.OFFSET) == 0.0021
         ld.stop()
         assert agent.read_instant(d / agent.GO) == 1_796_000_001.5
         assert agent.read_instant(d / agent.LEASE) == 1_796_000_030.0 and (d / agent.STOP).exists()
@@ -144,7 +148,33 @@ def test_a_host_whose_python_cannot_import_chaoskit_is_refused(tmp_path: Path) -
 def test_this_host_passes_the_check_with_its_clock(tmp_path: Path) -> None:
     ld = loader(tmp_path)
     ld.check()
-    assert ld.offset is not None and abs(ld.clock_offset_s) <= ld.clock_uncertainty_s + ssh_loader.CLOCK_TOLERANCE_S
+    # one clock here: the offset is within the measurement's uncertainty and the shell's own delay
+    assert ld.offset is not None and abs(ld.clock_offset_s) <= ld.clock_uncertainty_s + 0.005
+    assert ld.clock_uncertainty_s <= ssh_loader.CLOCK_UNCERTAINTY_MAX_S
+    again = ld.measure_clock()  # as every 30 s during the run
+    assert abs(again.offset_s) <= again.uncertainty_s + 0.005 and again.samples == 7
+
+
+def test_a_host_whose_clock_cannot_be_read_closely_is_refused_with_the_round_trip() -> None:
+    """Worked by hand: a best round trip of 120 ms reads the clock to +/- 60 ms, over the 50 ms
+    its clients' time figures need; one of 80 ms (+/- 40 ms) passes, whatever its offset (the
+    agent stamps with the offset corrected)."""
+    from chaoskit.inventory.clock import ClockOffset
+
+    slow = ssh_loader.HostStatus("ld-x", "/usr/bin/python3", chaoskit.__version__, "3.11",
+                                 ClockOffset(offset_s=3.5, uncertainty_s=0.06, rtt_s=0.12, samples=7))
+    assert slow.refusal(chaoskit.__version__) == ("loader host ld-x: its clock could be read no closer than +/- "
+                                                  "60.0 ms (round trip 120.0 ms); its clients' time figures need "
+                                                  "it within 50 ms")
+    ok = ssh_loader.HostStatus("ld-x", "/usr/bin/python3", chaoskit.__version__, "3.11",
+                               ClockOffset(offset_s=3.5, uncertainty_s=0.04, rtt_s=0.08, samples=7))
+    assert ok.refusal(chaoskit.__version__) is None
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_an_offset_that_is_not_a_number_never_reaches_the_host(tmp_path: Path, bad: float) -> None:
+    with pytest.raises(ValueError, match="not an offset"):
+        loader(tmp_path).set_clock(bad)
 
 
 @pytest.mark.parametrize("bad", ["relative/dir", "/tmp/a b", "/tmp/it's", "/tmp/$(id)", "/tmp/../etc", "/tmp/x\n"])

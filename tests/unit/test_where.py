@@ -126,15 +126,20 @@ def test_a_password_from_the_controllers_environment_is_refused_for_loader_hosts
     load_playbook(playbook(tmp_path, "    - {name: x, workers: 2}\n"), inv)  # on the control node: fine
 
 
-def test_a_groups_loader_clock_error_is_its_worst_loaders_offset_plus_uncertainty() -> None:
-    """Worked by hand: zone b's two loaders measured +0.8 ms +/- 0.5 ms and -1.5 ms +/- 0.25 ms;
-    their stamps are not corrected, so zone b's figures are exact to within 1.5 + 0.25 = 1.75 ms.
-    Zone a ran on the control node: no bound."""
+def test_a_groups_loader_clock_error_is_its_worst_measurements_uncertainty_or_drift() -> None:
+    """Worked by hand: zone b's two loaders measured +0.8 ms +/- 0.5 ms and -1.5 ms +/- 0.25 ms
+    before the start; their stamps are corrected by those offsets, so at first they are exact to
+    within 0.5 ms. 30 s later ld-b measured +1.1 ms +/- 0.4 ms: its stamps in between may have been
+    off by the change 0.3 plus both uncertainties 0.5 + 0.4 = 1.2 ms, the group's worst. Zone a ran
+    on the control node: no bound."""
     from chaoskit.analysis.drill import loader_clock_error
 
     events = [{"kind": "load_sources", "t": 1.0, "sources": [
         {"source": "zone-b/5@ld-b", "group": "zone-b", "clock_offset_s": 0.0008, "clock_uncertainty_s": 0.0005},
         {"source": "zone-b/6@ld-b2", "group": "zone-b", "clock_offset_s": -0.0015, "clock_uncertainty_s": 0.00025},
     ]}]
-    assert loader_clock_error("zone-b", events) == 0.00175
+    assert loader_clock_error("zone-b", events) == 0.0005
+    events.append({"kind": "loader_clock", "t": 31.0, "source": "zone-b/5@ld-b", "group": "zone-b",
+                   "offset_s": 0.0011, "uncertainty_s": 0.0004, "change_s": 0.0003, "error_s": 0.0012})
+    assert loader_clock_error("zone-b", events) == 0.0012
     assert loader_clock_error("zone-a", events) is None

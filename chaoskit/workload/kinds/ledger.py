@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from chaoskit.keyranges import KeyRanges
 from chaoskit.recorder import SEQUENCE
+from chaoskit.workload import stamp
 from chaoskit.workload.checks import LostWrites
 from chaoskit.workload.sql_script import Ledger as LedgerTable
 from chaoskit.workload.workloads import OpContext, Steps, Stmt, Workload, ledger_digest, ledger_keys_present
@@ -38,7 +38,7 @@ class Ledger(Workload):
         ctx.seq += 1
         ctx.key = ctx.seq
         ctx.committing()  # autocommit: the INSERT is the commit
-        yield Stmt(self._insert, (self.run_id, ctx.worker, ctx.seq, time.time(), self._payload))
+        yield Stmt(self._insert, (self.run_id, ctx.worker, ctx.seq, stamp.now(), self._payload))
         return "write"
 
     def present(self, conn: Any) -> KeyRanges:
