@@ -9,7 +9,8 @@ rounds; the goal for loaders: >= 0.9). With `--agents loaders` each round also p
 cost: the controller's CPU per merged op (everything its process did, the Ray driver and SSH
 included, this script's sampling left out; the local run's worker processes are not in it), each
 agent's process tree and each Ray node's daemons as CPU share and resident memory (sampled every
-0.5 s; the Ray daemons also idle, before the round), and the start skew: each zone's first
+0.5 s; the Ray daemons also idle, before the round), each loader's clock offset and its
+uncertainty as measured over SSH and through its Ray actor, and the start skew: each zone's first
 acknowledged write after the common start instant. `--lost` instead SIGKILLs ld-b's agent 3 s
 into a two-zone load and prints the seconds until the controller said `loader_lost`.
 
@@ -160,6 +161,12 @@ def one(clients: int, seconds: float, agents: Path | None, where: str = "here") 
         for g in groups:
             acks = [c[c < LEDGER_UNSET] for c in (rec.ledger_column(w) for w in g.worker_ids)]
             firsts[g.name] = rec.base + min(int(a.min()) for a in acks if len(a)) / 1000 - (runner.t_start or 0.0)
+        for src in runner.sources:  # each loader's clock as measured before the start, both ways
+            d = src.describe()
+            ways = [f"{w.removeprefix('clock_')} {d[w]['offset_s'] * 1000:+.3f} ms +/- "
+                    f"{d[w]['uncertainty_s'] * 1000:.3f} ms" for w in ("clock_ssh", "clock_ray") if d.get(w)]
+            if ways:
+                print(f"    clock of {d.get('where')}: " + ", ".join(ways), flush=True)
         print("    start: each zone's first acknowledged write after the common start: "
               + ", ".join(f"{n} {v * 1000:+.0f} ms" for n, v in firsts.items())
               + f"; skew {(max(firsts.values()) - min(firsts.values())) * 1000:.0f} ms", flush=True)

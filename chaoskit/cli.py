@@ -530,9 +530,14 @@ def validate(playbook: Annotated[Path, typer.Argument(help="Playbook YAML.")], i
                   "by design):", highlight=False, markup=False)
         for line in describe(sql):
             out.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
+    placed = {g.group_name: (g.loader_hosts(inv)[:1] if not g.where.live else
+                             [f"the first whose Ray node matches {g.where.said()}"])
+              for g in pb.load.groups or () if g.where is not None}
     for group in pb.load.to_spec().client_groups():
         if engine(group.tool).external():
-            out.print(f"load group {group.name} runs {group.tool} on this machine:", highlight=False)
+            where = (f"on loader host {placed[group.name][0]} (its tables made from this machine first)"
+                     if placed.get(group.name) else "on this machine")
+            out.print(f"load group {group.name} runs {group.tool} {where}:", highlight=False)
             for line in describe_tool(group, inv.clusters[group.route or pb.cluster]):
                 out.print(f"  {line}", highlight=False, soft_wrap=True)
 

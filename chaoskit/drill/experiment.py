@@ -82,15 +82,21 @@ def tables_of(workload: str, load: ToolConfig | None) -> str:
     return engine(tool.tool).tables_of(workload) if tool is not None else workload
 
 
+PLACED = "clients"  # the group of a cell whose clients run on loader hosts
+
+
 def cell_load(workload: str, workers: int, op_timeout: float, table_rows: int, load: ToolConfig | None,
-              prepare: bool) -> LoadSpec:
-    """One cell's load: `workers` of chaoskit's own clients, or one tool group of `workers` threads
-    running the test `workload` (its tables made first when `prepare`: once per test and target)."""
+              prepare: bool, placed: bool = False) -> LoadSpec:
+    """One cell's load: `workers` of chaoskit's own clients (`placed`: one group, `PLACED`, whose
+    shares run on loader hosts), or one tool group of `workers` threads running the test
+    `workload` (its tables made first when `prepare`: once per test and target)."""
+    from chaoskit.workload.spec import ClientGroup
+
     params = WorkloadParams(table_rows=table_rows)
     load = tool_of_cell(workload, load)
     if load is None:
-        return LoadSpec(workload=workload, workers=workers, op_timeout=op_timeout, params=params)
-    from chaoskit.workload.spec import ClientGroup
+        groups = (ClientGroup(PLACED, workers=workers),) if placed else ()
+        return LoadSpec(workload=workload, workers=workers, op_timeout=op_timeout, params=params, groups=groups)
 
     # one group of the tool, as a drill's (pgbench: one per client, started again if it aborts;
     # JMeter: the plan, its threads set through chaoskit.threads, validated with the experiment)
@@ -106,10 +112,12 @@ MANAGED_NOTE = ("a managed service with no host to SSH into: no host checks, no 
 def measure_cell(inv: Inventory, cluster: str, fm: FaultManager, *, workload: str, workers: int, delay_ms: float,
                  link: Link | None, warmup: float, measure: float, table_rows: int,
                  op_timeout: float, sync_standby: Any = None, load: ToolConfig | None = None,
-                 tool_dir: Path | None = None, prepare: bool = True) -> dict[str, Any]:
+                 tool_dir: Path | None = None, prepare: bool = True,
+                 placed: tuple[str, ...] = ()) -> dict[str, Any]:
     """One cell. `sync_standby`: the HA manager, when synchronous replication is on and the cell
     must not start before a synchronous standby is named again. `load`: a tool makes the load
-    (its output kept under `tool_dir`); `prepare`: its tables are made first."""
+    (its output kept under `tool_dir`); `prepare`: its tables are made first. `placed`: the
+    loader hosts chaoskit's own clients run on (load agents, split over them; `fm`'s SSH pool)."""
     faults = []
     target = inv.clusters[cluster]
     with contextlib.ExitStack() as stack:
@@ -139,8 +147,13 @@ def measure_cell(inv: Inventory, cluster: str, fm: FaultManager, *, workload: st
                     while not any(m.sync for m in sync_standby.members()) and time.time() < deadline:
                         time.sleep(0.2)
         rec = Recorder(base=time.time())
-        load_spec = cell_load(workload, workers, op_timeout, table_rows, load, prepare)
-        runner = LoadRunner(target, inv, load_spec, rec, tool_dir=tool_dir)
+        load_spec = cell_load(workload, workers, op_timeout, table_rows, load, prepare, placed=bool(placed))
+        extra: dict[str, Any] = {}
+        if placed:
+            from chaoskit.workload.placement import loader_agent_sources
+
+            extra["make_sources"] = loader_agent_sources(fm.pool, {PLACED: placed}, load_spec.run_id)
+        runner = LoadRunner(target, inv, load_spec, rec, tool_dir=tool_dir, **extra)
         runner.setup()
         t_start, client = runner.run_measured(warmup, measure)
         window = (t_start + warmup, t_start + warmup + measure)
@@ -158,9 +171,14 @@ def measure_cell(inv: Inventory, cluster: str, fm: FaultManager, *, workload: st
         assert tool_dir is not None
         latency = {"mean_ms": None, "p50_ms": None, "p90_ms": None, "p99_ms": None, "p999_ms": None,
                    **engine(load.tool).window_latency(tool_dir / load.tool, *window)}
+    figures = client.with_dispatch(w).figures()
+    if placed:  # the clients ran on loader hosts: the control node's CPU says nothing of them
+        figures.update({"client_cpu_cores": None, "client_cpu_busiest_process": None, "client_saturated": None,
+                        "client_saturated_why": "clients on loader hosts: their CPU is not measured here",
+                        "loaders": list(placed)})
     return {"workload": workload, "workers": workers, "delay_ms": delay_ms, "tps": round(w["tps"], 1),
             "window": [round(window[0], 6), round(window[1], 6)],  # the measured instants (control clock)
-            **latency, **client.with_dispatch(w).figures(),
+            **latency, **figures,
             "error_rate": error_rate(w) if ops else None,  # no ops: no rate (not 0)
             "proxy_added_p50_ms": round(statistics.median(added), 3) if added else None,
             "proxy_added_p99_ms": max((s["added_p99_ms"] for s in proxy if s.get("added_p99_ms")), default=None),
@@ -212,8 +230,10 @@ def summarise(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[st
         if any("client_cpu_cores" in r for r in rs):
             # a cell is the client's as soon as one of its repeats was: its TPS is then the client's limit
             why = next((r["client_saturated_why"] for r in rs if r.get("client_saturated")), None)
-            cell.update({"client_cpu_cores": med("client_cpu_cores"), "client_saturated": why is not None,
-                         "client_saturated_why": why})
+            measured = any(r.get("client_cpu_cores") is not None for r in rs)  # not on loader hosts
+            cell.update({"client_cpu_cores": med("client_cpu_cores"),
+                         "client_saturated": why is not None if measured else None,
+                         "client_saturated_why": why if measured else rs[0].get("client_saturated_why")})
             if any(r.get("client_dispatch_late_pct") is not None for r in rs):
                 cell["client_dispatch_late_pct"] = med("client_dispatch_late_pct")
         out.append(cell)
@@ -231,6 +251,7 @@ def run_experiment(exp: Experiment, inv: Inventory, inventory_path: str, progres
     `tool_dir`: where a tool's output is kept, a directory per cell (`cell-NNN/`)."""
     run = ExperimentRun(exp, inv, inventory_path, progress, tool_dir)
     with stop_signals_interrupt(), run.hosts_connected(), run.hosts_sampled(), run.healing(), run.cells_kept():
+        run.place_clients()
         run.read_targets()
         run.change_settings()
         run.measure_cells()
@@ -258,6 +279,7 @@ class ExperimentRun:
         self.series: Any = {}
         self.fm: FaultManager | None = None
         self.undo: Undo | None = None
+        self.placed: tuple[str, ...] = ()  # the loader hosts the clients run on (where:)
 
     @contextlib.contextmanager
     def hosts_connected(self) -> Iterator[None]:
@@ -297,6 +319,17 @@ class ExperimentRun:
             self.interrupted = "interrupted (Ctrl-C or SIGTERM); faults reverted, settings restored"
         except Exception as exc:
             self.failures.add(f"cell {len(self.rows)}", exc)
+
+    def place_clients(self) -> None:
+        """With `where:`: the loader hosts the cells' clients run on, and each ready (this chaoskit,
+        its clock), before anything is changed; kept in the result."""
+        if self.exp.where is None:
+            return
+        from chaoskit.drill.preflight import loader_hosts_ready, where_hosts
+
+        assert self.fm is not None
+        self.placed = where_hosts("experiment", self.exp.where, self.exp.loaders, self.inv)
+        loader_hosts_ready(list(self.placed), self.inv, self.fm.pool)
 
     def read_targets(self) -> None:
         for t in self.targets:
@@ -348,7 +381,8 @@ class ExperimentRun:
             cell = measure_cell(inv, target, self.fm, workload=wl, workers=w, delay_ms=d, link=exp.link,
                                 warmup=exp.warmup, measure=exp.measure, table_rows=exp.table_rows,
                                 op_timeout=exp.op_timeout, sync_standby=ha if sync_on else None,
-                                load=exp.load, tool_dir=cell_dir, prepare=tables not in prepared)
+                                load=exp.load, tool_dir=cell_dir, prepare=tables not in prepared,
+                                placed=self.placed)
             prepared.add(tables)
             if m is not None:
                 cell["synchronous_mode"] = m
@@ -360,7 +394,9 @@ class ExperimentRun:
         result: dict[str, Any] = {
             "experiment": self.exp.model_dump(mode="json"), "started": self.started, "ended": time.time(),
             "settings": self.settings, "rows": self.rows, "cells": [], "aborted": self.interrupted,
-            "settings_restore_errors": self.restore_errors, "failures": self.failures}
+            "settings_restore_errors": self.restore_errors, "failures": self.failures,
+            **({"placement": {"where": self.exp.where.said(), "loaders": list(self.placed)}}
+               if self.exp.where is not None else {})}
         with self.failures.guard("analysis"):
             _summarised(result, self.exp, self.inv, self.targets, self.series, self.required)
         return result

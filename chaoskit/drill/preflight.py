@@ -26,8 +26,9 @@ from chaoskit.inventory.capabilities import probe_capabilities
 from chaoskit.inventory.clock import measure_offset
 from chaoskit.inventory.fanout import RemotePool, fan_out_pool
 from chaoskit.inventory.models import Cluster, Inventory
-from chaoskit.playbook.models import Playbook
+from chaoskit.playbook.models import Playbook, Where
 from chaoskit.topology.roles import discover_roles
+from chaoskit.workload.engine import engine
 
 PG_SETTINGS = ("server_version", "synchronous_commit", "fsync", "synchronous_standby_names", "max_connections",
                "wal_level", "full_page_writes")
@@ -57,26 +58,87 @@ def touched_hosts(pb: Playbook, inv: Inventory) -> list[str]:
     return sorted(hosts)
 
 
-def _loaders_ready(pb: Playbook, inv: Inventory, pool: RemotePool) -> None:
-    """The loader hosts the groups' `where:` names run this chaoskit and agree with this clock:
-    refused before anything is touched (their agents would be refused at the load's start)."""
+def where_hosts(name: str, where: Where, loaders: int | None, inv: Inventory, first_only: bool = False,
+                nodes: list[Any] | None = None) -> tuple[str, ...]:
+    """The loader hosts clients placed by `where` (and `loaders: N`) run on, in inventory order: by
+    zone or name from the inventory, or (labels, resources) by the Ray cluster's live nodes
+    (`nodes`, else asked now); none matching, or fewer than N, is refused naming what the hosts
+    have. `first_only`: a tool group's one tool."""
+    n = 1 if first_only else loaders
+    if not where.live:
+        return tuple(where.hosts(inv)[:n])
+    from chaoskit.workload.ray_plane import RayUnavailable, cluster_nodes, matching_hosts
+
+    assert inv.loaders is not None and inv.loaders.ray is not None  # validated
+    try:
+        nodes = nodes if nodes is not None else cluster_nodes(inv.loaders.ray)
+    except RayUnavailable as exc:
+        raise PreflightError(f"{name}: where: {where.said()} is matched on the Ray cluster, and {exc}") from None
+    matched, seen = matching_hosts(nodes, inv, where.labels, where.resources)
+    if not matched:
+        raise PreflightError(f"{name}: no live Ray node of a loader host matches {where.said()}; the loader hosts: "
+                             f"{seen}")
+    if loaders is not None and loaders > len(matched):
+        raise PreflightError(f"{name}: loaders: {loaders}, and {len(matched)} loader host(s) match {where.said()}: "
+                             f"{', '.join(matched)}")
+    return tuple(matched[:n])
+
+
+def placement(pb: Playbook, inv: Inventory) -> dict[str, tuple[str, ...]]:
+    """The loader hosts each group with `where:` runs on (`where_hosts`; the Ray cluster asked once)."""
+    out: dict[str, tuple[str, ...]] = {}
+    nodes = None
+    for g in pb.load.groups or ():
+        if g.where is None:
+            continue
+        if g.where.live and nodes is None and inv.loaders is not None and inv.loaders.ray is not None:
+            from chaoskit.workload.ray_plane import RayUnavailable, cluster_nodes
+
+            try:
+                nodes = cluster_nodes(inv.loaders.ray)
+            except RayUnavailable as exc:
+                raise PreflightError(f"group {g.group_name}: where: {g.where.said()} is matched on the Ray "
+                                     f"cluster, and {exc}") from None
+        out[g.group_name] = where_hosts(f"group {g.group_name}", g.where, g.loaders, inv,
+                                        first_only=engine(g.tool).external(), nodes=nodes)
+    return out
+
+
+def loader_hosts_ready(hosts: list[str], inv: Inventory, pool: RemotePool) -> None:
+    """Each loader host runs this chaoskit (and the pinned Ray, through Ray) and its clock can be
+    read: refused before anything is touched (their agents would be refused at the load's start)."""
     from chaoskit import __version__
+    from chaoskit.workload.ray_plane import RAY_VERSION
     from chaoskit.workload.ssh_loader import host_status
 
-    placed = sorted({h for g in pb.load.groups or () if g.where is not None for h in g.where.hosts(inv)})
-    if not placed or inv.loaders is None:
+    if not hosts or inv.loaders is None:
         return
     python = inv.loaders.python
-    from chaoskit.workload.ray_plane import RAY_VERSION
-
     ray = RAY_VERSION if inv.loaders.ray is not None else None  # every node runs the Ray chaoskit pins
-    statuses = fan_out_pool(pool, lambda remote: host_status(remote, python), placed)
-    for host in placed:
+    statuses = fan_out_pool(pool, lambda remote: host_status(remote, python), hosts)
+    for host in hosts:
         status = statuses[host]
         why = f"loader host {host}: {status}" if isinstance(status, BaseException) else \
             status.refusal(__version__, ray)
         if why:
             raise PreflightError(why)
+
+
+def _loaders_ready(pb: Playbook, inv: Inventory, pool: RemotePool) -> dict[str, tuple[str, ...]]:
+    """The loader hosts the groups' `where:` names are ready (`loader_hosts_ready`), and a tool
+    group's host has its tool; the placement."""
+    from chaoskit.playbook.models import tool_settings
+    from chaoskit.workload.ssh_loader import program_refusal
+
+    placed_by_group = placement(pb, inv)
+    loader_hosts_ready(sorted({h for hosts in placed_by_group.values() for h in hosts}), inv, pool)
+    for g in pb.load.groups or ():  # a tool group's tool on the host it runs on
+        if g.where is not None and engine(g.tool).external():
+            for host in placed_by_group[g.group_name]:
+                why = program_refusal(pool.get(host), engine(g.tool).programs(tool_settings(g, g.tool)), g.group_name)
+                if why:
+                    raise PreflightError(why)
+    return placed_by_group
 
 
 def run_preflight(pb: Playbook, inv: Inventory, pool: RemotePool, ha: HAManager, fm: FaultManager,
@@ -85,7 +147,7 @@ def run_preflight(pb: Playbook, inv: Inventory, pool: RemotePool, ha: HAManager,
     driver = driver or driver_for(cluster, inv)
     hosts = touched_hosts(pb, inv)  # a managed service has none: its steps are its client link only
     production = refuse_production(inv, hosts, [pb.cluster], allow=allow_production)
-    _loaders_ready(pb, inv, pool)
+    placed = _loaders_ready(pb, inv, pool)
     offsets = fan_out_pool(pool, measure_offset, hosts)
     caps = fan_out_pool(pool, probe_capabilities, hosts)
     for host in hosts:
@@ -142,6 +204,8 @@ def run_preflight(pb: Playbook, inv: Inventory, pool: RemotePool, ha: HAManager,
         "roles_before": [r.to_dict() for r in roles], "primary_before": primaries[0],
         "server_settings": settings, "ha": describe_ha(ha), "detection_bound_s": bound,
         "production_targets": production, "allow_production": allow_production, "warnings": warnings,
+        # the loader hosts each placed group runs on (labels and resources: as the Ray cluster had them now)
+        **({"placement": {g: list(hosts) for g, hosts in placed.items()}} if placed else {}),
     }
 
 

@@ -12,6 +12,7 @@ from chaoskit.analysis.drill import LoadSource, analyse, gather_truth
 from chaoskit.db.base import Driver
 from chaoskit.db.registry import driver_for
 from chaoskit.drill.healing import Undo
+from chaoskit.drill.preflight import placement as placed_hosts
 from chaoskit.drill.preflight import run_preflight
 from chaoskit.drill.recovery import wait_recovery
 from chaoskit.drill.steps import Steps
@@ -239,7 +240,9 @@ class Drill:
         # groups with `where:` run as load agents on their loader hosts (validated: at least one matches)
         placed = {g.group_name: g for g in self.pb.load.groups or () if g.where is not None}
         wheres = {name: g.where for name, g in placed.items() if g.where is not None}
-        placement = {name: tuple(g.loader_hosts(self.inputs.inventory)) for name, g in placed.items()}
+        found = (self.record.preflight or {}).get("placement")  # as the preflight found it
+        placement = {g: tuple(h) for g, h in found.items()} if found is not None else \
+            placed_hosts(self.pb, self.inputs.inventory)
         self.record.groups = {g.name: {"profile": g.profile, "tool": g.tool, "workers": list(g.worker_ids),
                                        "rto_resolution_s": measures(g.tool).rto_resolution_s,
                                        "statement_timeout": g.statement_timeout, "validation": g.validate,

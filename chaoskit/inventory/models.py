@@ -379,6 +379,9 @@ class Loaders(Frozen):
     python: SafePath = "/usr/bin/python3"
     spool: SafePath = "/var/lib/chaoskit/loader"
     ray: RayPlane | None = None
+    # custom Ray resources of a loader host's node, for `where: {resources: ...}` (nodes chaoskit
+    # starts; on a Ray cluster you run, its nodes' own)
+    resources: dict[Name, dict[Name, Annotated[float, Field(gt=0, le=1e9)]]] = Field(default_factory=dict)
 
     @field_validator("python", "spool")
     @classmethod
@@ -392,6 +395,16 @@ class Loaders(Frozen):
         if doubled:
             raise ValueError(f"host {doubled[0]} listed twice")
         return value
+
+    @model_validator(mode="after")
+    def _resources_of_loaders(self) -> Loaders:
+        other = sorted(set(self.resources) - set(self.hosts))
+        if other:
+            raise ValueError(f"resources: {other[0]} is not one of the loader hosts ({', '.join(self.hosts)})")
+        if self.resources and (self.ray is None or not self.ray.managed):
+            raise ValueError("resources: are given to the Ray nodes chaoskit starts (ray: {head: ...}); a Ray "
+                             "cluster you run has its nodes' own")
+        return self
 
 
 class Inventory(Frozen):

@@ -7,12 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from chaoskit.inventory.models import Inventory
 from chaoskit.models import Frozen
 from chaoskit.playbook.models import (
     Seconds,
+    Where,
     fill_tool_settings,
     refuse_renamed_patroni,
     tool_settings,
@@ -127,6 +128,10 @@ class Experiment(Frozen):
     require: dict[SettingName, bool | int | float | str] = Field(default_factory=dict)
     # the load: chaoskit's own clients (default), or a tool run on this machine (`load: {tool: sysbench}`)
     load: ToolConfig | None = None
+    # chaoskit's own clients on loader hosts (a playbook group's `where:` and `loaders:`): each cell's
+    # clients split over the hosts it matches, each share a load agent there
+    where: Where | None = None
+    loaders: int | None = Field(None, ge=1)
 
     @model_validator(mode="before")
     @classmethod
@@ -165,6 +170,29 @@ class Experiment(Frozen):
         if self.kind == "compare" and self.link is not None and self.link.source != "client":
             raise ValueError("compare adds the same delay to each target's client link: link: {source: client}")
         return self
+
+    @field_validator("where")
+    @classmethod
+    def _own_clients_placed(cls, value: Where | None, info: ValidationInfo) -> Where | None:
+        load = info.data.get("load")
+        if value is not None and load is not None:
+            raise ValueError(f"where: places chaoskit's own clients; {load.tool}'s cells run on this machine (their "
+                             "output is read here)")
+        return value
+
+    @field_validator("loaders")
+    @classmethod
+    def _loaders_placed(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is None:
+            return value
+        if info.data.get("where") is None:
+            raise ValueError("loaders: N spreads each cell's clients over N of the loader hosts where: matches; give "
+                             "where: too")
+        grid = info.data.get("grid")
+        if grid is not None and value > min(grid.workers):
+            raise ValueError(f"loaders: {value} needs at least {value} workers in every cell (one agent per loader "
+                             f"host at least), and grid.workers has {min(grid.workers)}")
+        return value
 
     @model_validator(mode="after")
     def _one_mode_source(self) -> Experiment:
@@ -222,4 +250,14 @@ def load_experiment(path: Path, inv: Inventory) -> Experiment:
     unknown = set(exp.settings) - changeable
     if unknown:
         raise doc.error(("settings",), f"cannot change {', '.join(sorted(unknown))} on {exp.cluster}")
+    if exp.where is not None:
+        from chaoskit.playbook.loader import where_refusal
+
+        for name in (exp.cluster, *exp.targets):
+            refused = where_refusal(exp.where, exp.loaders, inv, name)
+            if refused:
+                raise doc.error(refused[0], refused[1])
+        if exp.link is not None and exp.link.source == "client":
+            raise doc.error(("link", "source"), "link: {source: client} delays the control node's client link, and "
+                                                "the clients run on loader hosts (where:)")
     return exp

@@ -12,7 +12,7 @@ from chaoskit.faults.manager import FaultManager
 from chaoskit.faults.spec import CLIENT, KINDS, STEP_TARGET, FaultBase
 from chaoskit.faults.targets import live_target, named_hosts, split_target, validate_target
 from chaoskit.inventory.models import Inventory
-from chaoskit.playbook.models import Playbook
+from chaoskit.playbook.models import Playbook, Where
 from chaoskit.workload.engine import tool_engine_refusal
 from chaoskit.yamlsrc import load_yaml, raise_validation
 
@@ -115,31 +115,44 @@ def _managed_drill(pb: Playbook, doc: object) -> None:
                                      "split_brain are judged through its endpoints)")
 
 
+def where_refusal(where: Where, loaders: int | None, inventory: Inventory, route: str
+                  ) -> tuple[tuple[str, ...], str] | None:
+    """Why clients cannot be placed by `where` (and `loaders: N`) with this inventory, as (the
+    field below the group, the message); None: they can. The inventory must have loader hosts
+    (with `ray:` for labels and resources, which match live nodes at the start), the clients
+    must read their password from a file there, and a zone or name must match N hosts at least."""
+    if inventory.loaders is None:
+        return ("where",), f"where: needs loader hosts, and inventory {inventory.source} has no loaders: section"
+    cluster = inventory.clusters.get(route)
+    secret = cluster.password if cluster is not None else None
+    if secret is not None and secret.env is not None:
+        return ("where",), ("clients on loader hosts read the database password there, and password: {env: "
+                            f"{secret.env}}} is the controller's environment: use password: {{file: ...}}, the file "
+                            "present on each loader host")
+    if where.live:  # labels, resources: matched on the Ray cluster's live nodes at the start
+        if inventory.loaders.ray is None:
+            return ("where",), f"where: {where.said()} matches Ray nodes, and inventory {inventory.source}'s " \
+                               "loaders: has no ray:"
+        return None
+    matched = where.hosts(inventory)
+    if not matched:
+        zones = sorted({f"{inventory.hosts[h].tags.get('az', '(none)')} ({h})" for h in inventory.loaders.hosts})
+        return ("where",), f"no loader host matches {where.said()}; the loader hosts and their az: {', '.join(zones)}"
+    if loaders is not None and loaders > len(matched):
+        return ("loaders",), f"loaders: {loaders}, and {len(matched)} loader host(s) match {where.said()}: " \
+                             f"{', '.join(matched)}"
+    return None
+
+
 def _placed_groups(pb: Playbook, inventory: Inventory, doc: object) -> None:
     """Groups with `where:` run on loader hosts: the inventory must have them, one at least must
     match, and the load is then not behind the control node's client link."""
     placed = [(i, g) for i, g in enumerate(pb.load.groups or ()) if g.where is not None]
     for i, group in placed:
         assert group.where is not None
-        if inventory.loaders is None:
-            raise doc.error(("load", "groups", i, "where"), "where: needs loader hosts, and inventory "  # type: ignore[attr-defined]
-                                                            f"{inventory.source} has no loaders: section")
-        route = inventory.clusters.get(group.route or pb.cluster)
-        secret = route.password if route is not None else None
-        if secret is not None and secret.env is not None:
-            raise doc.error(("load", "groups", i, "where"), "clients on loader hosts read the database password "  # type: ignore[attr-defined]
-                                                            f"there, and password: {{env: {secret.env}}} is the "
-                                                            "controller's environment: use password: {file: ...}, "
-                                                            "the file present on each loader host")
-        matched = group.where.hosts(inventory)
-        if not matched:
-            zones = sorted({f"{inventory.hosts[h].tags.get('az', '(none)')} ({h})" for h in inventory.loaders.hosts})
-            raise doc.error(("load", "groups", i, "where"), f"no loader host matches {group.where.said()}; "  # type: ignore[attr-defined]
-                                                            f"the loader hosts and their az: {', '.join(zones)}")
-        if group.loaders is not None and group.loaders > len(matched):
-            raise doc.error(("load", "groups", i, "loaders"), f"loaders: {group.loaders}, and {len(matched)} loader "  # type: ignore[attr-defined]
-                                                              f"host(s) match {group.where.said()}: "
-                                                              f"{', '.join(matched)}")
+        refused = where_refusal(group.where, group.loaders, inventory, group.route or pb.cluster)
+        if refused:
+            raise doc.error(("load", "groups", i, *refused[0]), refused[1])  # type: ignore[attr-defined]
     if not placed:
         return
     for i, step in enumerate(pb.steps):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
+    BeforeValidator,
     Field,
     PrivateAttr,
     StringConstraints,
@@ -73,28 +74,50 @@ class SqlWorkloadConfig(Frozen):
         return self._script
 
 
+RayLabelKey = Annotated[str, Field(pattern=r"^[A-Za-z0-9]([A-Za-z0-9_./-]{0,62})$")]
+RayLabelValue = Annotated[str, BeforeValidator(lambda v: str(v) if isinstance(v, int | float | bool) else v),
+                          Field(pattern=r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,62})$")]
+
+
 class Where(Frozen):
     """Where a client group's load runs: on the inventory's loader hosts (`loaders:`) of a zone
-    (`az: b`, the hosts' `az` tag) or on one of them by name (`host: ld-b`); without it, on the
-    control node. Exactly one of the two."""
+    (`az: b`, the hosts' `az` tag), on one of them by name (`host: ld-b`), or on those whose live
+    Ray node carries labels (`labels: {rack: r2}`: every one) or has resources (`resources:
+    {loadgen: 1}`: at least that much of each); without it, on the control node. Exactly one of
+    the four. Labels and resources are the Ray cluster's: they are matched against its live nodes
+    when the drill starts (`live()`), never offline."""
 
     az: Tag | None = None
     host: Name | None = None
+    labels: dict[RayLabelKey, RayLabelValue] | None = Field(None, min_length=1)
+    resources: dict[Name, Annotated[float, Field(gt=0)]] | None = Field(None, min_length=1)
 
     @model_validator(mode="after")
     def _one(self) -> Where:
-        if (self.az is None) == (self.host is None):
-            raise ValueError("where: takes exactly one of az or host")
+        if sum(x is not None for x in (self.az, self.host, self.labels, self.resources)) != 1:
+            raise ValueError("where: takes exactly one of az, host, labels or resources")
         return self
 
+    @property
+    def live(self) -> bool:
+        """Matched against the Ray cluster's live nodes (labels, resources), not the inventory."""
+        return self.labels is not None or self.resources is not None
+
     def hosts(self, inventory: Inventory) -> list[str]:
-        """The inventory's loader hosts it names, in their order (empty: none)."""
+        """The inventory's loader hosts it names, in their order (empty: none); a live form
+        (labels, resources) is matched by `chaoskit.workload.ray_plane.matching_hosts`."""
+        if self.live:
+            raise ValueError("where: labels/resources are matched against the live Ray nodes")
         loaders = inventory.loaders.hosts if inventory.loaders is not None else ()
         if self.host is not None:
             return [h for h in loaders if h == self.host]
         return [h for h in loaders if inventory.hosts[h].tags.get("az") == str(self.az).lower()]
 
-    def said(self) -> dict[str, str]:
+    def said(self) -> dict[str, Any]:
+        if self.labels is not None:
+            return {"labels": dict(self.labels)}
+        if self.resources is not None:
+            return {"resources": dict(self.resources)}
         return {"az": str(self.az)} if self.az is not None else {"host": str(self.host)}
 
 
@@ -147,9 +170,12 @@ class GroupBase(Frozen):
                              "apply")
         if tool.external() and self.validation:
             raise ValueError(f"{self.tool} has no check on checkout: validation is for chaoskit's own pool clients")
-        if self.where is not None and self.tool != BUILTIN:
-            raise ValueError(f"where: a {self.tool} group runs on the control node; only chaoskit's own clients run "
-                             "on loader hosts yet")
+        if self.where is not None and not tool.on_loaders:
+            raise ValueError(f"where: a {self.tool} group runs on the control node (its files are read there); "
+                             "chaoskit's own clients, pgbench and sysbench run on loader hosts")
+        if self.where is not None and tool.external() and (self.loaders or 1) > 1:
+            raise ValueError(f"loaders: a {self.tool} group is one {self.tool} on one loader host (the first its "
+                             "where: matches); give a group per host for more")
         return self
 
     @model_validator(mode="after")
@@ -162,10 +188,13 @@ class GroupBase(Frozen):
                              f"host at least), the group has {self.workers}")
         return self
 
-    def loader_hosts(self, inventory: Inventory) -> list[str]:
-        """The loader hosts its agents run on: the first `loaders` of those `where` matches."""
+    def loader_hosts(self, inventory: Inventory, matched: list[str] | None = None) -> list[str]:
+        """The loader hosts its agents run on: the first `loaders` of those `where` matches (a
+        tool group's one tool: the first); `matched`: what a live `where` matched on the Ray
+        cluster."""
         assert self.where is not None
-        return self.where.hosts(inventory)[:self.loaders]
+        hosts = matched if matched is not None else self.where.hosts(inventory)
+        return hosts[:self.loaders if self.tool == BUILTIN else 1]
 
     @model_validator(mode="after")
     def _fits_profile(self) -> GroupBase:

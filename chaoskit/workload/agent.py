@@ -15,6 +15,8 @@ from several machines). Started as `python3 -m chaoskit.workload.agent DIR`, whe
 - `controller.json`: the controller that started it (host, user, pid, start time) and the loader
   host it was started on (`loader`), for `chaoskit recover`, which leaves the agents of a
   controller still running alone and ends an agent only through its own host;
+- `tools/`: what a tool group's tool wrote (pgbench's per-transaction logs, sysbench's report),
+  kept on the loader host;
 - `agent.pid` (the agent's, with its start time as the kernel counts it, one line each), `spool.frames`
   (its deliveries, `chaoskit.workload.spool` and `.wire`), `agent.log` (its stderr).
 
@@ -34,6 +36,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from chaoskit.lifeline import process_start_time
 from chaoskit.workload import stamp
+from chaoskit.workload.engine import engine
 from chaoskit.workload.framed import LEASE_S, FramedSource, Loader
 from chaoskit.workload.source import LoadSource
 from chaoskit.workload.spec import ClientGroup, LoadSpec
@@ -52,6 +56,7 @@ if TYPE_CHECKING:
 
 ORDER, LEASE, GO, STOP, PID, SPOOL, LOG = "order.json", "lease", "go", "stop", "agent.pid", "spool.frames", "agent.log"
 OFFSET = "offset"  # the host's clock offset the controller measured (seconds, host minus control)
+TOOLS = "tools"  # a tool group's output (its logs), kept on the loader host
 CONTROLLER = "controller.json"  # who started it (host, pid, start time): `recover` spares a live one's agents
 POLL_S = 0.05
 
@@ -79,7 +84,12 @@ class AgentOrder(BaseModel):
         return TypeAdapter(LoadSpec).validate_json(self.spec_json)
 
     def group(self) -> ClientGroup:
-        return TypeAdapter(ClientGroup).validate_json(self.group_json)
+        """The group as the controller had it (a tool's settings back as its settings model)."""
+        group = TypeAdapter(ClientGroup).validate_json(self.group_json)
+        settings = engine(group.tool).settings
+        if settings is not None and isinstance(group.settings, dict):
+            group = replace(group, settings=settings.model_validate(group.settings))
+        return group
 
 
 def read_instant(path: Path) -> float | None:
@@ -170,6 +180,7 @@ class _Control:
 
 def main(directory: Path) -> int:
     from chaoskit.workload.runner import run_share
+    from chaoskit.workload.tool_group import run_tool
 
     log = (directory / LOG).open("a")  # its stdout and stderr go there too (the loader's redirection)
     pid = os.getpid()
@@ -182,9 +193,15 @@ def main(directory: Path) -> int:
     threading.Thread(target=control.watch, name="agent-control", daemon=True).start()
     with SpoolWriter(directory / SPOOL) as writer:
         out = _Spooled(writer)
+        group = order.group()
         try:
-            run_share(order.cluster_json, order.inventory_json, order.spec(), order.group(), order.worker_ids,
-                      order.base, order.rate_share, out, control.go, control.start_at, control.stop)
+            if engine(group.tool).external():  # its tool's output stays here, in tools/
+                (directory / TOOLS).mkdir(exist_ok=True)
+                run_tool(order.cluster_json, order.inventory_json, order.spec(), group, str(directory / TOOLS),
+                         order.base, order.rate_share, out, control.go, control.start_at, control.stop)
+            else:
+                run_share(order.cluster_json, order.inventory_json, order.spec(), group, order.worker_ids,
+                          order.base, order.rate_share, out, control.go, control.start_at, control.stop)
         except Exception as exc:  # said in its spool as an event, then in its log; no final batch
             out.put(("event", pid, {"kind": "agent_failed", "t": stamp.now(),
                                     "error": f"{type(exc).__name__}: {exc}"[:300]}))

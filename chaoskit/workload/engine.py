@@ -95,6 +95,7 @@ class LoadEngine:
     settings: ClassVar[type[Frozen] | None] = None
     settings_example: ClassVar[str] = "{...}"  # what `<tool>: ...` looks like where its settings are required
     tests: ClassVar[tuple[str, ...]] = ()
+    on_loaders: ClassVar[bool] = True  # its group may run on a loader host (`where:`)
     paced_by: ClassVar[str | None] = None  # what paces it where an open-loop `load.rate` cannot (JMeter: its plan)
 
     @classmethod
@@ -140,6 +141,12 @@ class LoadEngine:
         with TOOL_FIGURE_PREFIX), from its output kept in `raw`; an engine that knows each op's
         latency says nothing here."""
         return {}
+
+    @classmethod
+    def programs(cls, settings: Any) -> tuple[str, ...]:
+        """The programs its group runs, as found on PATH (or absolute): a loader host that runs
+        the group must have each one (default: none)."""
+        return ()
 
     @classmethod
     def describe(cls, group: ClientGroup, route: Cluster) -> list[str]:

@@ -1,6 +1,7 @@
 """Client groups placed on loader hosts (`where:`): each share of such a group becomes a load agent
-on one of its hosts, through Ray when the inventory's loaders have `ray:`
-(`chaoskit.workload.ray_loader`), else over SSH (`chaoskit.workload.ssh_loader`)."""
+on one of its hosts (a tool group: one agent running its tool, on the first), through Ray when
+the inventory's loaders have `ray:` (`chaoskit.workload.ray_loader`), else over SSH
+(`chaoskit.workload.ssh_loader`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING
 import chaoskit
 from chaoskit.inventory.fanout import RemotePool
 from chaoskit.workload.agent import AgentOrder
+from chaoskit.workload.engine import engine
 from chaoskit.workload.framed import LEASE_S, FramedSource
 from chaoskit.workload.source import LoadSource
 from chaoskit.workload.spec import ClientGroup
@@ -42,7 +44,8 @@ def loader_agent_sources(pool: RemotePool, placement: dict[str, tuple[str, ...]]
     """For `LoadRunner(make_sources=...)`: each share of a group named in `placement` as a load
     agent on one of its loader hosts (round robin over the shares), spooling in
     `<loaders.spool>/<run_id>/<group>-<first worker>` there; every other share on the control node
-    as before. Each loader host is checked once (chaoskit version, clock) before any agent starts."""
+    as before. Each loader host is checked once (chaoskit version, clock), and for each tool group
+    that its tool is there, before any agent starts."""
     if not _RUN_ID.fullmatch(run_id):
         raise ValueError(f"not a run id: {run_id!r}")
 
@@ -55,9 +58,6 @@ def loader_agent_sources(pool: RemotePool, placement: dict[str, tuple[str, ...]]
                 if host not in loaders.hosts:
                     raise LoaderRefused(f"group {group_name}: {host} is not one of the inventory's loader hosts "
                                         f"({', '.join(loaders.hosts)})")
-        tool_placed = [g.name for g in runner.tool_groups(runner.spec) if g.name in placement]
-        if tool_placed:
-            raise LoaderRefused(f"group {tool_placed[0]}: a tool group cannot run on a loader host yet")
         spec = runner.spec
         inventory_json = runner.inventory.model_dump_json()
         via_ray = None
@@ -67,11 +67,15 @@ def loader_agent_sources(pool: RemotePool, placement: dict[str, tuple[str, ...]]
             via_ray = ray_hosts(loaders.ray, runner.inventory, run_id)
         checked: dict[str, SshLoader] = {}
         out: list[LoadSource] = []
-        for group, share, host in placed_shares(runner.shares(), placement):
+        # a tool group is one tool on its (first) loader host
+        tools = [(g, list(g.worker_ids), placement[g.name][0]) for g in runner.tool_groups(spec)
+                 if placement.get(g.name)]
+        for group, share, host in placed_shares(runner.shares(), placement) + tools:
             rate_share = spec.rate * len(share) / spec.workers if spec.rate else None
             order = AgentOrder.of(runner.route(group).model_dump_json(), inventory_json, spec, group, share,
                                   runner.recorder.base, rate_share)
-            name, directory = f"{group.name}/{share[0]}@{host}", f"{loaders.spool}/{run_id}/{group.name}-{share[0]}"
+            label = group.tool if engine(group.tool).external() else share[0]
+            name, directory = f"{group.name}/{label}@{host}", f"{loaders.spool}/{run_id}/{group.name}-{share[0]}"
             if via_ray is not None:
                 from chaoskit.workload.ray_loader import RayLoader
 
@@ -82,12 +86,13 @@ def loader_agent_sources(pool: RemotePool, placement: dict[str, tuple[str, ...]]
             if host not in checked:
                 loader.check()
                 checked[host] = loader
+            loader.require(engine(group.tool).programs(group.settings), group.name)
             loader.offset = checked[host].offset
             if via_ray is not None:
                 loader.ray_offset = checked[host].ray_offset  # type: ignore[attr-defined]
             loader.clock_offset_s = checked[host].clock_offset_s
             loader.clock_uncertainty_s = checked[host].clock_uncertainty_s
-            out.append(FramedSource(loader, tuple(share), lease_s=lease_s))
+            out.append(FramedSource(loader, tuple(share), builtin=not engine(group.tool).external(), lease_s=lease_s))
         placed = {w for s in out for w in s.workers}
         return out + [s for s in runner.local_sources() if placed.isdisjoint(s.workers)]
 

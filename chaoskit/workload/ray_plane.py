@@ -28,7 +28,9 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import json
 import logging
+import math
 import os
 import re
 import signal
@@ -37,7 +39,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -122,12 +124,23 @@ def node_dir(plane: RayPlane, host: str) -> str:
     return path
 
 
-def node_args(plane: RayPlane, python: str, address: str, host: str, az: str | None) -> list[str]:
-    """A loader host's node: its labels carry the host's name and zone."""
+def node_args(plane: RayPlane, python: str, address: str, host: str, az: str | None,
+              tags: dict[str, str] | None = None, resources: dict[str, float] | None = None) -> list[str]:
+    """A loader host's node: its labels carry the host's name and zone (`ck-host`, `ck-az`) and
+    each of its tags that is a Ray label (`where: {labels: ...}`); `resources`: the custom
+    resources the inventory gives it (`where: {resources: ...}`)."""
     labels = [f"ck-host={_label(host)}"] + ([f"ck-az={_label(az)}"] if az else [])
+    labels += [f"{k}={v}" for k, v in sorted((tags or {}).items()) if _LABEL.fullmatch(k) and _LABEL.fullmatch(v)
+               and not k.startswith("ck-")]
+    extra = []
+    if resources:
+        for name, amount in resources.items():
+            if not _LABEL.fullmatch(name) or not (amount > 0 and math.isfinite(amount)):
+                raise ValueError(f"not a Ray resource: {name!r}: {amount!r}")
+        extra = [f"--resources={json.dumps({k: float(v) for k, v in sorted(resources.items())})}"]
     return [python, "-m", "ray.scripts.scripts", "start", "--block", f"--address={plane.gcs}",
             f"--node-ip-address={address}", f"--temp-dir={node_dir(plane, host)}", "--disable-usage-stats",
-            "--object-store-memory=100000000", f"--labels={','.join(labels)}", *_port_args(plane.port)]
+            "--object-store-memory=100000000", f"--labels={','.join(labels)}", *extra, *_port_args(plane.port)]
 
 
 def _label(value: str) -> str:
@@ -238,8 +251,9 @@ _SESSION = ("sess() { for f in /proc/[0-9]*/stat; do awk -v s=\"$1\" '{ sub(/.*\
             "if ($4 == s && $1 != \"Z\") { split(FILENAME, a, \"/\"); print a[3] } }' \"$f\" 2>/dev/null; done; }")
 
 
-def node_up_script(plane: RayPlane, python: str, address: str, host: str, az: str | None, token: bytes) -> str:
-    args = " ".join(_quoted(a) for a in node_args(plane, python, address, host, az))
+def node_up_script(plane: RayPlane, python: str, address: str, host: str, az: str | None, token: bytes,
+                   tags: dict[str, str] | None = None, resources: dict[str, float] | None = None) -> str:
+    args = " ".join(_quoted(a) for a in node_args(plane, python, address, host, az, tags, resources))
     directory = node_dir(plane, host)
     env = " ".join(f"{k}={_quoted(v)}" for k, v in _env(f"{directory}/token").items())
     return subshell([
@@ -266,8 +280,10 @@ def node_down_script(plane: RayPlane, host: str) -> str:
 
 
 def node_up(remote: Remote, plane: RayPlane, python: str, address: str, host: str, az: str | None,
-            token: bytes) -> NodeAnswer:
-    res = remote.shell(node_up_script(plane, python, address, host, az, token), check=False, timeout=60)
+            token: bytes, tags: dict[str, str] | None = None, resources: dict[str, float] | None = None
+            ) -> NodeAnswer:
+    res = remote.shell(node_up_script(plane, python, address, host, az, token, tags, resources), check=False,
+                       timeout=60)
     words = res.stdout.split()
     if res.exited != 0 or len(words) < 2 or words[0] not in ("started", "running"):
         raise RayUnavailable(f"loader host {host}: its Ray node did not start: "
@@ -309,13 +325,44 @@ class RayNode:
     address: str
     alive: bool
     labels: dict[str, str]
+    resources: dict[str, float] = field(default_factory=dict)  # its total (custom ones and CPU, memory, ...)
 
 
 def cluster_nodes(plane: RayPlane) -> list[RayNode]:
     ray = connect(plane)
-    return [RayNode(n["NodeID"], n["NodeManagerAddress"], bool(n["Alive"]),
-                    {k: v for k, v in (n.get("Labels") or {}).items() if not k.startswith("ray.io/")})
+    return [RayNode(n["NodeID"], n["NodeManagerAddress"], bool(n["Alive"]), dict(n.get("Labels") or {}),
+                    {k: float(v) for k, v in (n.get("Resources") or {}).items()})
             for n in ray.nodes()]
+
+
+def matching_hosts(nodes: list[RayNode], inv: Inventory, labels: dict[str, str] | None,
+                   resources: dict[str, float] | None) -> tuple[list[str], str]:
+    """The inventory's loader hosts (in its order) whose live node carries every label in `labels`
+    and at least each amount in `resources`; and, for a refusal when none does, what the live
+    nodes carry (the loader hosts' labels or resources, chaoskit's own `ck-` labels left out)."""
+    assert inv.loaders is not None
+    live = {n.address: n for n in nodes if n.alive}
+
+    def fits(n: RayNode) -> bool:
+        if labels is not None:
+            return all(n.labels.get(k) == v for k, v in labels.items())
+        assert resources is not None
+        return all(n.resources.get(k, 0.0) >= v for k, v in resources.items())
+
+    hosts = [h for h in inv.loaders.hosts if (n := live.get(inv.hosts[h].address)) is not None and fits(n)]
+    seen = []
+    for h in inv.loaders.hosts:
+        n = live.get(inv.hosts[h].address)
+        if n is None:
+            seen.append(f"{h}: not a live node")
+        elif labels is not None:
+            said = {k: v for k, v in n.labels.items() if not k.startswith(("ck-", "ray.io/node-id"))}
+            seen.append(f"{h}: {said or 'no labels'}")
+        else:
+            said_r = {k: v for k, v in n.resources.items() if not k.startswith("node:") and k != "object_store_memory"
+                      and k != "memory"}
+            seen.append(f"{h}: {said_r or 'no resources'}")
+    return hosts, "; ".join(seen)
 
 
 def node_of(plane: RayPlane, inv: Inventory, host: str) -> RayNode | None:
@@ -380,7 +427,8 @@ def up(inv: Inventory, pool: RemotePool, timeout: float = 90.0) -> PlaneReport:
     head_pid, head_started = head_up(plane)
     nodes = _on_every_loader(inv, pool, lambda remote: node_up(
         remote, plane, python, inv.hosts[remote.name].address, remote.name, inv.hosts[remote.name].tags.get("az"),
-        token))
+        token, dict(inv.hosts[remote.name].tags), inv.loaders.resources.get(remote.name))  # type: ignore[union-attr]
+    )
     wanted = {inv.hosts[h].address for h in inv.loaders.hosts}
     deadline = time.monotonic() + timeout
     while True:

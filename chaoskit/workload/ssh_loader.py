@@ -43,6 +43,7 @@ CLOCK_UNCERTAINTY_MAX_S = 0.05  # a loader host whose clock cannot be read close
 TAIL_BYTES = 4 << 20  # read per fetch at most (a longer frame is read whole on the next one)
 _DIR = re.compile(r"^/[A-Za-z0-9_./@:+%=,~-]{1,300}$")
 _NUMBER = re.compile(r"^[0-9]+(\.[0-9]+)?$")
+_PROGRAM = re.compile(r"^[A-Za-z0-9_/][A-Za-z0-9_./+-]{0,200}$")
 _SIGNED = re.compile(r"^[+-][0-9]+\.[0-9]{6}$")
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$")
 
@@ -126,6 +127,21 @@ def host_status(remote: Remote, python: str) -> HostStatus:
     return HostStatus(remote.name, python, lines[0][:40], lines[1][:10], offset, ray=ray)
 
 
+def program_refusal(remote: Remote, programs: tuple[str, ...], group: str) -> str | None:
+    """Why a loader host cannot run a tool group (None: it can): each program the group runs must
+    be on the host's PATH, or at the absolute path given; the first one missing is named."""
+    for prog in programs:
+        if not _PROGRAM.fullmatch(prog) or ".." in prog:
+            return f"group {group}: not a program name: {prog[:80]!r}"
+    if not programs:
+        return None
+    res = remote.shell("; ".join(f"command -v '{p}' >/dev/null 2>&1 || echo '{p}'" for p in programs),
+                       check=False, timeout=30)
+    missing = res.stdout.split()
+    return f"loader host {remote.name}: {missing[0]} is not installed there (group {group} runs it)" if missing \
+        else None
+
+
 def subshell(lines: list[str]) -> str:
     """A host script that sets options (`set -e`, `umask`) or may `exit`, as one subshell: the
     host's persistent shell (`Remote.shell`) runs every command in itself, where an `exit` would
@@ -180,6 +196,12 @@ class SshLoader(Loader):
         self.offset = status.offset
         self.clock_offset_s = status.offset.offset_s
         self.clock_uncertainty_s = status.offset.uncertainty_s
+
+    def require(self, programs: tuple[str, ...], group: str) -> None:
+        """Each program its group runs is on the host; raises LoaderRefused otherwise."""
+        refusal = program_refusal(self.ssh(), programs, group)
+        if refusal:
+            raise LoaderRefused(refusal)
 
     # -- the Loader -------------------------------------------------------------------------------
     def start(self, lease_until: float) -> None:

@@ -1,6 +1,7 @@
 """Client groups whose load an external tool makes (`load.groups[].tool`), run on the control
-node against the group's route, their output read into the same Recorder as chaoskit's own
-clients, so the timeline, phases and RTO come out per group the same way.
+node (or, with `where:`, by a load agent on a loader host) against the group's route, their
+output read into the same Recorder as chaoskit's own clients, so the timeline, phases and RTO
+come out per group the same way.
 
 Each tool is one engine module (`chaoskit.workload.engine`) that starts it, reads it and starts it
 again when it gives up: `prepare` (its tables, before the load) and `runner` (an object with
@@ -67,8 +68,16 @@ def prepare_tool(group: ClientGroup, cluster: Cluster, inventory: Inventory, spe
 
 def tool_main(cluster_json: str, inventory_json: str, spec: LoadSpec, group: ClientGroup, raw: str, base: float,
               rate_share: float | None, out: Any, go: Any, start_at: Any, stop_evt: Any, parent_pid: int) -> None:
-    """Entry point of a tool group's process (the load runner's protocol: ready, batches, final)."""
+    """Entry point of a tool group's process on the control node: it dies with the controller."""
     die_with_parent(parent_pid)
+    run_tool(cluster_json, inventory_json, spec, group, raw, base, rate_share, out, go, start_at, stop_evt)
+
+
+def run_tool(cluster_json: str, inventory_json: str, spec: LoadSpec, group: ClientGroup, raw: str, base: float,
+             rate_share: float | None, out: Any, go: Any, start_at: Any, stop_evt: Any) -> None:
+    """A tool group in this process (the load runner's protocol: ready, batches, final): a tool
+    group process of the control node and a loader's agent (`chaoskit.workload.agent`) both run
+    it; what ends it when its controller is gone is theirs."""
     cluster = Cluster.model_validate_json(cluster_json)
     inventory = Inventory.model_validate_json(inventory_json)
     recorder = Recorder(base, spec.interval, keep_ops=True, stall_s=client_deadline(spec.op_timeout))

@@ -171,16 +171,50 @@ def test_repmgr_partition_during_rejoin_lands_on_the_rejoining_member_and_heals(
             assert probe.exited == 0, (m.host, probe.stderr)
 
 
-@pytest.mark.parametrize("playbook", ["pgaf-switchover", "repmgr-switchover"])
-def test_switchover_moves_the_primary_and_loses_nothing(stacks: Inventory, tmp_path: Path, playbook: str) -> None:
-    res, ev = run(shortened(f"playbooks/{playbook}.yaml", tmp_path), tmp_path)
-    assert res.returncode == 0, res.stdout + res.stderr
+def switched_without_loss(ev: dict[str, Any]) -> None:
     (action,) = ev["actions"]
     assert action["kind"] == "switchover" and action["ok"], action["answer"]
     (f,) = ev["results"]["faults"]
     assert f["outcome"] == "failover" and f["new_primary"] != f["old_primary"]
     rpo = ev["results"]["rpo"]
     assert rpo["lost_acknowledged"] == 0 and rpo["phantoms"] == 0
+
+
+def test_switchover_moves_the_primary_and_loses_nothing(stacks: Inventory, tmp_path: Path) -> None:
+    res, ev = run(shortened("playbooks/repmgr-switchover.yaml", tmp_path), tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    switched_without_loss(ev)
+
+
+def test_campaign_of_three_switchovers(stacks: Inventory, tmp_path: Path) -> None:
+    """A 3-run campaign of pg_auto_failover's switchover, shortened: three sealed run directories,
+    each a switchover that moved the primary and lost nothing, the distribution from their own
+    run.json files, the cluster healthy again between runs."""
+    res = subprocess.run(["chaoskit", "campaign", str(shortened("playbooks/pgaf-switchover.yaml", tmp_path)), "-i",
+                          INV, "--repeat", "3", "--out", str(tmp_path / "c"), *LEAN],
+                         capture_output=True, text=True, timeout=900)
+    print(res.stdout[-600:])
+    (root,) = (tmp_path / "c").iterdir()
+    summary = json.loads((root / "campaign.json").read_text())
+    assert summary["repeat"] == 3 and len(summary["runs"]) == 3, res.stdout + res.stderr
+    rtos = []
+    for r in summary["runs"]:
+        ev = json.loads((root / r["run"] / "run.json").read_text())
+        switched_without_loss(ev)
+        # the worst over its outages; none (a switchover no client noticed): no figure
+        outages = [f["rto_all_clients_s"] for f in ev["results"]["faults"] if f.get("outage")]
+        rtos.append(max(outages) if outages else None)
+        assert r["verdict"] == ev["results"]["verdict"]
+        check = subprocess.run(["chaoskit", "verify", str(root / r["run"])], capture_output=True, text=True)
+        assert check.returncode == 0, check.stderr
+    dist, known = summary["rto_all_clients_s"], sorted(r for r in rtos if r is not None)
+    assert [r["rto_all_clients_s"] for r in summary["runs"]] == rtos
+    if known:
+        assert dist["min"] == round(known[0], 6) and dist["max"] == round(known[-1], 6)
+        assert dist["median"] == round(known[len(known) // 2] if len(known) % 2 else
+                                       (known[len(known) // 2 - 1] + known[len(known) // 2]) / 2, 6)
+    assert res.returncode == (0 if summary["passed"] == 3 else 1)
+    assert (root / "campaign_rto.png").stat().st_size > 0 and (root / "campaign.html").exists()
 
 
 def test_repmgr_partition_is_split_brain_and_the_rewind_loses_what_the_old_primary_acknowledged(

@@ -71,9 +71,10 @@ def ray_cluster(lab: Inventory) -> Iterator[None]:
 
 
 def over_ssh(lab: Inventory) -> Inventory:
-    """The lab inventory without its Ray cluster: agents started and read over SSH alone."""
+    """The lab inventory without its Ray cluster (nor the resources of its nodes): agents started and
+    read over SSH alone."""
     assert lab.loaders is not None
-    return lab.model_copy(update={"loaders": lab.loaders.model_copy(update={"ray": None})})
+    return lab.model_copy(update={"loaders": lab.loaders.model_copy(update={"ray": None, "resources": {}})})
 
 
 @pytest.fixture
@@ -236,22 +237,28 @@ def shortened_drill(lab: Inventory, playbook: str, tmp_path: Path, fault_at: str
 
 
 def test_az_failover_gives_each_zone_its_own_figures(lab: Inventory, tmp_path: Path) -> None:
-    """az-failover shortened: the leader killed at +8 s under clients of zone a (on ld-a) and zone
-    b (on ld-b). Each zone has its own figures (first and all clients back, lost writes) and they
-    add up to the run's; run.json says where each zone's clients ran; every agent delivered its
-    final batch (no loader lost) and left no process behind."""
-    with shortened_drill(lab, "playbooks/az-failover.yaml", tmp_path, "8s", "45s", "15s") as (ev, events, spool):
+    """az-failover-tools shortened: the leader killed at +8 s under zone a's own clients (an agent on
+    ld-a) and zone b's pgbench (an agent on ld-b running it, its tables made from the control node
+    first). Each zone has its own figures; zone a's lost writes are the run's, over exactly the
+    writes its agent spooled; zone b's RTO per client is recounted here from pgbench's own logs,
+    which stayed on ld-b in the agent's directory, and its RPO is null with the reason. Each
+    loader's clock was measured again while it loaded, and each zone's clock error is the worst
+    measurement's. Every agent delivered its final batch and left no process behind."""
+    with shortened_drill(lab, "playbooks/az-failover-tools.yaml", tmp_path, "8s", "45s", "15s") as (ev, events,
+                                                                                                    spool):
         (f,) = ev["results"]["faults"]
         assert f["outcome"] == "failover", f.get("outcome_text")
         groups = ev["results"]["groups"]
+        za, zb = groups["zone-a"], groups["zone-b"]
         assert set(groups) == {"zone-a", "zone-b"}
-        assert (groups["zone-a"]["where"], groups["zone-a"]["loaders"]) == ({"az": "a"}, ["ld-a"])
-        assert (groups["zone-b"]["where"], groups["zone-b"]["loaders"]) == ({"az": "b"}, ["ld-b"])
+        assert (za["tool"], za["where"], za["loaders"]) == ("builtin", {"az": "a"}, ["ld-a"])
+        assert (zb["tool"], zb["where"], zb["loaders"]) == ("pgbench", {"az": "b"}, ["ld-b"])
         # each loader's clock measured before the start and again every 30 s while it loaded (a
         # turn of its reader may come up to 10 s late); its zone's stamps are exact to within the
         # worst of the first uncertainty and each re-measurement's change plus both uncertainties
         [said] = [e for e in events if e["kind"] == "load_sources"]
         [ended] = [e for e in events if e["kind"] == "load_sources_ended"]
+        assert sorted(s["source"] for s in said["sources"]) == ["zone-a/1@ld-a", "zone-b/pgbench@ld-b"]
         due = int((ended["t"] - said["t"] - 10.0) // 30.0)
         assert due >= 1, (said["t"], ended["t"])
         for name, g in groups.items():
@@ -271,13 +278,74 @@ def test_az_failover_gives_each_zone_its_own_figures(lab: Inventory, tmp_path: P
             assert end["clock_measures"] == len(again)
             assert end["clock_error_s"] == pytest.approx(g["loader_clock_error_s"], abs=1e-6)
         assert all(0 < g["rto_first_client_s"] <= g["rto_all_clients_s"] < 30 for g in groups.values())
-        assert sum(g["rpo"]["lost_acknowledged"] for g in groups.values()) == \
-            ev["results"]["rpo"]["lost_acknowledged"]
+        # zone a: its lost writes are the run's, out of exactly what its agent spooled
+        assert za["rpo"]["lost_acknowledged"] == ev["results"]["rpo"]["lost_acknowledged"]
         assert ev["results"]["rpo"]["phantoms"] == 0
         kinds, spooled_acks = spooled(spool)
         assert kinds.count("ready") == kinds.count("final") == 2
-        assert ev["load"]["totals"]["write_ok"] == spooled_acks
+        assert za["rpo"]["acknowledged"] == spooled_acks > 0
+        # zone b: pgbench's figures from its own logs, kept on ld-b
+        assert zb["rpo"] is None and "does not say" in zb["rpo_null_reason"]
+        aborted = {e["worker"]: e["t"] for e in events if e["kind"] == "tool_client_aborted"}
+        assert set(aborted) == set(zb["workers"]), aborted  # every pgbench client was on the killed primary
+        # pgbench stamps with ld-b's clock: on the control clock less the offset measured last (a
+        # change is slewed in over a second: within that change of either)
+        [src_b] = [x for x in said["sources"] if x["group"] == "zone-b"]
+        measured = [(said["t"], src_b["clock_offset_s"])] + [
+            (e["t"], e["offset_s"]) for e in events if e["kind"] == "loader_clock" and e["source"] == src_b["source"]]
+        slew = max((abs(e["change_s"]) for e in events if e["kind"] == "loader_clock"), default=0.0)
+
+        def control(t_host: float) -> float:
+            return t_host - [off for t, off in measured if t <= t_host][-1]
+
+        raw = spool / f"zone-b-{zb['workers'][0]}" / "tools"
+        for w in zb["workers"]:
+            ends = [control(int(x[4]) + int(x[5]) / 1e6) for p in raw.glob(f"client-{w}.[0-9]*")
+                    for x in (line.split() for line in p.read_text().splitlines())]
+            first_after = min(t for t in ends if t > aborted[w])
+            assert zb["faults"][0]["per_client_rto_s"][str(w)] == pytest.approx(first_after - f["t_fault"],
+                                                                                abs=1e-5 + slew)
         assert not [p for p in agent_pids(spool) if pid_alive(p)]
+
+
+def test_an_experiments_cells_run_their_clients_on_the_zones_loader_host(lab: Inventory, tmp_path: Path) -> None:
+    """zone-b-ladder shortened to two steps (2 and 4 clients, once each): each cell's clients ran as
+    load agents on ld-b (their directories there say so, each with its ready and final frames), the
+    result keeps the placement, and what each agent spooled holds at least the cell's measured
+    window (its acknowledged writes over the whole run, the window's included); the control node's
+    CPU is not made to speak for clients that were not on it."""
+    import subprocess
+
+    spool_root = Path(lab.loaders.spool)  # type: ignore[union-attr]
+    before = set(spool_root.iterdir()) if spool_root.exists() else set()
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(Path("playbooks/zone-b-ladder.yaml").read_text()
+                   .replace("workers: [2, 4, 8, 16]", "workers: [2, 4]").replace("repeats: 3", "repeats: 1")
+                   .replace("measure: 10s", "measure: 3s").replace("warmup: 3s", "warmup: 1s"))
+    res = subprocess.run(["chaoskit", "experiment", "run", str(exp), "-i", "inventories/lab.yaml", "--out",
+                          str(tmp_path / "runs")], capture_output=True, text=True, timeout=600)
+    new = sorted(set(spool_root.iterdir()) - before, key=lambda d: d.stat().st_mtime)
+    try:
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        (run_dir,) = sorted((tmp_path / "runs").glob("*"))
+        result = json.loads((run_dir / "run.json").read_text())
+        assert result["placement"] == {"where": {"az": "b"}, "loaders": ["ld-b"]}
+        rows = result["rows"]
+        assert [(r["workers"], r["loaders"]) for r in rows] == [(2, ["ld-b"]), (4, ["ld-b"])]
+        assert all(r["tps"] > 0 and r["error_rate"] == 0 and r["client_cpu_cores"] is None for r in rows)
+        assert all(c["client_saturated"] is None for c in result["cells"])
+        assert len(new) == 2  # one run per cell, its agents' directories on the loader host
+        for cell_dir, row in zip(new, rows, strict=True):
+            agents = sorted(cell_dir.iterdir())
+            assert agents and all(json.loads((a / "controller.json").read_text())["loader"] == "ld-b"
+                                  for a in agents)
+            kinds, acks = spooled(cell_dir)
+            assert kinds.count("ready") == kinds.count("final") == len(agents)
+            assert acks >= row["tps"] * 3.0 - 1  # the 3 s window is part of the run
+            assert not [p for p in agent_pids(cell_dir) if pid_alive(p)]
+    finally:
+        for d in new:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def test_loaders_status_shows_each_hosts_zone_versions_and_clock(lab: Inventory) -> None:
@@ -325,17 +393,22 @@ def test_a_loader_cut_from_the_database_is_its_zones_outage_alone(lab: Inventory
 
 def test_a_loader_cut_from_the_control_node_loses_nothing_and_says_what_came_late(lab: Inventory,
                                                                                   tmp_path: Path) -> None:
-    """loader-cut-from-control shortened: ld-b cut from the control node (and the Ray head there)
-    for 20 s, chaoskit's SSH to it excepted, its clients' path to the database untouched. The cut
-    was real (ld-b's actor stopped answering, so its spool was read over SSH) and healed; zone b's
-    agent loaded and spooled throughout and ended with its final batch; the run holds exactly the
-    acknowledged writes the agents spooled, every one of them kept; the frames applied over 1 s
-    after they were spooled are said once (`delivered_late`), and the run's closing account of the
-    sources (`load_sources_ended`) has the same count and worst lateness; no loader was lost."""
+    """loader-cut-from-control shortened (its groups placed by a Ray label and a custom resource of
+    the live nodes): ld-b cut from the control node (and the Ray head there) for 20 s, chaoskit's
+    SSH to it excepted, its clients' path to the database untouched. The cut was real (ld-b's actor
+    stopped answering, so its spool was read over SSH) and healed; zone b's agent loaded and
+    spooled throughout and ended with its final batch; the run holds exactly the acknowledged
+    writes the agents spooled, every one of them kept; the frames applied over 1 s after they were
+    spooled are said once (`delivered_late`), and the run's closing account of the sources
+    (`load_sources_ended`) has the same count and worst lateness; no loader was lost."""
     from chaoskit.workload.framed import LATE_S
 
     with shortened_drill(lab, "playbooks/loader-cut-from-control.yaml", tmp_path, "8s", "35s", "20s") as (
             ev, events, spool):
+        # placed by the live Ray nodes' label and custom resource, as the preflight found them
+        groups = ev["results"]["groups"]
+        assert (groups["zone-a"]["where"], groups["zone-a"]["loaders"]) == ({"labels": {"rack": "r1"}}, ["ld-a"])
+        assert (groups["zone-b"]["where"], groups["zone-b"]["loaders"]) == ({"resources": {"loadgen": 2.0}}, ["ld-b"])
         (cut,) = ev["faults_injected"]
         assert cut["host"] == "ld-b" and cut["revert_verified"] is True
         kinds = [e["kind"] for e in events]

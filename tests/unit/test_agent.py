@@ -135,3 +135,15 @@ def test_the_agent_stamps_with_the_offset_it_is_told_first_at_once_then_slewed(t
     watcher.join(5)
     assert "clock offset +5.000000 s" in (tmp_path / "log").read_text()
     assert "clock offset +5.050000 s" in (tmp_path / "log").read_text()
+
+
+def test_a_tool_groups_order_gives_its_settings_back_as_their_model() -> None:
+    from chaoskit.workload.engines.pgbench import Settings
+
+    inv = fake_inventory()
+    cluster = next(iter(inv.clusters.values()))
+    group = ClientGroup("pgb", workers=3, tool="pgbench", settings=Settings(scale=3), first_worker=2)
+    spec = LoadSpec(workload="ledger", workers=4, groups=(ClientGroup("a", workers=1), group))
+    order = agent.AgentOrder.of(cluster.model_dump_json(), inv.model_dump_json(), spec, group, [2, 3, 4], 1.0, None)
+    back = agent.AgentOrder.model_validate_json(order.model_dump_json()).group()
+    assert back == group and isinstance(back.settings, Settings) and back.settings.scale == 3

@@ -188,3 +188,15 @@ def test_a_run_id_that_could_leave_its_directory_is_refused() -> None:
 
     with pytest.raises(ValueError, match="not a run id"):
         placement.loader_agent_sources(RemotePool(fake_inventory()), {}, "../x")
+
+
+def test_a_tool_group_needs_its_tool_on_the_loader_host(tmp_path: Path) -> None:
+    ld = loader(tmp_path)
+    ld.require(("sh", "/bin/sh"), "pg")  # on PATH, and by its absolute path
+    ld.require((), "builtin")
+    with pytest.raises(ssh_loader.LoaderRefused, match=r"loader host here: ck-no-such-tool is not installed there "
+                                                        r"\(group pg runs it\)"):
+        ld.require(("sh", "ck-no-such-tool"), "pg")
+    for bad in ("-v", "a b", "x;id", "$(id)", "../../bin/sh", "it's"):
+        with pytest.raises(ssh_loader.LoaderRefused, match="not a program name"):
+            ld.require((bad,), "pg")

@@ -81,11 +81,23 @@ def test_a_placed_group_takes_an_agent_on_every_host_it_names() -> None:
 
 @pytest.mark.parametrize(("groups", "loaders", "step", "line", "field", "message"), [
     ("    - {name: x, workers: 2, where: {az: a, host: ld-a}}\n", True, None, 6, "load.groups[0].where",
-     "exactly one of az or host"),
-    ("    - {name: x, workers: 2, where: {}}\n", True, None, 6, "load.groups[0].where", "exactly one of az or host"),
+     "exactly one of az, host, labels or resources"),
+    ("    - {name: x, workers: 2, where: {}}\n", True, None, 6, "load.groups[0].where",
+     "exactly one of az, host, labels or resources"),
+    ("    - {name: x, workers: 2, where: {az: a, labels: {rack: r2}}}\n", True, None, 6, "load.groups[0].where",
+     "exactly one of az, host, labels or resources"),
+    ("    - {name: x, workers: 2, where: {labels: {rack: r2}}}\n", True, None, 6, "load.groups[0].where",
+     "where: {'labels': {'rack': 'r2'}} matches Ray nodes, and inventory"),
+    ("    - {name: x, workers: 2, where: {labels: {rack: \"r 2\"}}}\n", True, None, 6,
+     "load.groups[0].where.labels.rack", "should match pattern"),
+    ("    - {name: x, workers: 2, where: {resources: {loadgen: 0}}}\n", True, None, 6,
+     "load.groups[0].where.resources.loadgen", "greater than 0"),
+    ("    - {name: x, workers: 2, where: {labels: {}}}\n", True, None, 6, "load.groups[0].where.labels",
+     "at least 1 item"),
     ("    - {name: x, workers: 2, where: {zone: a}}\n", True, None, 6, "load.groups[0].where.zone", "unknown field"),
-    ("    - {name: x, tool: pgbench, where: {az: a}}\n", True, None, 6, "load.groups[0]",
-     "only chaoskit's own clients run on loader hosts"),
+    ("    - {name: x, tool: pgbench, workers: 4, where: {az: b}, loaders: 2}\n", True, None, 6, "load.groups[0]",
+     "loaders: a pgbench group is one pgbench on one loader host (the first its where: matches); give a group "
+     "per host for more"),
     ("    - {name: x, workers: 2, where: {az: c}}\n", True, None, 6, "load.groups[0].where",
      "no loader host matches {'az': 'c'}; the loader hosts and their az: a (ld-a), b (ld-b), b (ld-b2)"),
     ("    - {name: x, workers: 2, where: {host: db1}}\n", True, None, 6, "load.groups[0].where",
@@ -143,3 +155,98 @@ def test_a_groups_loader_clock_error_is_its_worst_measurements_uncertainty_or_dr
                    "offset_s": 0.0011, "uncertainty_s": 0.0004, "change_s": 0.0003, "error_s": 0.0012})
     assert loader_clock_error("zone-b", events) == 0.0012
     assert loader_clock_error("zone-a", events) is None
+
+
+def test_labels_and_resources_match_the_live_ray_nodes_of_loader_hosts() -> None:
+    """Worked by hand on three loader hosts' nodes: ld-a (rack r1, loadgen 1), ld-b (rack r2,
+    loadgen 4), ld-b2 (rack r2, not alive). `labels: {rack: r2}` is ld-b alone (ld-b2's node is
+    dead); `resources: {loadgen: 2}` is ld-b (ld-a has 1); `{loadgen: 1}` both live ones, in
+    inventory order; a node at an address no loader host has (10.0.0.9) is never placed on.
+    Nothing matching names what each loader host's node carries."""
+    import textwrap as tw
+
+    from chaoskit.inventory.models import Inventory
+    from chaoskit.workload.ray_plane import RayNode, matching_hosts
+
+    inv = Inventory.model_validate({
+        "hosts": {h: {"name": h, "address": a} for h, a in (("ld-a", "10.0.0.1"), ("ld-b", "10.0.0.2"),
+                                                             ("ld-b2", "10.0.0.3"))},
+        "loaders": {"hosts": ["ld-a", "ld-b", "ld-b2"]}})
+    nodes = [RayNode("n1", "10.0.0.1", True, {"ck-host": "ld-a", "rack": "r1"}, {"CPU": 2.0, "loadgen": 1.0}),
+             RayNode("n2", "10.0.0.2", True, {"ck-host": "ld-b", "rack": "r2"}, {"CPU": 2.0, "loadgen": 4.0}),
+             RayNode("n3", "10.0.0.3", False, {"ck-host": "ld-b2", "rack": "r2"}, {"loadgen": 4.0}),
+             RayNode("n9", "10.0.0.9", True, {"rack": "r2"}, {"loadgen": 9.0})]
+    assert matching_hosts(nodes, inv, {"rack": "r2"}, None)[0] == ["ld-b"]
+    assert matching_hosts(nodes, inv, None, {"loadgen": 2.0})[0] == ["ld-b"]
+    assert matching_hosts(nodes, inv, None, {"loadgen": 1.0})[0] == ["ld-a", "ld-b"]
+    assert matching_hosts(nodes, inv, None, {"loadgen": 1.0, "CPU": 4.0})[0] == []
+    hosts, seen = matching_hosts(nodes, inv, {"rack": "r3"}, None)
+    assert hosts == [] and seen == tw.dedent("""\
+        ld-a: {'rack': 'r1'}; ld-b: {'rack': 'r2'}; ld-b2: not a live node""")
+    assert matching_hosts(nodes, inv, None, {"gpu": 1.0})[1] == (
+        "ld-a: {'CPU': 2.0, 'loadgen': 1.0}; ld-b: {'CPU': 2.0, 'loadgen': 4.0}; ld-b2: not a live node")
+
+
+def test_a_managed_node_carries_its_hosts_tags_as_labels_and_the_inventorys_resources() -> None:
+    from chaoskit.inventory.models import RayPlane
+    from chaoskit.workload import ray_plane
+
+    plane = RayPlane(head="10.77.0.1", token_file="/etc/ck/token")
+    args = ray_plane.node_args(plane, "/opt/py", "10.77.0.82", "ld-b", "b", {"az": "b", "rack": "r2",
+                                                                          "note": "a/b", "ck-host": "x"},
+                               {"loadgen": 2.0})
+    assert "--labels=ck-host=ld-b,ck-az=b,az=b,rack=r2" in args  # a tag that is no Ray label is left out
+    assert '--resources={"loadgen": 2.0}' in args
+    with pytest.raises(ValueError, match="not a Ray resource"):
+        ray_plane.node_args(plane, "/opt/py", "10.77.0.82", "ld-b", "b", {}, {"x y": 1.0})
+
+
+def test_loader_resources_are_for_loader_hosts_of_a_ray_cluster_chaoskit_starts() -> None:
+    from pydantic import ValidationError
+
+    from chaoskit.inventory.models import Loaders
+
+    ray = {"head": "10.77.0.1", "token_file": "/etc/ck/token"}
+    assert Loaders.model_validate({"hosts": ["ld-b"], "ray": ray, "resources": {"ld-b": {"loadgen": 2}}})
+    with pytest.raises(ValidationError, match="resources: ld-c is not one of the loader hosts"):
+        Loaders.model_validate({"hosts": ["ld-b"], "ray": ray, "resources": {"ld-c": {"loadgen": 2}}})
+    with pytest.raises(ValidationError, match="given to the Ray nodes chaoskit starts"):
+        Loaders.model_validate({"hosts": ["ld-b"], "resources": {"ld-b": {"loadgen": 2}}})
+
+
+@pytest.mark.parametrize(("extra", "line", "field", "message"), [
+    ("where: {az: b}\nloaders: 3\n", 6, "loaders",
+     "loaders: 3 needs at least 3 workers in every cell (one agent per loader host at least), and grid.workers has 2"),
+    ("load: {tool: pgbench}\nwhere: {az: b}\n", 6, "where",
+     "where: places chaoskit's own clients; pgbench's cells run on this machine"),
+    ("loaders: 2\n", 5, "loaders", "give where: too"),
+    ("where: {az: c}\n", 5, "where", "no loader host matches {'az': 'c'}"),
+    ("where: {labels: {rack: r2}}\n", 5, "where", "matches Ray nodes, and inventory"),
+    ("where: {az: b}\nlink: {source: client}\ngrid: {workers: [2], delay_ms: [0, 5]}\n", 5, "link.source",
+     "the clients run on loader hosts"),
+])
+def test_an_experiments_placed_clients_are_checked_as_a_groups(tmp_path: Path, extra: str, line: int, field: str,
+                                                                message: str) -> None:
+    from chaoskit.playbook.experiment import load_experiment
+
+    inv = inventory(tmp_path)
+    path = tmp_path / "exp.yaml"
+    grid = "" if "grid:" in extra else "grid: {workers: [2, 4]}\n"
+    path.write_text("name: e\nkind: sweep\ncluster: pg\n" + grid + extra)
+    with pytest.raises(InputError) as info:
+        load_experiment(path, inv)
+    assert message in info.value.detail, info.value.one_line()
+    assert (info.value.line, info.value.field) == (line, field), info.value.one_line()
+
+
+def test_an_experiments_clients_on_a_zones_loader_hosts_pass(tmp_path: Path) -> None:
+    from chaoskit.drill.experiment import PLACED, cell_load
+    from chaoskit.playbook.experiment import load_experiment
+
+    inv = inventory(tmp_path)
+    path = tmp_path / "exp.yaml"
+    path.write_text("name: e\nkind: sweep\ncluster: pg\ngrid: {workers: [2, 4]}\nwhere: {az: b}\nloaders: 2\n")
+    exp = load_experiment(path, inv)
+    assert exp.where is not None and exp.where.hosts(inv) == ["ld-b", "ld-b2"] and exp.loaders == 2
+    spec = cell_load("ledger", 4, 2.0, 100, None, True, placed=True)
+    assert [(g.name, list(g.worker_ids)) for g in spec.client_groups()] == [(PLACED, [1, 2, 3, 4])]

@@ -22,6 +22,8 @@ NAME = "loaders"
 DEFAULT = True  # two hosts with an sshd each: cheap, and every load test may place agents on them
 HOSTS = (LabHost("ld-a", 81, "loader", NAME), LabHost("ld-b", 82, "loader", NAME))
 ZONES = {"ld-a": "a", "ld-b": "b"}
+RACKS = {"ld-a": "r1", "ld-b": "r2"}  # a second tag: a Ray label of each node (`where: {labels: {rack: r2}}`)
+LOADGEN = {"ld-a": 1.0, "ld-b": 4.0}  # a custom Ray resource of each node (`where: {resources: {loadgen: 2}}`)
 RAY_PORT = 16380  # and the next 110: the lab's Ray cluster (`chaoskit loaders up`)
 # outside the lab's state directory, which `lab down` removes: the head's pid file outlives it, so
 # `loaders down` can always stop what `loaders up` started
@@ -80,12 +82,13 @@ def clusters(spec: LabSpec) -> dict[str, Any]:
 
 
 def host_services(spec: LabSpec) -> dict[str, Any]:
-    return {h.name: {"tags": {"az": ZONES[h.name]}} for h in HOSTS}
+    return {h.name: {"tags": {"az": ZONES[h.name], "rack": RACKS[h.name]}} for h in HOSTS}
 
 
 def loaders(spec: LabSpec) -> dict[str, Any]:
     return {"hosts": [h.name for h in HOSTS], "python": python_link(), "spool": spool_dir(),
-            "ray": {"head": BRIDGE_ADDRESS, "port": RAY_PORT, "token_file": ray_token(), "dir": RAY_DIR}}
+            "ray": {"head": BRIDGE_ADDRESS, "port": RAY_PORT, "token_file": ray_token(), "dir": RAY_DIR},
+            "resources": {h.name: {"loadgen": LOADGEN[h.name]} for h in HOSTS}}
 
 
 def postgres_data(spec: LabSpec) -> list[Any]:

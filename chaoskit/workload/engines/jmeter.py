@@ -502,6 +502,7 @@ TEST = "jmeter"  # the grid's workload that runs an experiment's plan
 
 class Jmeter(LoadEngine):
     name = "jmeter"
+    on_loaders = False  # its plan and its bin are files of the control node (checked there at validate)
     measures = Measures(0.0, False, True, False)  # its JTL: every sample's start and elapsed time
     speaks = ("postgres", "mysql")  # the JDBC URLs chaoskit gives a plan (`jdbc_url`)
     settings = Settings

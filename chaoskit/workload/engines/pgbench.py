@@ -59,6 +59,7 @@ from chaoskit.inventory.models import Cluster, Inventory
 from chaoskit.models import Frozen
 from chaoskit.recorder import FAIL, INFO, OK, Recorder
 from chaoskit.validation import SafePath, input_file
+from chaoskit.workload import stamp
 from chaoskit.workload.engine import LoadEngine, Measures, ToolGroupBase, group_driver
 from chaoskit.workload.spec import ClientGroup, LoadSpec
 from chaoskit.workload.tool_group import POLL_S, STOP_GRACE_S, run_setup, with_parent_death
@@ -345,6 +346,7 @@ class PgbenchGroup(ToolGroupBase):
         if not data:
             return False
         client.read_to += len(data)
+        off = stamp.CLOCK.offset()  # pgbench stamps with its host's clock: on the control clock less this
         lines = (client.partial + data).split(b"\n")
         client.partial = lines.pop()
         for n, raw in enumerate(lines, 1):
@@ -354,15 +356,16 @@ class PgbenchGroup(ToolGroupBase):
             tx = parse_line(line, f"{client.log}:{client.logged + n}")
             if tx is None:
                 continue
+            t_end = tx.t_end - off
             if tx.ok:
-                self.recorder.record(client.worker, self.kind, tx.t_start or tx.t_end, tx.t_end, OK)
+                self.recorder.record(client.worker, self.kind, (tx.t_start or tx.t_end) - off, t_end, OK)
             else:  # serialization / deadlock: rolled back, so it did not commit
-                self.recorder.record(client.worker, self.kind, tx.t_end, tx.t_end, FAIL, ErrorClass.serialization.value,
+                self.recorder.record(client.worker, self.kind, t_end, t_end, FAIL, ErrorClass.serialization.value,
                                      tx.failure or "")
             if not client.logged:
-                client.first_end = tx.t_end
+                client.first_end = t_end
             client.logged += 1
-            client.last_end = tx.t_end
+            client.last_end = t_end
         return limit is not None and len(data) == limit
 
     def _ended(self, client: _Client, now: float) -> None:
@@ -379,8 +382,9 @@ class PgbenchGroup(ToolGroupBase):
         # kernel stamps from its coarse clock (up to a tick early): never before the last transaction
         # it logged, never after its exit was seen (read now: the tick's `now` was taken before this
         # client's turn, possibly before its last transaction ended)
-        seen = time.time()
-        t_end = min(seen, max(out_path.stat().st_mtime, client.last_end or 0.0, client.started))
+        seen = stamp.now()
+        mtime = out_path.stat().st_mtime - stamp.CLOCK.offset()
+        t_end = min(seen, max(mtime, client.last_end or 0.0, client.started))
         client.proc = None
         if client.log is not None and client.log.exists() and client.log.stat().st_size == 0:
             client.log.unlink()  # a run that never logged a transaction leaves no empty file behind
@@ -437,9 +441,9 @@ class PgbenchGroup(ToolGroupBase):
         for client in self.clients:
             if client.proc is not None and client.proc.poll() is None:
                 client.proc.send_signal(signal.SIGALRM)
-        deadline = time.time() + STOP_GRACE_S
+        deadline = stamp.now() + STOP_GRACE_S
         while any(c.proc is not None for c in self.clients):
-            now = time.time()
+            now = stamp.now()
             for client in self.clients:
                 if client.proc is None:
                     continue
@@ -486,6 +490,10 @@ class Pgbench(LoadEngine):
     @classmethod
     def tables_of(cls, test: str) -> str:
         return "pgbench"  # the builtin scripts share pgbench's tables
+
+    @classmethod
+    def programs(cls, settings: object) -> tuple[str, ...]:
+        return ("pgbench",)
 
     @classmethod
     def describe(cls, group: ClientGroup, route: Cluster) -> list[str]:

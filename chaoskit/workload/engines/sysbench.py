@@ -52,7 +52,6 @@ import os
 import re
 import statistics
 import subprocess
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +63,7 @@ from chaoskit.db.base import Driver, ErrorClass, connect_class
 from chaoskit.inventory.models import Cluster, Inventory
 from chaoskit.models import Frozen
 from chaoskit.recorder import FAIL, INFO, Recorder
+from chaoskit.workload import stamp
 from chaoskit.workload.engine import LoadEngine, Measures, ToolGroupBase, group_driver
 from chaoskit.workload.outcomes import connect_error_class
 from chaoskit.workload.spec import ClientGroup, LoadSpec
@@ -376,7 +376,7 @@ class SysbenchGroup(ToolGroupBase):
         is not needed); one still running after the grace is killed."""
         self.stopping = True
         if self.proc is not None and self.proc.poll() is None:
-            self._read(time.time())
+            self._read(stamp.now())
             self.proc.terminate()
             try:
                 self.proc.wait(STOP_GRACE_S)
@@ -384,7 +384,7 @@ class SysbenchGroup(ToolGroupBase):
                 self.proc.kill()
                 self.proc.wait()
         if self.proc is not None:
-            self._ended(time.time())
+            self._ended(stamp.now())
         self.out.close()
         self.reports.close()
 
@@ -415,6 +415,10 @@ class Sysbench(LoadEngine):
                 values.append(report[0].latency_ms)
         return {"tool_p99_ms_median_of_seconds": statistics.median(values) if values else None,
                 "tool_p99_ms_worst_second": max(values) if values else None}
+
+    @classmethod
+    def programs(cls, settings: object) -> tuple[str, ...]:
+        return ("sysbench",)
 
     @classmethod
     def describe(cls, group: ClientGroup, route: Cluster) -> list[str]:
