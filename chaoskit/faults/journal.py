@@ -255,6 +255,8 @@ def list_script(root: str = ROOT) -> str:
 LIST_SCRIPT = "\n".join([
     "(", "J=@J@", "now=$(date +%s%3N)",
     'for f in "$J"/*.json; do [ -f "$f" ] || continue; id=${f##*/}; id=${id%.json}',
+    # reverted and verified (its `done` record is written before its files are removed): not journaled
+    '  [ -f "$J/done/$id" ] && continue',
     '  if [ -f "$J/$id.active" ]; then sh "$J/$id.active" >/dev/null 2>&1 && rc=0 || rc=$?; else rc=9; fi',
     '  printf "%s\\t%s\\t%s\\t%s\\t%s\\t%s\\n" "$id" "$(cat "$J/$id.deadline" 2>/dev/null)" "$now" "$rc" '
     '"$(cat "$J/$id.state" 2>/dev/null)" "$(tr -d "\\t\\n" < "$f")"',

@@ -315,6 +315,12 @@ def test_revert_fails_closed(stubbed: dict, tmp_path: Path) -> None:
     assert res.returncode == 1 and "still in effect" in res.stderr
     assert (jdir / f"{FID}.json").exists()  # the entry stays for the dead-man and recover
     (jdir / f"{FID}.active").write_text("#!/bin/sh\nexit 1\n")
+    # the instant between a revert's `done` record and the removal of its files: the fault is
+    # reverted and verified, so the journal no longer lists it (a SIGKILLed drill's test saw it there)
+    (jdir / "done").mkdir(exist_ok=True)
+    (jdir / "done" / FID).write_text("1796000000.5 deadman\n")
+    assert journal.parse_list(sh(journal.list_script(root), env).stdout) == []
+    (jdir / "done" / FID).unlink()
     assert sh(journal.revert_script(FID, root=root), env).returncode == 0
     assert not (jdir / f"{FID}.json").exists()
 
