@@ -67,13 +67,9 @@ def where_hosts(name: str, where: Where, loaders: int | None, inv: Inventory, fi
     n = 1 if first_only else loaders
     if not where.live:
         return tuple(where.hosts(inv)[:n])
-    from chaoskit.workload.ray_plane import RayUnavailable, cluster_nodes, matching_hosts
+    from chaoskit.workload.ray_plane import matching_hosts
 
-    assert inv.loaders is not None and inv.loaders.ray is not None  # validated
-    try:
-        nodes = nodes if nodes is not None else cluster_nodes(inv.loaders.ray)
-    except RayUnavailable as exc:
-        raise PreflightError(f"{name}: where: {where.said()} is matched on the Ray cluster, and {exc}") from None
+    nodes = nodes if nodes is not None else _ray_nodes(name, where, inv)
     matched, seen = matching_hosts(nodes, inv, where.labels, where.resources)
     if not matched:
         raise PreflightError(f"{name}: no live Ray node of a loader host matches {where.said()}; the loader hosts: "
@@ -84,6 +80,17 @@ def where_hosts(name: str, where: Where, loaders: int | None, inv: Inventory, fi
     return tuple(matched[:n])
 
 
+def _ray_nodes(name: str, where: Where, inv: Inventory) -> list[Any]:
+    """The Ray cluster's nodes, asked now, for a live `where` of `name`."""
+    from chaoskit.workload.ray_plane import RayUnavailable, cluster_nodes
+
+    assert inv.loaders is not None and inv.loaders.ray is not None  # validated
+    try:
+        return cluster_nodes(inv.loaders.ray)
+    except RayUnavailable as exc:
+        raise PreflightError(f"{name}: where: {where.said()} is matched on the Ray cluster, and {exc}") from None
+
+
 def placement(pb: Playbook, inv: Inventory) -> dict[str, tuple[str, ...]]:
     """The loader hosts each group with `where:` runs on (`where_hosts`; the Ray cluster asked once)."""
     out: dict[str, tuple[str, ...]] = {}
@@ -91,16 +98,11 @@ def placement(pb: Playbook, inv: Inventory) -> dict[str, tuple[str, ...]]:
     for g in pb.load.groups or ():
         if g.where is None:
             continue
-        if g.where.live and nodes is None and inv.loaders is not None and inv.loaders.ray is not None:
-            from chaoskit.workload.ray_plane import RayUnavailable, cluster_nodes
-
-            try:
-                nodes = cluster_nodes(inv.loaders.ray)
-            except RayUnavailable as exc:
-                raise PreflightError(f"group {g.group_name}: where: {g.where.said()} is matched on the Ray "
-                                     f"cluster, and {exc}") from None
-        out[g.group_name] = where_hosts(f"group {g.group_name}", g.where, g.loaders, inv,
-                                        first_only=engine(g.tool).external(), nodes=nodes)
+        name = f"group {g.group_name}"
+        if g.where.live and nodes is None:
+            nodes = _ray_nodes(name, g.where, inv)
+        out[g.group_name] = where_hosts(name, g.where, g.loaders, inv, first_only=engine(g.tool).external(),
+                                        nodes=nodes)
     return out
 
 

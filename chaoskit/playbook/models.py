@@ -188,13 +188,12 @@ class GroupBase(Frozen):
                              f"host at least), the group has {self.workers}")
         return self
 
-    def loader_hosts(self, inventory: Inventory, matched: list[str] | None = None) -> list[str]:
-        """The loader hosts its agents run on: the first `loaders` of those `where` matches (a
-        tool group's one tool: the first); `matched`: what a live `where` matched on the Ray
-        cluster."""
+    def loader_hosts(self, inventory: Inventory) -> list[str]:
+        """The loader hosts its agents run on: the first `loaders` of those a zone or name `where`
+        matches (a tool group's one tool: the first); a live `where` (labels, resources) is matched
+        in the preflight (`chaoskit.drill.preflight.where_hosts`)."""
         assert self.where is not None
-        hosts = matched if matched is not None else self.where.hosts(inventory)
-        return hosts[:self.loaders if self.tool == BUILTIN else 1]
+        return self.where.hosts(inventory)[:self.loaders if self.tool == BUILTIN else 1]
 
     @model_validator(mode="after")
     def _fits_profile(self) -> GroupBase:

@@ -74,7 +74,8 @@ def loader_agent_sources(pool: RemotePool, placement: dict[str, tuple[str, ...]]
             rate_share = spec.rate * len(share) / spec.workers if spec.rate else None
             order = AgentOrder.of(runner.route(group).model_dump_json(), inventory_json, spec, group, share,
                                   runner.recorder.base, rate_share)
-            label = group.tool if engine(group.tool).external() else share[0]
+            tool = engine(group.tool)
+            label = group.tool if tool.external() else share[0]
             name, directory = f"{group.name}/{label}@{host}", f"{loaders.spool}/{run_id}/{group.name}-{share[0]}"
             if via_ray is not None:
                 from chaoskit.workload.ray_loader import RayLoader
@@ -86,13 +87,13 @@ def loader_agent_sources(pool: RemotePool, placement: dict[str, tuple[str, ...]]
             if host not in checked:
                 loader.check()
                 checked[host] = loader
-            loader.require(engine(group.tool).programs(group.settings), group.name)
+            loader.require(tool.programs(group.settings), group.name)
             loader.offset = checked[host].offset
             if via_ray is not None:
                 loader.ray_offset = checked[host].ray_offset  # type: ignore[attr-defined]
             loader.clock_offset_s = checked[host].clock_offset_s
             loader.clock_uncertainty_s = checked[host].clock_uncertainty_s
-            out.append(FramedSource(loader, tuple(share), builtin=not engine(group.tool).external(), lease_s=lease_s))
+            out.append(FramedSource(loader, tuple(share), builtin=not tool.external(), lease_s=lease_s))
         placed = {w for s in out for w in s.workers}
         return out + [s for s in runner.local_sources() if placed.isdisjoint(s.workers)]
 
