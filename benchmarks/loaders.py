@@ -1,9 +1,10 @@
 """What running the load through load agents costs: the same ledger load on the lab's PostgreSQL
 cluster from the control node's worker processes and from load agents (a detached process per
-share, spooling every delivery, read back through FramedSource), rounds alternating so drift on
-the shared cores hits both alike. `--agents here` runs the agents on the control node (read from
-the spool file), `--agents loaders` on the lab's loader hosts ld-a and ld-b, half the clients
-each, through the lab's Ray cluster once `chaoskit loaders up` has started it (else over SSH).
+share, spooling every delivery, read back through FramedSource), rounds alternating (and which of
+each pair goes first) so drift on the shared cores and the growing table hit both alike.
+`--agents here` runs the agents on the control node (read from the spool file), `--agents loaders`
+on the lab's loader hosts ld-a and ld-b, half the clients each, through the lab's Ray cluster once
+`chaoskit loaders up` has started it (else over SSH).
 Prints the acknowledged writes per second of each and `ratio <agents/local>` (the median over the
 rounds; the goal for loaders: >= 0.9). With `--agents loaders` each round also prints what it
 cost: the controller's CPU per merged op (everything its process did, the Ray driver and SSH
@@ -71,15 +72,31 @@ def _tree(roots: set[int], procs: dict[int, tuple[int, int, bytes]]) -> set[int]
     return out
 
 
+def _cpu(pid: int) -> int | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class Costs:
     """CPU share and resident memory of the agents' trees and the Ray daemons, per loader host,
-    sampled on the runner's ticks."""
+    sampled on the runner's ticks. The process table is scanned for their members every RESCAN_S
+    only: a scan of every process is itself a good part of a core on a busy machine, and this
+    sampling runs only in the agents' rounds."""
+
+    RESCAN_S = 5.0
 
     def __init__(self, spool: Path, ray_dir: str | None) -> None:
         self.spool, self.ray_dir = spool, ray_dir
-        self.first: dict[str, tuple[float, int]] = {}
-        self.last: dict[str, tuple[float, int]] = {}
+        self.t0: dict[str, float] = {}
+        self.t1: dict[str, float] = {}
+        self.ticks: dict[str, int] = {}  # CPU ticks used since the group's first sample
         self.rss: dict[str, int] = {}
+        self._members: dict[str, set[int]] = {}
+        self._seen: dict[int, int] = {}  # pid -> its CPU ticks at the last sample
+        self._scanned = -float("inf")
 
     def groups(self) -> dict[str, set[int]]:
         procs = _procs()
@@ -91,7 +108,6 @@ class Costs:
             for name in ("head", "n-ld-a", "n-ld-b"):
                 mark = f"{self.ray_dir}/{name}".encode()
                 out["ray " + name] = {p for p, (_, _, cmd) in procs.items() if mark in cmd}
-        self._procs = procs
         return out
 
     own_cpu = 0.0  # the controller's CPU these samples took (left out of its cost per op)
@@ -103,17 +119,26 @@ class Costs:
 
     def _tick(self) -> None:
         now = time.monotonic()
-        for name, pids in self.groups().items():
-            cpu = sum(self._procs[p][1] for p in pids if p in self._procs)
-            self.first.setdefault(name, (now, cpu))
-            self.last[name] = (now, cpu)
+        if now - self._scanned >= self.RESCAN_S:
+            self._members, self._scanned = self.groups(), now
+        for name, pids in self._members.items():
+            used = 0
+            for p in pids:
+                cpu = _cpu(p)
+                if cpu is None:
+                    continue
+                used += cpu - self._seen.get(p, cpu)  # a member first seen now counts from now
+                self._seen[p] = cpu
+            self.t0.setdefault(name, now)
+            self.t1[name] = now
+            self.ticks[name] = self.ticks.get(name, 0) + used
             self.rss[name] = max(self.rss.get(name, 0), sum(_rss(p) for p in pids))
 
     def lines(self) -> list[str]:
         out = []
-        for name in sorted(self.last):
-            (t0, c0), (t1, c1) = self.first[name], self.last[name]
-            share = (c1 - c0) / TICK / (t1 - t0) * 100 if t1 > t0 else 0.0
+        for name in sorted(self.t1):
+            span = self.t1[name] - self.t0[name]
+            share = self.ticks[name] / TICK / span * 100 if span > 0 else 0.0
             out.append(f"    {name}: CPU {share:.0f}% of a core, resident {self.rss[name] / 2**20:.0f} MiB")
         return out
 
@@ -225,8 +250,13 @@ def main() -> None:
     local, agents = [], []
     with tempfile.TemporaryDirectory(prefix="chaoskit-agents-") as tmp:
         for r in range(args.rounds):
-            local.append(one(args.clients, args.seconds, None))
-            agents.append(one(args.clients, args.seconds, Path(tmp) / f"round{r}", args.agents))
+            # which goes first alternates: the ledger grows and the database slows round by round,
+            # and a fixed order would charge that to the second of each pair
+            for first in ((False, True) if r % 2 == 0 else (True, False)):
+                if first:
+                    agents.append(one(args.clients, args.seconds, Path(tmp) / f"round{r}", args.agents))
+                else:
+                    local.append(one(args.clients, args.seconds, None))
             print(f"round {r + 1}: local {local[-1]:.0f} ops/s, agents {agents[-1]:.0f} ops/s", flush=True)
     ratio = statistics.median(a / b for a, b in zip(agents, local, strict=True))
     print(f"{args.clients} connections, {args.seconds:g} s each: local {statistics.median(local):.0f} ops/s, "

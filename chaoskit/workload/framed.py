@@ -46,6 +46,8 @@ LEASE_S = 15.0  # an agent not renewed for this long stops by itself
 POLL_S = 0.1
 CLOCK_EVERY_S = 30.0  # a loader host's clock is measured again this often while it loads
 CLOCK_RETRY_S = 5.0  # and sooner after a measurement that could not be taken
+ASK_RUNNING_EVERY_S = 1.0  # an agent whose spool had nothing new is asked whether it runs at most this
+# often: a remote ask is a process on its host, and on a busy host the spool is often empty between reads
 
 
 class Loader(ABC):
@@ -188,6 +190,7 @@ class FramedSource(LoadSource):
 
     def _run(self) -> None:
         unreachable_since: float | None = None
+        asked = -math.inf  # when the agent was last asked whether it runs (monotonic)
         try:
             while not self._killed.is_set() and not self._final:
                 now = self._clock()
@@ -210,7 +213,10 @@ class FramedSource(LoadSource):
                 unreachable_since = None
                 for f in frames:
                     self._apply(f)
-                if not frames and not self._final and self.loader.running() is False:
+                ask = not frames and not self._final and time.monotonic() - asked >= ASK_RUNNING_EVERY_S
+                if ask:
+                    asked = time.monotonic()
+                if ask and self.loader.running() is False:
                     # the agent ended: what it spooled before it did is read once more, and only
                     # then, with no final batch among it, is none coming
                     try:

@@ -203,3 +203,32 @@ def test_a_loaders_clock_is_measured_again_while_it_loads_and_the_agent_told(tmp
     assert src.clock_error_s == pytest.approx(0.1996) and src.clock_measures == 2
     ended = src.describe()
     assert ended["clock_error_s"] == 0.1996 and ended["clock_offset_s"] == 0.2
+
+
+def test_an_agent_with_nothing_new_is_asked_whether_it_runs_at_most_once_a_second(tmp_path: Path) -> None:
+    # a remote ask is a process on the loader host: between an agent's sparse frames the reader
+    # polls its spool every 0.1 s, and must not ask each time the spool had nothing new
+    class Counting(SpooledFake):
+        asks = 0
+        empty = 0
+
+        def running(self) -> bool | None:
+            self.asks += 1
+            return super().running()
+
+        def fetch(self, after: int) -> list[Frame]:
+            frames = super().fetch(after)
+            self.empty += not frames
+            return frames
+
+    base = time.time()
+    agent = FakeSource("sparse", 1, base=base, tick=0.5)
+    loader = Counting(agent, tmp_path / "sparse.frames")
+    src = FramedSource(loader, agent.workers)
+    lr = runner([src], [], base)
+    began = time.monotonic()
+    lr.start()
+    wait_for(lambda: loader.empty >= 15)
+    asks, elapsed = loader.asks, time.monotonic() - began
+    lr.stop()
+    assert asks <= elapsed / framed.ASK_RUNNING_EVERY_S + 1
