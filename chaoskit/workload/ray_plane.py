@@ -303,6 +303,9 @@ def node_down(remote: Remote, plane: RayPlane, host: str) -> NodeAnswer:
 
 
 # -- the driver: this process, connected to the cluster -------------------------------------------
+CONNECT_TIMEOUT_S = 3.0
+GCS_WAIT_VAR = "RAY_gcs_server_port_wait_time_s"
+GCS_TRIES = 1
 def connect(plane: RayPlane) -> Any:
     """The `ray` module, this process connected to the cluster as a driver (once per process)."""
     require_ray()
@@ -311,11 +314,26 @@ def connect(plane: RayPlane) -> Any:
     import ray
 
     if not ray.is_initialized():
+        host, _, port = plane.gcs.rpartition(":")
+        try:  # nothing listening: said at once (ray.init would retry for over ten minutes)
+            socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+        except OSError as exc:
+            raise RayUnavailable(f"nothing answers at the Ray cluster's {plane.gcs} ({exc.strerror or exc}); "
+                                 "start it with chaoskit loaders up") from None
+        # a GCS that accepts but does not answer: Ray's own connect makes GCS_TRIES tries (each
+        # bounded by Ray, about 35 s measured with the head's GCS stopped) instead of its default 20
+        saved = os.environ.get(GCS_WAIT_VAR)
+        os.environ[GCS_WAIT_VAR] = str(GCS_TRIES)
         try:
             ray.init(address=plane.gcs, logging_level=logging.ERROR, log_to_driver=False, namespace="chaoskit")
         except Exception as exc:  # ConnectionError, an authentication failure, a timeout
             raise RayUnavailable(f"the Ray cluster at {plane.gcs} cannot be reached ({type(exc).__name__}: "
                                  f"{str(exc).strip()[:200]}); start it with chaoskit loaders up") from None
+        finally:
+            if saved is None:
+                os.environ.pop(GCS_WAIT_VAR, None)
+            else:
+                os.environ[GCS_WAIT_VAR] = saved
     return ray
 
 

@@ -168,3 +168,18 @@ def test_a_script_that_exits_leaves_the_hosts_persistent_shell_running() -> None
                              capture_output=True, text=True, timeout=30)
         assert res.stdout.splitlines()[-1] == "still-here", res.stdout + res.stderr
     subprocess.run(["rm", "-rf", "--", "/tmp/ck-ut-nd"], check=False)
+
+
+@pytest.mark.skipif(ray_plane.installed_ray() != ray_plane.RAY_VERSION, reason="chaoskit[loaders] not installed")
+def test_a_cluster_nobody_runs_is_said_at_once_not_retried_for_minutes(tmp_path: Path) -> None:
+    # ray.init against a port nothing listens on retries 20 times for over half a minute each;
+    # `loaders status` once hung ten minutes on a lab whose head had been stopped
+    import socket
+
+    with socket.socket() as s:  # a port of loopback that was free a moment ago
+        s.bind(("127.0.0.2", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "token").write_bytes(TOKEN)
+    p = RayPlane(address=f"127.0.0.2:{port}", token_file=str(tmp_path / "token"))
+    with pytest.raises(ray_plane.RayUnavailable, match=f"nothing answers at the Ray cluster's 127.0.0.2:{port}"):
+        ray_plane.connect(p)
