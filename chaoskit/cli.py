@@ -1165,6 +1165,61 @@ def history_cmd(
         err.print(f"wrote {out_dir / 'history.html'} and {out_dir / 'history.json'}")
 
 
+@app.command("anomalies")
+def anomalies(
+    history_file: Annotated[Path, typer.Argument(help="A list-append history in Jepsen's EDN (chaoskit's export, "
+                                                      "or a Jepsen test's history.edn).")],
+    isolation: Annotated[str, typer.Option(help="The level the database claims: read-committed, "
+                                                "snapshot-isolation, repeatable-read or serializable.")
+                         ] = "serializable",
+    order: Annotated[list[str] | None, typer.Option(
+        help="Also order transactions by each client's order (process) or real time (realtime); repeatable.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Transactional anomalies in a list-append history (Elle's method): exit 1 when the claimed
+    level forbids one that was found."""
+    from chaoskit.analysis.elle_edn import read_edn
+    from chaoskit.analysis.list_append import LEVELS, HistoryError, check, cycle_text, forbidden_at
+
+    orders = order or []
+    if isolation not in LEVELS:
+        _fail(InputError(f"unknown level {escaped(isolation)} (one of {', '.join(LEVELS)})", field="--isolation"))
+    for o in orders:
+        if o not in ("process", "realtime"):
+            _fail(InputError(f"unknown order {escaped(o)} (process or realtime)", field="--order"))
+    try:
+        txns = read_edn(history_file.read_text(errors="replace"))
+        got = check(txns, forbidden_at(isolation, orders), orders)  # type: ignore[arg-type]
+    except OSError as exc:
+        _fail(InputError(f"cannot be read ({exc.strerror})", source=str(history_file)))
+    except HistoryError as exc:
+        _fail(InputError(escaped(str(exc)), source=str(history_file), line=exc.line))
+    if as_json:
+        from dataclasses import asdict
+
+        print(json.dumps({"isolation": isolation, "orders": orders, "transactions": got.txns, "ok": got.ok,
+                          "failed": got.failed, "indeterminate": got.indeterminate, "counts": got.counts,
+                          "violations": [asdict(x) for x in got.violations],
+                          "allowed": [asdict(x) for x in got.allowed]}, indent=2))
+    else:
+        table = Table(title=f"{history_file}: {got.txns} transactions ({got.ok} ok, {got.failed} failed, "
+                            f"{got.indeterminate} indeterminate), judged as {isolation}")
+        for col in ("anomaly", "", "transactions", "what happened"):
+            table.add_column(col)
+        for x in got.anomalies:
+            table.add_row(x.kind, "FORBIDDEN" if x.kind in got.forbidden else "allowed",
+                          cycle_text(x.cycle) or " ".join(f"T{t}" for t in x.txns[:8]), x.explanation)
+        if got.anomalies:
+            out.print(table)
+        n = len(got.violations)
+        verdict = (f"{n} {'anomaly' if n == 1 else 'anomalies'} {isolation} forbids" if n else
+                   f"no anomaly {isolation} forbids" + (f" ({len(got.allowed)} it allows)" if got.allowed else ""))
+        out.print(verdict, highlight=False)
+    if got.violations:
+        raise typer.Exit(1)
+
+
 def main() -> None:
     try:
         app()

@@ -73,7 +73,7 @@ def to_edn(history: Sequence[Txn]) -> str:
 _TOKEN = re.compile(r"""[\s,]+|;[^\n]*|(?P<t>[\[\](){}]|"(?:[^"\\]|\\.)*"|[^\s,\[\](){}"]+)""")
 
 
-def _tokens(text: str) -> Iterator[str]:
+def _tokens(text: str) -> Iterator[tuple[str, int]]:
     pos = 0
     while pos < len(text):
         m = _TOKEN.match(text, pos)
@@ -81,7 +81,7 @@ def _tokens(text: str) -> Iterator[str]:
             raise HistoryError(f"not EDN at character {pos}: {text[pos:pos + 20]!r}")
         pos = m.end()
         if m.group("t"):
-            yield m.group("t")
+            yield m.group("t"), m.start()
 
 
 def _atom(tok: str) -> Any:
@@ -101,25 +101,27 @@ def _atom(tok: str) -> Any:
         return tok  # a symbol
 
 
-def _values(tokens: Iterator[str], until: str | None = None) -> Iterator[Any]:
-    closing = {"[": "]", "(": ")", "{": "}"}
-    for tok in tokens:
-        if tok == until:
-            return
-        if tok in closing:
-            items = list(_values(tokens, closing[tok]))
-            if tok == "{":
-                if len(items) % 2:
-                    raise HistoryError("an EDN map with an odd number of forms")
-                yield dict(zip(items[::2], items[1::2], strict=True))
-            else:
-                yield items
-        elif tok in ("]", ")", "}"):
-            raise HistoryError(f"an unexpected {tok!r} in EDN")
+_CLOSING = {"[": "]", "(": ")", "{": "}"}
+
+
+def _form(tok: str, tokens: Iterator[tuple[str, int]]) -> Any:
+    """The form that begins with `tok` (its other tokens taken from `tokens`)."""
+    if tok in _CLOSING:
+        items, until = [], _CLOSING[tok]
+        for inner, _ in tokens:
+            if inner == until:
+                break
+            items.append(_form(inner, tokens))
         else:
-            yield _atom(tok)
-    if until is not None:
-        raise HistoryError(f"EDN ended before a {until!r}")
+            raise HistoryError(f"EDN ended before a {until!r}")
+        if tok == "{":
+            if len(items) % 2:
+                raise HistoryError("an EDN map with an odd number of forms")
+            return dict(zip(items[::2], items[1::2], strict=True))
+        return items
+    if tok in ("]", ")", "}"):
+        raise HistoryError(f"an unexpected {tok!r} in EDN")
+    return _atom(tok)
 
 
 def _micro(ops: Any, where: str) -> list[tuple[str, int, Any]]:
@@ -127,49 +129,69 @@ def _micro(ops: Any, where: str) -> list[tuple[str, int, Any]]:
         raise HistoryError(f"{where}: :value is not a vector of micro-operations")
     out = []
     for op in ops:
-        if not (isinstance(op, list) and len(op) == 3 and op[0] in ("append", "r") and isinstance(op[1], int)):
+        if not (isinstance(op, list) and len(op) == 3 and op[0] in ("append", "r") and isinstance(op[1], int)
+                and (op[0] == "r" or isinstance(op[2], int))):
             raise HistoryError(f"{where}: not a list-append micro-operation: {op!r}"[:200])
         out.append((str(op[0]), op[1], op[2]))
     return out
 
 
+def _completed(op: dict[Any, Any], kind: Any, proc: Any, n: int, where: str, open_: dict[Any, dict[Any, Any]]
+               ) -> Txn | None:
+    """The transaction `op` completes (None: `op` is an invocation, or not a transaction)."""
+    if op.get(Keyword("f"), Keyword("txn")) != "txn":
+        return None
+    if kind == "invoke":
+        if proc in open_:
+            raise HistoryError(f"{where}: invoked while its previous operation is open")
+        open_[proc] = {**op, Keyword("index"): op.get(Keyword("index"), n)}
+        return None
+    if kind not in ("ok", "fail", "info") or proc not in open_:
+        raise HistoryError(f"{where}: a completion :type {kind} without its invocation")
+    inv = open_.pop(proc)
+    ops = _micro(op.get(Keyword("value")) if kind == "ok" else inv.get(Keyword("value")), where)
+    micro: list[MicroOp] = []
+    for f, key, value in ops:
+        if f == "append":
+            micro.append(Append(key, int(value)))
+        elif kind == "ok":
+            if value is not None and not (isinstance(value, list) and all(isinstance(v, int) for v in value)):
+                raise HistoryError(f"{where}: a read of key {key} that is not a vector of integers")
+            micro.append(Read(key, tuple(value or ())))
+        else:
+            micro.append(Read(key, None))
+    tid, client = op.get(Keyword("txn"), inv[Keyword("index")]), op.get(Keyword("client"), proc)
+    if not isinstance(tid, int) or not isinstance(client, int):
+        raise HistoryError(f"{where}: its transaction id and client are not integers")
+    return Txn(int(tid), int(client), inv.get(Keyword("time"), 0) / 1e9, op.get(Keyword("time"), 0) / 1e9,
+               str(kind), tuple(micro))  # type: ignore[arg-type]
+
+
 def read_edn(text: str) -> list[Txn]:
     """A list-append history from Jepsen operations (a series of maps, or one vector of them)."""
-    forms = list(_values(_tokens(text)))
-    if len(forms) == 1 and isinstance(forms[0], list):
-        forms = forms[0]
+    tokens = _tokens(text)
+    forms: list[tuple[Any, int]] = []  # each top-level form and its line
+    for tok, pos in tokens:
+        line = text.count("\n", 0, pos) + 1
+        try:
+            forms.append((_form(tok, tokens), line))
+        except HistoryError as exc:
+            raise HistoryError(str(exc), line) from None
+    if len(forms) == 1 and isinstance(forms[0][0], list):  # one vector of operations
+        forms = [(op, forms[0][1]) for op in forms[0][0]]
     open_: dict[Any, dict[Any, Any]] = {}
     out: list[Txn] = []
-    for n, op in enumerate(forms):
+    for n, (op, line) in enumerate(forms):
         if not isinstance(op, dict):
-            raise HistoryError(f"operation {n + 1}: not a map")
+            raise HistoryError(f"operation {n + 1}: not a map", line)
         kind, proc = op.get(Keyword("type")), op.get(Keyword("process"))
         where = f"operation {n + 1} (process {proc})"
-        if op.get(Keyword("f"), Keyword("txn")) != "txn":
-            continue
-        if kind == "invoke":
-            if proc in open_:
-                raise HistoryError(f"{where}: invoked while its previous operation is open")
-            open_[proc] = {**op, Keyword("index"): op.get(Keyword("index"), n)}
-            continue
-        if kind not in ("ok", "fail", "info") or proc not in open_:
-            raise HistoryError(f"{where}: a completion :type {kind} without its invocation")
-        inv = open_.pop(proc)
-        ops = _micro(op.get(Keyword("value")) if kind == "ok" else inv.get(Keyword("value")), where)
-        micro: list[MicroOp] = []
-        for f, key, value in ops:
-            if f == "append":
-                micro.append(Append(key, int(value)))
-            elif kind == "ok":
-                if value is not None and not (isinstance(value, list) and all(isinstance(v, int) for v in value)):
-                    raise HistoryError(f"{where}: a read of key {key} that is not a vector of integers")
-                micro.append(Read(key, tuple(value or ())))
-            else:
-                micro.append(Read(key, None))
-        tid = op.get(Keyword("txn"), inv[Keyword("index")])
-        client = op.get(Keyword("client"), proc)
-        out.append(Txn(int(tid), int(client), inv.get(Keyword("time"), 0) / 1e9, op.get(Keyword("time"), 0) / 1e9,
-                       str(kind), tuple(micro)))  # type: ignore[arg-type]
+        try:
+            done = _completed(op, kind, proc, n, where, open_)
+        except HistoryError as exc:
+            raise HistoryError(str(exc), line) from None
+        if done is not None:
+            out.append(done)
     for proc, inv in open_.items():  # never completed: its outcome is unknown
         ops = _micro(inv.get(Keyword("value")), f"process {proc}")
         out.append(Txn(int(inv.get(Keyword("txn"), inv[Keyword("index")])), int(inv.get(Keyword("client"), proc)),

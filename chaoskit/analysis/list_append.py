@@ -113,7 +113,12 @@ class Checked:
 
 
 class HistoryError(ValueError):
-    """Not a list-append history this checker can read (the reason names the transaction)."""
+    """Not a list-append history this checker can read (the reason names the transaction; `line`:
+    where in a file it was read from)."""
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.line = line
 
 
 # -- what each isolation level forbids (Adya's proscribed phenomena) --------------------------------
@@ -142,13 +147,21 @@ def forbidden_at(level: str, orders: Iterable[Order] = ()) -> frozenset[str]:
 
 EXPLAIN = {
     "G0": "write cycle: each transaction's append came after another's round the cycle (dirty write)",
-    "G1c": "circular information flow: each transaction saw or overwrote the next one's writes round the cycle",
+    "G1c": "circular information flow: each transaction saw or overwrote another's writes round the cycle",
     "G-single": "read skew: one transaction missed a write that the rest of the cycle already depended on",
     "G2-item": "write skew: two or more transactions each missed another's write round the cycle",
 }
 _SUFFIX = {"process": " (with each client's own order)", "realtime": " (with real-time order)"}
 _PREFER: tuple[EdgeKind, ...] = ("ww", "wr", "process", "realtime", "rw")
 SEARCH_EDGES = 200  # edges that close a cycle tried for the shortest one, per class and component
+
+
+def cycle_text(cycle: Sequence[Step]) -> str:
+    """`T2 -rw(1)-> T1 -wr(1)-> T2`: each edge's kind, and its key for ww, wr and rw."""
+    if not cycle:
+        return ""
+    hops = [f"-{s.kind}({s.key})->" if s.key is not None else f"-{s.kind}->" for s in cycle]
+    return " ".join(f"T{s.src} {h}" for s, h in zip(cycle, hops, strict=True)) + f" T{cycle[0].src}"
 
 
 # -- the checker ---------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ above it (the dependency edges from the version orders), never taken from the ch
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
@@ -237,3 +238,24 @@ def test_the_elle_export_round_trips_and_jepsen_histories_read_in() -> None:
     assert check(txns, SER).counts == {"G1c": 1}
     with pytest.raises(HistoryError, match="operation 2 \\(process 0\\): invoked while its previous"):
         read_edn("{:type :invoke, :process 0, :value []}\n{:type :invoke, :process 0, :value []}")
+
+
+def test_the_command_judges_a_history_file_and_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from chaoskit.cli import app
+
+    # T1 read y = [5] (T2's), T2 read x = [1] (T1's): G1c, forbidden at every level
+    (tmp_path / "h.edn").write_text(
+        "{:type :invoke, :f :txn, :value [[:append 1 1] [:r 2 nil]], :process 0, :time 10, :index 0}\n"
+        "{:type :invoke, :f :txn, :value [[:append 2 5] [:r 1 nil]], :process 1, :time 20, :index 1}\n"
+        "{:type :ok, :f :txn, :value [[:append 1 1] [:r 2 [5]]], :process 0, :time 30, :index 2}\n"
+        "{:type :ok, :f :txn, :value [[:append 2 5] [:r 1 [1]]], :process 1, :time 40, :index 3}\n")
+    res = CliRunner().invoke(app, ["anomalies", str(tmp_path / "h.edn"), "--isolation", "read-committed"])
+    assert res.exit_code == 1 and "T0 -wr(1)-> T1 -wr(2)-> T0" in res.output and "1 anomaly read-committed forbids" \
+        in res.output
+    (tmp_path / "bad.edn").write_text("{:type :invoke, :f :txn, :value [], :process 0}\n"
+                                      "{:type :ok, :f :txn, :value [[:append 1 \"x\"]], :process 0}\n")
+    res = CliRunner().invoke(app, ["anomalies", str(tmp_path / "bad.edn")])
+    assert res.exit_code == 2 and f"{tmp_path / 'bad.edn'}:2: operation 2 (process 0): not a list-append" \
+        in res.output.replace("\n", "")
