@@ -193,8 +193,12 @@ def read_edn(text: str) -> list[Txn]:
         if done is not None:
             out.append(done)
     for proc, inv in open_.items():  # never completed: its outcome is unknown
-        ops = _micro(inv.get(Keyword("value")), f"process {proc}")
-        out.append(Txn(int(inv.get(Keyword("txn"), inv[Keyword("index")])), int(inv.get(Keyword("client"), proc)),
-                       inv.get(Keyword("time"), 0) / 1e9, inv.get(Keyword("time"), 0) / 1e9, "info",
+        where = f"process {proc}"
+        ops = _micro(inv.get(Keyword("value")), where)
+        tid, client, at = inv.get(Keyword("txn"), inv[Keyword("index")]), inv.get(Keyword("client"), proc), \
+            inv.get(Keyword("time"), 0)
+        if not isinstance(tid, int) or not isinstance(client, int) or not isinstance(at, int | float):
+            raise HistoryError(f"{where}: its transaction id, client and time are not numbers")
+        out.append(Txn(tid, client, at / 1e9, at / 1e9, "info",
                        tuple(Append(k, int(v)) if f == "append" else Read(k, None) for f, k, v in ops)))
     return out

@@ -347,21 +347,21 @@ class _Checker:
                     assert a is not None and b is not None
                     edge(a, b, "ww", key, f"T{a} appended {v1} to key {key}, T{b} appended {v2} right after")
         for tid, reads in external.items():
-            for key, value in reads.items():
-                order = orders.get(key)
-                if order is None or key in self.forked:
+            for key, seen in reads.items():
+                versions = orders.get(key)
+                if versions is None or key in self.forked:
                     continue
-                if value:
-                    w = self.writer.get((key, value[-1]))
+                if seen:
+                    w = self.writer.get((key, seen[-1]))
                     if self._node(w):
                         assert w is not None
-                        edge(w, tid, "wr", key, f"T{tid} read key {key} ending at {value[-1]}, which T{w} appended")
-                if len(value) < len(order):
-                    w = self.writer.get((key, order[len(value)]))
+                        edge(w, tid, "wr", key, f"T{tid} read key {key} ending at {seen[-1]}, which T{w} appended")
+                if len(seen) < len(versions):
+                    w = self.writer.get((key, versions[len(seen)]))
                     if self._node(w):
                         assert w is not None
-                        edge(tid, w, "rw", key, f"T{tid} read key {key} as {list(value)}, without "
-                                               f"{order[len(value)]}, which T{w} appended next")
+                        edge(tid, w, "rw", key, f"T{tid} read key {key} as {list(seen)}, without "
+                                               f"{versions[len(seen)]}, which T{w} appended next")
         if "process" in self.orders:
             by_client: dict[int, list[Txn]] = {}
             for t in self.txns.values():
@@ -369,9 +369,10 @@ class _Checker:
                     by_client.setdefault(t.client, []).append(t)
             for seq in by_client.values():
                 seq.sort(key=lambda t: t.start)
-                for a, b in itertools.pairwise(seq):
-                    if a.outcome == "ok" and a.end <= b.start:  # after no answer its client went on blind
-                        edge(a.id, b.id, "process", None, f"client {a.client} began T{b.id} after T{a.id} answered")
+                for before, after in itertools.pairwise(seq):
+                    if before.outcome == "ok" and before.end <= after.start:  # after no answer it went on blind
+                        edge(before.id, after.id, "process", None,
+                             f"client {before.client} began T{after.id} after T{before.id} answered")
         if "realtime" in self.orders:
             self._realtime(edge)
         return g
@@ -451,7 +452,7 @@ class _Checker:
                     if v == dst:
                         out = [v]
                         while prev[out[-1]] is not None:
-                            out.append(prev[out[-1]])  # type: ignore[arg-type]
+                            out.append(prev[out[-1]])
                         return out[::-1]
                     todo.append(v)
             return None
