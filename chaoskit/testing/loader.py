@@ -57,6 +57,7 @@ class SpooledFake(Loader):
         self.fetches = 0
         self.measures = list(measures or [])
         self.clock_set: list[float] = []
+        self.collected_marks = 0  # how often the controller said its spool was collected
 
     def _cut(self) -> bool:
         if self.cut_after is None or self.t_go is None:
@@ -116,6 +117,9 @@ class SpooledFake(Loader):
 
     def set_clock(self, offset_s: float) -> None:
         self.clock_set.append(offset_s)
+
+    def collected(self) -> None:
+        self.collected_marks += 1
 
     def describe(self) -> dict[str, Any]:
         return {"where": "spooled fake", "group": "zone-x"}

@@ -96,6 +96,11 @@ class Loader(ABC):
         """Its processes on the control node (none for an agent on another host)."""
         return []
 
+    def collected(self) -> None:
+        """Its final frame was read: everything it spooled is with the controller, so its spool
+        may be removed once it is old (a spool never collected stays: it may hold the only copy)."""
+        return None
+
     def wait(self, timeout: float) -> None:
         """After the final batch: wait up to `timeout` for the agent to exit (then end it). A
         remote agent exits by itself: nothing to wait for here."""
@@ -292,3 +297,6 @@ class FramedSource(LoadSource):
                 self._said_late()
                 self._final = True
             self._inbox.put(Delivery(self.name, kind, payload))
+            if kind == "final":
+                with contextlib.suppress(Exception):  # unreachable now: its spool stays, as one never collected
+                    self.loader.collected()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import posixpath
 import re
 import time
 from dataclasses import dataclass
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 
 CLOCK_UNCERTAINTY_MAX_S = 0.05  # a loader host whose clock cannot be read closer than this is refused
 TAIL_BYTES = 4 << 20  # read per fetch at most (a longer frame is read whole on the next one)
+COLLECTED = "collected"  # an agent directory's mark: its final frame reached the controller
+KEEP_COLLECTED_DAYS = 7  # a collected spool stays this long on its loader host (then the next start removes it)
 _DIR = re.compile(r"^/[A-Za-z0-9_./@:+%=,~-]{1,300}$")
 _NUMBER = re.compile(r"^[0-9]+(\.[0-9]+)?$")
 _PROGRAM = re.compile(r"^[A-Za-z0-9_/][A-Za-z0-9_./+-]{0,200}$")
@@ -204,6 +207,19 @@ class SshLoader(Loader):
             raise LoaderRefused(refusal)
 
     # -- the Loader -------------------------------------------------------------------------------
+    def prune_script(self) -> str:
+        """Removes, under the spool root (`<spool>/<run id>/<agent>`: two levels above this agent's
+        directory), the agent directories whose spool was collected over KEEP_COLLECTED_DAYS days
+        ago, then the run directories left empty. Best effort: a failure here never stops a start."""
+        root = posixpath.dirname(posixpath.dirname(self.dir))
+        return (f"R='{root}'; find \"$R\" -mindepth 3 -maxdepth 3 -type f -name {COLLECTED} "
+                f"-mtime +{KEEP_COLLECTED_DAYS - 1} 2>/dev/null | while IFS= read -r f; do "
+                'rm -rf -- "${f%/*}"; done; '
+                'find "$R" -mindepth 1 -maxdepth 1 -type d -empty -delete 2>/dev/null; true')
+
+    def collected(self) -> None:
+        self.remote.shell(f"touch -- {self._q(COLLECTED)}", timeout=30)
+
     def start(self, lease_until: float) -> None:
         order = self.order.model_dump_json().encode()
         lease = _instant(lease_until).encode()
@@ -213,6 +229,7 @@ class SshLoader(Loader):
         for name, data in ((ORDER, order), (LEASE, lease), (OFFSET, offset), (CONTROLLER, who)):
             files.append(f"w {name} {base64.b64encode(data).decode()} {hashlib.sha256(data).hexdigest()}")
         script = subshell([
+            f"( {self.prune_script()} )",
             "set -e", "umask 077", f"D='{self.dir}'",
             # a fresh directory of its own: an agent never starts over another one's spool
             'if [ -e "$D" ]; then echo "$D already exists: an agent directory is used once" >&2; exit 3; fi',

@@ -74,6 +74,7 @@ def test_every_spooled_write_is_applied_once_on_the_control_clock(tmp_path: Path
         assert writes == loader.agent.generated and src.applied == len(kinds) and src.read_again == 0
         assert rec.ledger_acknowledged()[loader.agent.worker] == [(1, writes)]
         assert not loader.lease_ended
+        assert loader.collected_marks == 1  # its final read: its spool may go once old
     assert rec.totals()["ok"] == la.agent.generated + lb.agent.generated
     _, t = rec.ledger_outcome(2, lb.agent.generated)
     assert t is not None and t0 - 0.01 <= t <= lr.t_end + 0.01  # stamped on the control clock, not 3 s ahead
@@ -113,6 +114,7 @@ def test_an_agent_that_died_is_lost_and_what_it_spooled_stays(tmp_path: Path) ->
     lr.stop()
     kinds, writes = spooled(ld.spool)
     assert "final" not in kinds and writes > 0
+    assert ld.collected_marks == 0  # no final: its spool stays on its host
     assert lr.recorder.ledger_acknowledged()[2] == [(1, writes)]  # what it delivered is kept
     [lost] = [e for e in events if e["kind"] == "loader_lost"]
     assert lost["why"] == "its agent ended without its final batch" and lost["frames"] == len(kinds)

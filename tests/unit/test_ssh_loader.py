@@ -200,3 +200,33 @@ def test_a_tool_group_needs_its_tool_on_the_loader_host(tmp_path: Path) -> None:
     for bad in ("-v", "a b", "x;id", "$(id)", "../../bin/sh", "it's"):
         with pytest.raises(ssh_loader.LoaderRefused, match="not a program name"):
             ld.require((bad,), "pg")
+
+
+def test_a_start_removes_spools_collected_a_week_ago_and_keeps_any_never_collected(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    root = tmp_path / "spool"
+    week_ago = time.time() - 8 * 86400
+    for run, agent_dir, mark, old in (("r1", "a-1", True, True), ("r1", "b-5", True, True),
+                                      ("r2", "a-1", False, True),  # never collected: it may hold the only copy
+                                      ("r3", "a-1", True, False)):  # collected today
+        d = root / run / agent_dir
+        d.mkdir(parents=True)
+        (d / "spool").write_bytes(b"frames")
+        if mark:
+            (d / ssh_loader.COLLECTED).touch()
+            if old:
+                os.utime(d / ssh_loader.COLLECTED, (week_ago, week_ago))
+    new = ssh_loader.SshLoader("a/1@here", LocalRemote("here"), str(root / "r4" / "a-1"), order(),
+                               str(stub_python(tmp_path)), chaoskit.__version__, poll_s=0.0)
+    res = subprocess.run(["sh", "-c", new.prune_script()], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    assert sorted(str(p.relative_to(root)) for p in root.glob("*/*")) == ["r2/a-1", "r3/a-1"]  # r1 gone whole
+    new.start(time.time() + 60)
+    try:
+        assert (root / "r4" / "a-1" / "agent.pid").exists()
+        new.collected()
+        assert (root / "r4" / "a-1" / ssh_loader.COLLECTED).exists()
+    finally:
+        new.kill()
