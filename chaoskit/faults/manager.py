@@ -369,6 +369,7 @@ class FaultManager:
                 fault.t_reverted = self.client_link.clear()
                 fault.reverted_by = "controller"
                 fault.revert_verified = True
+                fault.revert_error = None
             except Exception as exc:  # the relays end with this controller anyway
                 fault.revert_error = str(exc)
             return
@@ -389,6 +390,7 @@ class FaultManager:
         fault.t_reverted = self.offset(fault.host).to_control(t_host)
         fault.reverted_by = by
         fault.revert_verified = True
+        fault.revert_error = None  # an earlier attempt's error: this one verified the heal
 
     def _revert_on(self, host: str, fault_id: str, by: str = "controller") -> CommandResult:
         return self.pool.get(host).shell(journal.revert_script(fault_id, by=by, root=self.journal_root),

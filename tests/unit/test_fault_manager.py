@@ -163,6 +163,10 @@ def test_an_unreachable_host_during_the_heal_does_not_stop_the_others(tmp_path: 
     # newest first: h2's fault (injected second) was reverted before h1's was tried
     reverts = [fault_id_of(c) for c in both if is_revert(c)]
     assert reverts == [f2.id, f1.id]
+    # h1 back: the heal's retry verifies its fault, and the first attempt's error is not left beside that
+    h1.rules[2].reply = Reply(stdout="reverted 121.250 controller")
+    assert fm.revert_all() == []
+    assert (f1.revert_verified, f1.reverted_by, f1.revert_error) == (True, "controller", None)
 
 
 def test_ctrl_c_during_staging_still_reverts_what_the_host_journaled(tmp_path: Path) -> None:
