@@ -16,7 +16,7 @@ import random
 import time
 import tracemalloc
 
-from chaoskit.analysis.list_append import Append, Read, Txn, check, forbidden_at
+from chaoskit.elle.list_append import Append, Read, Txn, check, forbidden_at
 
 
 def history(n: int, clients: int, keys: int, skew: int, seed: int = 1) -> list[Txn]:

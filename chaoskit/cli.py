@@ -200,11 +200,15 @@ def load(
     table_rows: Annotated[int, typer.Option(min=10, help="Rows in update/read/oltp tables.")] = THROUGHPUT.table_rows,
     sql: Annotated[Path | None, typer.Option("--sql", help="Your own SQL file as the workload (README: 'Your own "
                                                            "SQL'); implies --workload sql.")] = None,
+    isolation: Annotated[str | None, typer.Option(help="list-append: the level its transactions run and are "
+                                                       "judged at (read committed | repeatable read | serializable)")
+                         ] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", help="Directory for timeline.csv.")] = None,
     allow_production: Annotated[bool, typer.Option("--allow-production",
                                                    help="Allow a writing load on production-tagged targets.")] = False,
 ) -> None:
-    """Run a steady load and report TPS, latency percentiles and errors by class."""
+    """Run a steady load and report TPS, latency percentiles and errors by class (list-append: and
+    the transactional anomalies in its history)."""
     import math
 
     from rich.live import Live
@@ -242,8 +246,15 @@ def load(
         writes = (script.writes or bool(script.setup)) if script is not None else WORKLOADS[workload].writes
         if writes:
             refuse_production(inv, cluster_hosts(inv, cluster), [cluster], allow=allow_production)
+        if isolation is not None and workload != "list-append":
+            raise InputError("only the list-append workload runs at a level of its own", source="command line",
+                             field="--isolation")
+        params = WorkloadParams(table_rows=table_rows, sql=script, isolation=isolation)
+        refusal = WORKLOADS[workload].engine_refusal(cl.engine, params)
+        if refusal:
+            raise InputError(escaped(refusal), source="command line", field="--isolation")
         spec = LoadSpec(workload=workload, workers=workers, rate=rate, processes=processes, op_timeout=timeout,
-                        params=WorkloadParams(table_rows=table_rows, sql=script))
+                        params=params)
         import time as _time
 
         recorder = Recorder(base=_time.time())
@@ -264,6 +275,29 @@ def load(
         out_dir.mkdir(parents=True, exist_ok=True)
         recorder.write_timeline_csv(str(out_dir / "timeline.csv"), t0=runner.t_start)
         out.print(f"timeline: {out_dir / 'timeline.csv'}")
+    if recorder.txns.count:
+        _judge_transactions(runner, recorder, out_dir)
+
+
+def _judge_transactions(runner: Any, recorder: Any, out_dir: Path | None) -> None:
+    """A list-append load's history read back and judged (and kept for Elle with --out)."""
+    from chaoskit.db.base import Driver
+    from chaoskit.elle.edn import to_edn
+    from chaoskit.workload.checks import Judging
+    from chaoskit.workload.kinds.list_append import Anomalies, history_of
+
+    conn = runner.driver.connect_writer()
+    try:
+        truth = Anomalies.read(runner.workload, conn, None)
+    finally:
+        Driver.close_quietly(conn)
+    judged = Anomalies.judge(truth, Judging(recorder, None, None, 1, None))
+    out.print(f"anomalies: {judged['text']}", highlight=False, markup=False)
+    if out_dir is not None:
+        (out_dir / "list-append.edn").write_text(to_edn(history_of(recorder, truth)))
+        out.print(f"history for Elle: {out_dir / 'list-append.edn'}")
+    if not judged["valid"]:
+        raise typer.Exit(1)
 
 
 def _fault_spec(settings: list[str], **fields: object) -> Any:
@@ -387,12 +421,12 @@ def fault_inject(
                   f"{ends}; the host reverts it itself after {spec.ttl:g}s at the latest", highlight=False)
 
 
-def _with_faults(inventory: Path, fn: Any) -> Any:
-    """Load the inventory, run fn(FaultManager), always close; input errors exit 2."""
+def _with_faults(inventory: Path | Any, fn: Any) -> Any:
+    """Load the inventory (unless given loaded), run fn(FaultManager), always close; input errors exit 2."""
     from chaoskit.faults.manager import FaultManager
 
     try:
-        fm = FaultManager(_inventory(inventory))
+        fm = FaultManager(_inventory(inventory) if isinstance(inventory, Path) else inventory)
         try:
             return fn(fm)
         finally:
@@ -450,7 +484,11 @@ def recover(
     drill still running on this machine is left to it unless --force."""
     from chaoskit.ha import settings as ha_settings
 
-    report = _with_faults(inventory, lambda fm: fm.recover(force=force))
+    try:
+        inv = _inventory(inventory)  # once, for the faults and the load agents
+    except ChaoskitError as exc:
+        _fail(exc)
+    report = _with_faults(inv, lambda fm: fm.recover(force=force))
     failed = False
     for host, done in report.items():
         if "error" in done:
@@ -463,18 +501,17 @@ def recover(
     for sid, what in ha_settings.recover(force=force).items():
         failed |= what.startswith("failed")
         out.print(f"settings {sid}: {what}", highlight=False)
-    failed |= _recover_agents(inventory, force)
+    failed |= _recover_agents(inv, force)
     out.print("recover: done" + (" with failures" if failed else ""))
     if failed:
         raise typer.Exit(1)
 
 
-def _recover_agents(inventory: Path, force: bool) -> bool:
+def _recover_agents(inv: Any, force: bool) -> bool:
     """End the load agents left on the inventory's loader hosts; whether any could not be."""
     from chaoskit.inventory.fanout import RemotePool
     from chaoskit.workload.leftovers import recover_agents
 
-    inv = _inventory(inventory)
     failed = False
     with RemotePool(inv) as pool:
         for host, done in recover_agents(inv, pool, force=force).items():
@@ -1179,8 +1216,8 @@ def anomalies(
 ) -> None:
     """Transactional anomalies in a list-append history (Elle's method): exit 1 when the claimed
     level forbids one that was found."""
-    from chaoskit.analysis.elle_edn import read_edn
-    from chaoskit.analysis.list_append import LEVELS, HistoryError, check, cycle_text, forbidden_at
+    from chaoskit.elle.edn import read_edn
+    from chaoskit.elle.list_append import LEVELS, HistoryError, check, cycle_text, forbidden_at
 
     orders = order or []
     if isolation not in LEVELS:

@@ -51,6 +51,7 @@ from chaoskit.db.base import ErrorClass
 from chaoskit.history import OpHistory
 from chaoskit.keyranges import KeyRanges
 from chaoskit.spill import SEGMENT_INTERVALS, IntervalSpill, LedgerFile, OpSpill
+from chaoskit.txnlog import TxnLog, TxnRecord
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -119,6 +120,7 @@ class Batch:
     ledger: list[tuple[int, int, bytes]] = field(default_factory=list)  # worker, first seq, array bytes
     ops: list[tuple] = field(default_factory=list)  # history.Op tuples, when the source keeps them
     rows: dict[int, list[int]] = field(default_factory=dict)  # update: row -> [acknowledged, indeterminate]
+    txns: list[TxnRecord] = field(default_factory=list)  # list-append: every transaction (chaoskit.txnlog)
     watermark: int = -1  # intervals below this index are complete in this batch's source
 
 
@@ -339,6 +341,8 @@ class Recorder:
         # "stall" from the moment it exceeded the bound to its acknowledgement.
         self.stall_s = stall_s
         self.ops: list[tuple] = []
+        self._txns: list[TxnRecord] = []  # recorded here, not yet drained
+        self.txns = TxnLog(spill_dir)  # every transaction merged (a workload that records them)
         # the ops around each fault (history.jsonl)
         self.history = OpHistory(spill=OpSpill(spill_dir / "history") if spill_dir is not None else None)
         # update workload: per row, how many increments were acknowledged / indeterminate
@@ -367,12 +371,16 @@ class Recorder:
 
     def record(self, worker: int, kind: str, t_invoke: float, t_done: float, outcome: str,
                error_class: str | None = None, message: str = "", key: int | None = None,
-               node: str | None = None, keyed: str | None = None) -> None:
+               node: str | None = None, keyed: str | None = None,
+               txn: tuple[tuple[Any, ...], ...] | None = None) -> None:
         """One op: `kind` is write|read; the op is booked in the interval where it completed.
         `key` is what it wrote, read as its workload declares (`keyed`): SEQUENCE, the number of
         the one row it added for this worker (lost writes are counted per key); VERSION, the id of
-        the row whose version it incremented (lost updates are counted per row)."""
+        the row whose version it incremented (lost updates are counted per row). `txn`: the
+        op's micro-operations, for a workload that records its transactions (list-append)."""
         with self._lock:
+            if txn is not None:
+                self._txns.append((worker, t_invoke, t_done, outcome, txn))
             ledger_seq = key if keyed == SEQUENCE else None
             row = key if keyed == VERSION else None
             if self.keep_ops:
@@ -594,6 +602,7 @@ class Recorder:
             batch = Batch(watermark=watermark)
             batch.ops, self.ops = self.ops, []
             batch.rows, self.row_updates = self.row_updates, {}
+            batch.txns, self._txns = self._txns, []
             for i in sorted(k for k in self._open if k < watermark):
                 slot = self._open.pop(i)
                 batch.intervals.append((i, slot.counts, slot.hist().encode()))
@@ -624,9 +633,12 @@ class Recorder:
             self._undelivered.setdefault(worker, []).append((lo, hi))
 
     def _unheard_batch(self, batch: Batch) -> None:
-        """Every ledger key `batch` carries (4 bytes an entry) as unknown."""
+        """Every ledger key `batch` carries (4 bytes an entry) as unknown, and every worker whose
+        transactions it carries (a list-append read may show their appends: indeterminate ones)."""
         for worker, first_seq, raw in batch.ledger:
             self._unheard(worker, first_seq, first_seq + len(raw) // 4 - 1)
+        for worker in sorted({t[0] for t in batch.txns}):
+            self._unheard(worker, 1, UNDELIVERED_END)
 
     def undelivered(self, workers: Iterable[int], why: str) -> None:
         """These workers' source ended without delivering all it had: their ledger keys past what
@@ -662,6 +674,7 @@ class Recorder:
         self.gaps.extend(batch.gaps)
         if batch.ops:
             self.history.add(batch.ops)
+        self.txns.add(batch.txns)
         for row, (acked, info) in batch.rows.items():
             counts = self.row_updates.setdefault(row, [0, 0])
             counts[0] += acked
@@ -685,6 +698,9 @@ class Recorder:
             self.history.add(self.ops)
             self.ops = []
             self.history.flush()
+            self.txns.add(self._txns)
+            self._txns = []
+            self.txns.close()  # its spill file whole before the run directory is sealed
             self.gaps.extend(self._open_gap.values())
             self._open_gap.clear()
             self.gaps.sort(key=lambda g: (g.first_err, g.worker))

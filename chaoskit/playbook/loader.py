@@ -14,6 +14,7 @@ from chaoskit.faults.targets import live_target, named_hosts, split_target, vali
 from chaoskit.inventory.models import Inventory
 from chaoskit.playbook.models import Playbook, Where
 from chaoskit.workload.engine import tool_engine_refusal
+from chaoskit.workload.workloads import WORKLOADS
 from chaoskit.yamlsrc import load_yaml, raise_validation
 
 
@@ -179,6 +180,10 @@ def check_against_inventory(pb: Playbook, inventory: Inventory, doc: object) -> 
         raise doc.error(("settings",), f"ha: {cl.ha.kind} cannot change {', '.join(sorted(unknown))} "  # type: ignore[attr-defined]
                                        f"(changeable: {', '.join(sorted(manager.changeable_settings)) or 'none'})")
     _placed_groups(pb, inventory, doc)
+    if pb.load.builtin_clients and pb.load.workload_name in WORKLOADS:
+        refusal = WORKLOADS[pb.load.workload_name].engine_refusal(cl.engine, pb.load.workload_params())
+        if refusal:
+            raise doc.error(("load", "workload"), refusal)  # type: ignore[attr-defined]
     for i, group in enumerate(pb.load.groups or ()):
         engine = inventory.clusters[group.route].engine if group.route in inventory.clusters else cl.engine
         refusal = tool_engine_refusal(group.tool, group.route or pb.cluster, engine)

@@ -248,6 +248,8 @@ class LoadConfig(Frozen):
     connect_timeout: Seconds = spec.DRILL.connect_timeout_s
     processes: int | None = Field(None, ge=1, le=256)
     table_rows: int = Field(spec.DRILL.table_rows, ge=10, le=100_000_000)
+    # list-append: the level its transactions run at, and are judged at (the engine's promise there)
+    isolation: Literal["read committed", "repeatable read", "serializable"] | None = None
     groups: tuple[GroupConfig, ...] | None = None
 
     @model_validator(mode="after")
@@ -294,13 +296,22 @@ class LoadConfig(Frozen):
                              "SQL: {sql: my.sql}")
         return value
 
+    @model_validator(mode="after")
+    def _isolation_for_list_append(self) -> LoadConfig:
+        if self.isolation is not None and self.workload != "list-append":
+            raise ValueError("isolation is the list-append workload's (its transactions run and are judged at it)")
+        if self.workload == "list-append" and self.isolation is None:
+            raise ValueError("the list-append workload needs isolation: read committed | repeatable read | "
+                             "serializable (the level it is judged at)")
+        return self
+
     @property
     def workload_name(self) -> str:
         return "sql" if isinstance(self.workload, SqlWorkloadConfig) else self.workload
 
     def workload_params(self) -> WorkloadParams:
         sql = self.workload.script if isinstance(self.workload, SqlWorkloadConfig) else None
-        return WorkloadParams(table_rows=self.table_rows, sql=sql)
+        return WorkloadParams(table_rows=self.table_rows, sql=sql, isolation=self.isolation)
 
     @property
     def builtin_clients(self) -> bool:

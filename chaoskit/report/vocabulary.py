@@ -74,7 +74,8 @@ def slo_test_name(name: str, s: dict[str, Any]) -> str:
 
 
 # fields of a check that are data for machines (samples, absolute epoch instants), not for a reader
-_CHECK_HIDDEN = {"valid", "text", "error", "lost_sample", "phantom_sample", "lost_keys", "lost_ack_window", "trace"}
+_CHECK_HIDDEN = {"valid", "text", "error", "lost_sample", "phantom_sample", "lost_keys", "lost_ack_window", "trace",
+                 "violations", "allowed"}  # anomalies: each in a table of its own
 
 
 def figure_value(key: str, value: Any) -> str:

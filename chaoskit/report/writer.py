@@ -85,6 +85,8 @@ def write_run(result: DrillResult, rd: RunDirectory, signed: bool | None = None,
         rd.write_text("methodology.md", METHODOLOGY.read_text())  # the evidence carries its own definitions
     with failures.guard("history.jsonl.gz"):
         _history(result, rd)
+    with failures.guard("list-append.edn"):
+        _transactions(result, rd)
     with failures.guard("timeline"):
         _timeline(result, rd)
     if outputs.plots:
@@ -240,6 +242,17 @@ def _history(result: DrillResult, rd: RunDirectory) -> None:
         rec.history.write(out, run_id=run.run_id, faults=result.results.get("faults", []), present=present,
                           groups={n: g["workers"] for n, g in run.groups.items()},
                           stall_s=client_deadline(result.inputs.playbook.load.op_timeout))
+
+
+def _transactions(result: DrillResult, rd: RunDirectory) -> None:
+    """A list-append run's transactions and its final read, in Jepsen's EDN (for elle-cli)."""
+    from chaoskit.elle.edn import to_edn
+    from chaoskit.workload.kinds.list_append import Anomalies, history_of
+
+    rec, truth = result.recorder, result.truth.get(Anomalies.reads)
+    if rec is None or not rec.txns.count or not truth or "lists" not in truth:
+        return
+    rd.write_text("list-append.edn", to_edn(history_of(rec, truth)))
 
 
 def _timeline(result: DrillResult, rd: RunDirectory) -> None:

@@ -234,7 +234,7 @@ class ConnLoop:
             fut.add_done_callback(self._wake)
             return
         ctx = slot.ctx
-        ctx.phase, ctx.key, ctx.kind = "pre", None, None
+        ctx.phase, ctx.key, ctx.kind, ctx.txn = "pre", None, None, None
         slot.kind = self.default_kind
         slot.error = None
         slot.gen = self.workload.steps(ctx)
@@ -358,7 +358,7 @@ class ConnLoop:
         slot.state = IDLE
         slot.gen = None
         self.recorder.record(slot.wid, kind, slot.t_invoke, now, OK, key=slot.ctx.key, node=slot.node,
-                             keyed=self.workload.keyed)
+                             keyed=self.workload.keyed, txn=slot.ctx.recorded_txn())
         slot.backoff = self.spec.backoff_min
         self._after_op(slot, now)
 
@@ -369,7 +369,7 @@ class ConnLoop:
         gave_up = interrupted or self.driver.client_gave_up(exc)
         outcome = outcome_for(cls, ctx.phase, gave_up) if self.workload.writes else FAIL
         self.recorder.record(slot.wid, ctx.kind or slot.kind, slot.t_invoke, now, outcome, cls.value, first_line(exc),
-                             key=ctx.key, node=slot.node, keyed=self.workload.keyed)
+                             key=ctx.key, node=slot.node, keyed=self.workload.keyed, txn=ctx.recorded_txn())
         if slot.gen is not None:
             slot.gen.close()
             slot.gen = None

@@ -160,7 +160,7 @@ class _Worker:
 
     def _one_op(self, t_invoke: float) -> None:
         ctx = self.ctx
-        ctx.phase, ctx.key, ctx.kind = "pre", None, None
+        ctx.phase, ctx.key, ctx.kind, ctx.txn = "pre", None, None, None
         self.interrupted = False
         self.inflight_since = stamp.now()
         kind = "write" if self.workload.writes else "read"
@@ -169,7 +169,7 @@ class _Worker:
             t_done = stamp.now()
             self.inflight_since = None
             self.recorder.record(self.wid, kind, t_invoke, t_done, OK, key=ctx.key, node=self.node,
-                                 keyed=self.workload.keyed)
+                                 keyed=self.workload.keyed, txn=ctx.recorded_txn())
         except Exception as exc:
             t_done = stamp.now()
             self.inflight_since = None
@@ -179,7 +179,7 @@ class _Worker:
             gave_up = self.interrupted or self.driver.client_gave_up(exc)
             outcome = outcome_for(cls, ctx.phase, gave_up) if self.workload.writes else FAIL
             self.recorder.record(self.wid, ctx.kind or kind, t_invoke, t_done, outcome, cls.value, first_line(exc),
-                                 key=ctx.key, node=self.node, keyed=self.workload.keyed)
+                                 key=ctx.key, node=self.node, keyed=self.workload.keyed, txn=ctx.recorded_txn())
             if cls in DROP_CONNECTION or self.interrupted:
                 self._drop()
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -82,6 +82,18 @@ class BatchWire(_Strict):
                     Annotated[int, Field(ge=0)] | None]]
     rows: dict[str, tuple[Count, Count]]
     watermark: int
+    txns: list[tuple[Worker, float, float, Outcome, list[tuple[Literal["append", "r"], int, int | list[int] | None]]]
+               ] = []
+
+    @field_validator("txns")
+    @classmethod
+    def _micro_ops(cls, value: list[Any]) -> list[Any]:
+        for txn in value:
+            for f, _, v in txn[4]:
+                if (f == "append") != isinstance(v, int):
+                    raise ValueError(f"a transaction's {f} carries {type(v).__name__}: an append carries its value, "
+                                     "a read the list it read (or null)")
+        return value
 
     @field_validator("intervals")
     @classmethod
@@ -127,6 +139,8 @@ def encode(batch: Batch) -> bytes:
         "ops": [list(op) for op in batch.ops],
         "rows": {str(row): list(counts) for row, counts in batch.rows.items()},
         "watermark": batch.watermark,
+        "txns": [[w, t0, t1, outcome, [[f, k, list(v) if isinstance(v, tuple) else v] for f, k, v in ops]]
+                 for w, t0, t1, outcome, ops in batch.txns],
     }
     return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
 
@@ -151,6 +165,8 @@ def decode(payload: bytes) -> Batch:
         ops=[Op(*op) for op in wire.ops],
         rows={int(row): list(counts) for row, counts in wire.rows.items()},
         watermark=wire.watermark,
+        txns=[(w, t0, t1, outcome, tuple((f, k, tuple(v) if isinstance(v, list) else v) for f, k, v in ops))
+              for w, t0, t1, outcome, ops in wire.txns],
     )
 
 

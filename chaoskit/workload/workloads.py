@@ -50,6 +50,12 @@ class OpContext:
     phase: str = "pre"  # pre | commit
     key: int | None = None  # what this op wrote, as its workload's `keyed` says (None: nothing to track)
     kind: str | None = None  # write | read, where the workload says it per op (else its `writes` says)
+    # the op's micro-operations as they went, for a workload that records its transactions
+    # (list-append): ("append", key, value) and ("r", key, what it read)
+    txn: list[tuple[Any, ...]] | None = None
+
+    def recorded_txn(self) -> tuple[tuple[Any, ...], ...] | None:
+        return tuple(self.txn) if self.txn is not None else None
 
     def committing(self) -> None:
         self.phase = "commit"
@@ -65,6 +71,7 @@ class WorkloadParams:
     point_selects: int = 10  # oltp
     extra: dict[str, Any] = field(default_factory=dict)
     sql: SqlScript | None = None  # the `sql` workload's file, read and checked (chaoskit.workload.sql_script)
+    isolation: str | None = None  # list-append: the level its transactions run at (and are judged at)
 
 
 # Checks judged from the role probe, whatever the workload (no table of its own is read).
@@ -101,6 +108,11 @@ class Workload(ABC):
         """The checks of its own data it can judge with these parameters (a user's SQL file: only
         with a ledger)."""
         return cls.checks
+
+    @classmethod
+    def engine_refusal(cls, engine: str, params: WorkloadParams) -> str | None:
+        """Why this workload cannot run on `engine` with these parameters (None: it can)."""
+        return None
 
     @abstractmethod
     def setup(self, conn: Any) -> None:

@@ -51,7 +51,8 @@ def ledger_acked_and_present(runner: LoadRunner, rec: Recorder) -> tuple[set, se
     return acked, present
 
 
-@pytest.mark.parametrize("workload", sorted(set(WORKLOADS) - {"sql"}))  # sql runs a user's file: below
+# sql runs a user's file (below); list-append runs at an isolation level (test_list_append.py)
+@pytest.mark.parametrize("workload", sorted(set(WORKLOADS) - {"sql", "list-append"}))
 def test_every_workload_runs_clean(lab: Inventory, workload: str) -> None:
     """Each workload for 10 s on both clusters at once (independent servers, each its own clients
     and recorder), then each judged on its own."""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from chaoskit.analysis.list_append import (
+from chaoskit.elle.list_append import (
     Append,
     HistoryError,
     Read,
@@ -139,6 +139,20 @@ def test_incompatible_orders_duplicates_garbage_and_internal_reads() -> None:
     assert kinds([t(1, a(1, 1)), t(2, r(1, [1, 9]))]) == {"garbage-read": 1}
     assert kinds([t(1, a(1, 1), r(1, []))]) == {"internal": 1}  # its own append not shown
     assert kinds([t(1, r(1, []), a(1, 1), r(1, [1, 7]))]) == {"internal": 1, "garbage-read": 1}
+    # between two reads of one transaction others' appends showed up: a non-repeatable read, which
+    # read committed allows and snapshot levels forbid; with its own append between the reads (as
+    # InnoDB's repeatable read does once it wrote the row), the same; what it read going missing
+    # is internal at any level
+    writers = [t(1, a(1, 2), start=0.0, end=0.5), t(2, a(1, 5), start=1.5, end=2.0)]  # T3 spans 1.0 to 3.0
+    nonrep = [*writers, t(3, r(1, [2]), r(1, [2, 5]), start=1.0, end=3.0)]
+    assert only(nonrep, "non-repeatable-read").txns == (3,)
+    assert not check(nonrep, forbidden_at("read-committed")).violations
+    assert [x.kind for x in check(nonrep, forbidden_at("snapshot-isolation")).violations] == ["non-repeatable-read"]
+    # ... and since its append came after T2's 5, which its first read missed: T2 -ww-> T3 -rw-> T2
+    assert kinds([*writers, t(3, r(1, [2]), a(1, 9), r(1, [2, 5, 9]), start=1.0, end=3.0)]) == \
+        {"non-repeatable-read": 1, "G-single": 1}
+    assert kinds([*writers, t(3, r(1, [2, 5]), r(1, [2]), start=1.0, end=3.0)])["internal"] == 1
+    assert kinds([*writers, t(3, r(1, [2]), a(1, 9), r(1, [2, 9, 5]), start=1.0, end=3.0)])["internal"] == 1
     # every one of these fails a drill at any level
     for level in ("read-committed", "serializable"):
         assert check(forked, forbidden_at(level)).violations
@@ -210,7 +224,7 @@ def test_a_serial_execution_has_no_anomaly_in_any_order() -> None:
 
 
 def test_the_elle_export_round_trips_and_jepsen_histories_read_in() -> None:
-    from chaoskit.analysis.elle_edn import read_edn, to_edn
+    from chaoskit.elle.edn import read_edn, to_edn
 
     history = [t(1, a(1, 1), r(2, []), client=3, start=100.0, end=100.25),
                t(2, r(1, [1]), a(2, 5), client=4, start=100.125, end=100.5),
@@ -259,3 +273,22 @@ def test_the_command_judges_a_history_file_and_refuses_bad_input_in_one_line(tmp
     res = CliRunner().invoke(app, ["anomalies", str(tmp_path / "bad.edn")])
     assert res.exit_code == 2 and f"{tmp_path / 'bad.edn'}:2: operation 2 (process 0): not a list-append" \
         in res.output.replace("\n", "")
+
+
+def test_a_client_that_begins_at_the_instant_it_was_answered_exports_in_order() -> None:
+    from chaoskit.elle.edn import read_edn, to_edn
+
+    # T2 begins when T1 is answered (the same instant), T3 begins and ends at one instant, and the
+    # final read (client -1) is a process of its own
+    history = [t(1, a(1, 1), client=2, start=10.0, end=10.5), t(2, r(1, [1]), client=2, start=10.5, end=11.0),
+               t(3, a(1, 2), client=2, start=11.0, end=11.0, outcome="info"), t(4, r(1, [1, 2]), client=-1,
+                                                                                    start=12.0, end=12.1)]
+    text = to_edn(history)
+    kinds_in_order = [(line.split(":type :")[1].split(",")[0], line.split(":txn ")[1].split(",")[0])
+                      for line in text.splitlines()]
+    assert kinds_in_order == [("invoke", "1"), ("ok", "1"), ("invoke", "2"), ("ok", "2"), ("invoke", "3"),
+                              ("info", "3"), ("invoke", "4"), ("ok", "4")]
+    # processes past the largest client (2): 3 for client 2 after its indeterminate T3, 4 for the final read
+    assert ":process 4, " in text.splitlines()[-1]
+    back = {x.id: x for x in read_edn(text)}
+    assert back[3].end - back[3].start == pytest.approx(1e-9) and back[4].client == -1

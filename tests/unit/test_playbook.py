@@ -57,7 +57,13 @@ def test_shipped_playbooks_validate(path: Path) -> None:
      "the rpo check needs load.workload: ledger or update or {sql: FILE} with a @ledger (the read workload "
      "judges split_brain)"),
     ("checks: [rpo, split_brain, replica_convergence]", "checks: [rpo, lineariz]", "checks:", "checks",
-     "unknown check 'lineariz'; choose from bank, replica_convergence, rpo, split_brain"),
+     "unknown check 'lineariz'; choose from anomalies, bank, replica_convergence, rpo, split_brain"),
+    # list-append runs, and is judged, at the level the playbook names; no other workload takes one
+    ("workload: ledger", "workload: list-append", "load:", "load", "the list-append workload needs isolation"),
+    ("workload: ledger", "workload: ledger\n  isolation: serializable", "load:", "load",
+     "isolation is the list-append workload's"),
+    ("workload: ledger", "workload: list-append\n  isolation: snapshot", "isolation: snapshot", "load.isolation",
+     "Input should be 'read committed', 'repeatable read' or 'serializable'"),
     ("slo: {", "slo: {bogus: 1, ", "slo:", "slo.bogus", "unknown field"),
     # a client route must be the same members reached another way
     ("{profile: pool, workers: 4}", "{profile: pool, workers: 4, route: mariadb}", "groups:",

@@ -83,4 +83,5 @@ def test_the_shipped_families_are_found() -> None:
     assert set(FAMILIES.names()) == {"process", "network", "relay", "stress", "replication", "disk"}
     assert {"base", "patroni", "mariadb", "pg_auto_failover", "repmgr", "mha", "galera", "loaders"} == \
         set(RECIPES.names())
-    assert list(WORKLOADS) == ["bank", "ledger", "oltp", "oltp-ro", "oltp-wo", "read", "sql", "update"]  # by module
+    assert list(WORKLOADS) == ["bank", "ledger", "list-append", "oltp", "oltp-ro", "oltp-wo", "read", "sql",
+                              "update"]  # by module

@@ -114,8 +114,13 @@ def _drained(tmp_path: Path) -> tuple[Recorder, list]:
     rec.record(4, "read", t, t + 0.001, FAIL, "read_only", "cannot execute in a read-only transaction")
     # acknowledged only after the stall bound (1 s): a gap of class stall, without errors
     rec.record(5, "write", t - 0.5, t + 0.9, OK, key=1, node="pg1", keyed=SEQUENCE)
+    # list-append transactions: an acknowledged one that read and appended, an aborted one
+    rec.record(6, "write", t, t + 0.003, OK, txn=(("r", 7, (4102, 8198)), ("append", 7, 12294)))
+    rec.record(6, "write", t + 0.01, t + 0.02, FAIL, "serialization", "could not serialize",
+               txn=(("append", 8, 16390), ("r", 9, None)))
     first = rec.drain(t + 1.0)
     rec.record(3, "write", t + 1.1, t + 1.2, OK, key=41, node="pg2", keyed=SEQUENCE)
+    rec.record(6, "read", t + 1.1, t + 1.15, OK, txn=(("r", 7, ()),))
     return rec, [first, rec.drain(t + 2.0, final=True)]
 
 
@@ -135,6 +140,11 @@ def test_a_drained_batch_comes_back_exactly_and_merges_to_the_same_figures(tmp_p
     assert via.ledger_acknowledged() == direct.ledger_acknowledged() == {3: [(1, 6), (10, 19), (21, 41)], 5: [(1, 1)]}
     assert via.row_updates == direct.row_updates == {5: [2, 0], 9: [1, 0]}
     assert [tuple(o) for o in via.history.kept_ops()] == [tuple(o) for o in direct.history.kept_ops()]
+    assert list(via.txns) == list(direct.txns) == [
+        # t: 1000.05 + 40 ledger writes and 3 updates 0.01 apart = 1000.48
+        (6, pytest.approx(1000.48), pytest.approx(1000.483), OK, (("r", 7, (4102, 8198)), ("append", 7, 12294))),
+        (6, pytest.approx(1000.49), pytest.approx(1000.50), FAIL, (("append", 8, 16390), ("r", 9, None))),
+        (6, pytest.approx(1001.58), pytest.approx(1001.63), OK, (("r", 7, ()),))]
 
 
 def _payload(**change: object) -> bytes:
@@ -157,6 +167,10 @@ def _payload(**change: object) -> bytes:
     (_payload(errors=[[1.0, 1, "write", "maybe", "timeout", "x"]]), "errors.0.3"),
     (_payload(intervals=[[1, [0, 1], "AA=="]]), "intervals"),
     (_payload(rows={"1; DROP": [1, 0]}), "rows"),
+    # a transaction's append carries its value, a read the list it read
+    (_payload(txns=[[1, 1.0, 2.0, "ok", [["append", 1, [5]]]]]), "txns"),
+    (_payload(txns=[[1, 1.0, 2.0, "ok", [["r", 1, 5]]]]), "txns"),
+    (_payload(txns=[[1, 1.0, 2.0, "ok", [["drop", 1, 5]]]]), "txns.0.4.0.0"),
     (_payload(gaps=[{"worker": 1, "last_ok_before": None, "first_err": 1.0, "first_err_class": "bogus",
                      "first_ok_after": None, "errors": 1}]), "gaps.0.first_err_class"),
     # a gap without errors is a stall, and a stall has none

@@ -125,11 +125,12 @@ class HistoryError(ValueError):
 CYCLES = ("G0", "G1c", "G-single", "G2-item")
 ALWAYS = frozenset({"incompatible-order", "duplicate-elements", "garbage-read", "internal", "lost-append"})
 _G1 = frozenset({"G0", "G1a", "G1b", "G1c"})
+_SNAPSHOT = frozenset({"G-single", "lost-update", "non-repeatable-read"})
 LEVELS: dict[str, frozenset[str]] = {
     "read-committed": _G1,  # PL-2
-    "snapshot-isolation": _G1 | {"G-single", "lost-update"},  # allows G2-item (write skew)
-    "repeatable-read": _G1 | {"G-single", "G2-item", "lost-update"},  # PL-2.99 (item cycles)
-    "serializable": _G1 | {"G-single", "G2-item", "lost-update"},  # PL-3 (on items: a list is one item)
+    "snapshot-isolation": _G1 | _SNAPSHOT,  # allows G2-item (write skew)
+    "repeatable-read": _G1 | _SNAPSHOT | {"G2-item"},  # PL-2.99 (item cycles)
+    "serializable": _G1 | _SNAPSHOT | {"G2-item"},  # PL-3 (on items: a list is one item)
 }
 
 
@@ -212,32 +213,40 @@ class _Checker:
     def _reads(self) -> dict[int, dict[int, tuple[int, ...]]]:
         """Each ok transaction's external read per key (its first read of the key before it
         appended to it), every ok read checked for duplicates, garbage, aborted and intermediate
-        elements, and its internal consistency."""
+        elements, and against the transaction's own earlier reads and appends of the key: its own
+        appends must show, at the end and in order (else `internal`, at any level); what others
+        appended may show up between two of its reads only where the level lets a transaction see
+        newer commits (`non-repeatable-read`: read committed, and InnoDB's repeatable read once the
+        transaction wrote the row)."""
         external: dict[int, dict[int, tuple[int, ...]]] = {}
         for t in self.txns.values():
             if t.outcome != "ok":
                 continue
-            state: dict[int, tuple[int, ...] | None] = {}  # key -> what a read should show now (None: unknown)
-            own: dict[int, list[int]] = {}  # key -> its appends since the state was last known
+            last: dict[int, tuple[int, ...]] = {}  # key -> its last read of it
+            mine: dict[int, list[int]] = {}  # key -> its appends since that read (or since it began)
             for op in t.ops:
                 if isinstance(op, Append):
-                    now = state.get(op.key)
-                    state[op.key] = None if now is None else (*now, op.value)
-                    own.setdefault(op.key, []).append(op.value)
+                    mine.setdefault(op.key, []).append(op.value)
                     continue
                 value = op.value
                 assert value is not None
                 self._one_read(t, op.key, value)
-                expected, mine = state.get(op.key), own.get(op.key, [])
-                if op.key not in state and not mine:
+                since = mine.get(op.key, [])
+                if op.key not in last and not since:
                     external.setdefault(t.id, {})[op.key] = value
-                elif (expected is not None and value != expected) or (
-                        expected is None and tuple(value[len(value) - len(mine):]) != tuple(mine)):
-                    self._say("internal", [t.id], f"T{t.id} read key {op.key} as {list(value)} after its own "
-                              f"{'read and ' if expected is not None else ''}appends "
-                              f"{mine} in the same transaction, which that read should show", op.key)
-                state[op.key] = value
-                own[op.key] = []
+                body = value[:len(value) - len(since)]
+                if since and tuple(value[len(value) - len(since):]) != tuple(since):
+                    self._say("internal", [t.id], f"T{t.id} read key {op.key} as {list(value)} after appending "
+                              f"{since} to it: its own appends do not show at the end, in order", op.key)
+                elif op.key in last and body != last[op.key]:
+                    before = last[op.key]
+                    kind = "non-repeatable-read" if body[:len(before)] == before else "internal"
+                    self._say(kind, [t.id], f"T{t.id} read key {op.key} as {list(before)} and later, in the same "
+                              f"transaction, as {list(body)}" + (" (without its own appends since)" if since else "")
+                              + (": others' appends showed up between its reads" if kind != "internal" else
+                                 ": what it had read went missing"), op.key)
+                last[op.key] = value
+                mine[op.key] = []
         return external
 
     def _one_read(self, t: Txn, key: int, value: tuple[int, ...]) -> None:
@@ -294,7 +303,7 @@ class _Checker:
                 continue
             for op in t.ops:
                 if isinstance(op, Read) and op.value is not None and op.key not in self.forked and (
-                        op.key not in last_read or t.start > last_read[op.key][0]):
+                        op.key not in last_read or t.start >= last_read[op.key][0]):  # a later read of one txn too
                     last_read[op.key] = (t.start, t.id, op.value)
         for (key, value), w in sorted(self.writer.items()):
             t = self.txns[w]

@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from chaoskit.analysis.list_append import Append, HistoryError, MicroOp, Read, Txn
+from chaoskit.elle.list_append import Append, HistoryError, MicroOp, Read, Txn
 
 
 class Keyword(str):
@@ -46,18 +46,27 @@ def to_edn(history: Sequence[Txn]) -> str:
     if not history:
         return ""
     base = min(t.start for t in history)
-    ns = {t.id: (round((t.start - base) * 1e9), round((t.end - base) * 1e9)) for t in history}
-    # a client continues as a new process after each indeterminate transaction
+    # a completion at least a nanosecond after its invocation; at one instant completions go first
+    # (a client's next transaction may begin at the instant its last one was answered)
+    ns = {}
+    for t in history:
+        began = round((t.start - base) * 1e9)
+        ns[t.id] = (began, max(began + 1, round((t.end - base) * 1e9)))
+    # a client continues as a new process after each indeterminate transaction (and one chaoskit
+    # numbers below 0, the final read, is a process of its own)
     process: dict[int, int] = {}
     next_process = max(t.client for t in history) + 1
-    events: list[tuple[int, int, Txn]] = []  # (ns, 0 invoke / 1 completion, txn)
+    events: list[tuple[int, int, Txn]] = []  # (ns, 0 completion / 1 invoke, txn)
     for t in sorted(history, key=lambda t: (t.start, t.id)):
-        events.append((ns[t.id][0], 0, t))
-        events.append((ns[t.id][1], 1, t))
+        events.append((ns[t.id][0], 1, t))
+        events.append((ns[t.id][1], 0, t))
     lines = []
     for index, (at, what, t) in enumerate(sorted(events, key=lambda e: (e[0], e[1], e[2].id))):
-        if what == 0:
-            proc = process.setdefault(t.client, t.client)
+        if what == 1:
+            if t.client not in process:
+                process[t.client] = t.client if t.client >= 0 else next_process
+                next_process += t.client < 0
+            proc = process[t.client]
             kind, value = "invoke", _ops(t.ops, reads=False)
         else:
             proc = process[t.client]
@@ -171,8 +180,9 @@ def read_edn(text: str) -> list[Txn]:
     """A list-append history from Jepsen operations (a series of maps, or one vector of them)."""
     tokens = _tokens(text)
     forms: list[tuple[Any, int]] = []  # each top-level form and its line
+    line, counted = 1, 0
     for tok, pos in tokens:
-        line = text.count("\n", 0, pos) + 1
+        line, counted = line + text.count("\n", counted, pos), pos
         try:
             forms.append((_form(tok, tokens), line))
         except HistoryError as exc:
