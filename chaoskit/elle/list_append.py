@@ -473,10 +473,10 @@ class _Checker:
         # of them for the shortest
         h = nx.DiGraph((a, b) for a, b, d in g.edges(data=True) if walk & d["kinds"].keys())
         h.add_nodes_from(g)
-        comp = {n: i for i, c in enumerate(nx.strongly_connected_components(h)) for n in c}
+        sccs = list(nx.strongly_connected_components(h))
+        comp = {n: i for i, c in enumerate(sccs) for n in c}
         if rw == 1:
-            dag = nx.condensation(h, [c for c in nx.strongly_connected_components(h)])
-            comp = dag.graph["mapping"]
+            dag = nx.condensation(h, sccs)  # its nodes numbered as `comp` numbers them
             reach: dict[int, set[int]] = {}
 
             def closes(u: int, v: int) -> bool:

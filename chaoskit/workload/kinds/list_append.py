@@ -120,9 +120,10 @@ def history_of(rec: Any, truth: dict[str, Any]) -> list[Txn]:
     lists: dict[int, tuple[int, ...]] = {int(k): tuple(v) for k, v in truth["lists"].items()}
     undelivered = set(rec.ledger_undelivered().workers())  # a lost loader's, or a batch after the end
     n = len(out)
-    seen_reads = [(k, v) for t in out for op in t.ops if isinstance(op, Read) and op.value
-                  for k, v in ((op.key, x) for x in op.value)] + [(k, x) for k, vs in lists.items() for x in vs]
-    for k, v in sorted(set(seen_reads)):
+    # every element read, gathered only when some worker's results never arrived (else none is theirs)
+    seen = {(op.key, x) for t in out for op in t.ops if isinstance(op, Read) and op.value for x in op.value} | \
+        {(k, x) for k, vs in lists.items() for x in vs} if undelivered else set()
+    for k, v in sorted(seen):
         if (k, v) not in appended and v >= 0 and v % WORKER_BITS in undelivered:
             n += 1
             out.append(Txn(n, v % WORKER_BITS, truth["t_start"], truth["t_start"], "info", (Append(k, v),)))
