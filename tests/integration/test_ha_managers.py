@@ -1,6 +1,7 @@
 """pg_auto_failover and repmgr drilled as Patroni is (test_drill, shortened drills): each fault's
-outcome, where its detection came from, what was lost, and the old primary back as a standby. The
-lab's pg_auto_failover and repmgr stacks are added beside the session's lab once."""
+outcome, where its detection came from, what was lost, and the old primary back as a standby; first, list-append
+transactions at serializable on pg_auto_failover's PostgreSQL, without faults. The lab's
+pg_auto_failover and repmgr stacks are added beside the session's lab once."""
 
 from __future__ import annotations
 
@@ -26,6 +27,16 @@ LAB_STACKS = ("pg_auto_failover", "repmgr")  # added beside the session's lab, r
 def stacks(lab: Inventory) -> Inventory:
     use_stacks(LAB_STACKS)
     return lab
+
+
+def test_list_append_at_serializable_without_faults_has_no_anomaly(stacks: Inventory) -> None:
+    """List-append transactions at SERIALIZABLE on pg_auto_failover's PostgreSQL, no fault: besides
+    what holds in every load (tests/integration/listappend.py), PostgreSQL's serializable shows no
+    anomaly at all. First in the module, while the cluster is as built."""
+    from listappend import without_faults
+
+    judged = without_faults(stacks, "pgaf", "serializable")
+    assert judged["anomalies"] == {} and judged["valid"] is True, judged["violations"]
 
 
 @pytest.mark.parametrize("cluster", ["pgaf", "repmgr"])

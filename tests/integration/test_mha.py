@@ -1,20 +1,26 @@
 """MHA 0.58 over MariaDB 10.11 on the lab (stack `mha`, added beside the session's lab once): every
 shipped MHA playbook end to end with its clock shortened, each with two client routes in the same
 failover (the endpoint list and HAProxy's writer check). The lost-write counts are checked against
-the rows present on the new primary, counted here with PyMySQL and plain SQL. The partition drill
-runs last: it leaves the old primary diverged (MHA has no rewind), which only its own run sees."""
+the rows present on the new primary, counted here with PyMySQL and plain SQL. List-append
+transactions at repeatable read run first without faults, then through a killed primary, their
+history judged and recounted from the new primary. The partition drill runs last: it leaves the
+old primary diverged (MHA has no rewind), which only its own run sees."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from drillrun import expected_rows, rows_on, run, shortened
+from drillrun import INV, LEAN, expected_rows, rows_on, run, shortened
 from lanes import use_stacks
 
+from chaoskit.db.base import Driver
+from chaoskit.db.registry import driver_for
 from chaoskit.inventory.models import Inventory
+from chaoskit.workload.kinds.list_append import ListAppend
 
 LAB_STACKS = ("mha",)  # added beside the session's lab, removed after this module (conftest)
 
@@ -28,6 +34,15 @@ def mha(lab: Inventory) -> Inventory:
 def check_rows(lab: Inventory, ev: dict[str, Any], host: str) -> None:
     """The new primary holds acknowledged - lost + indeterminate found + phantoms rows of the run."""
     assert rows_on(lab, "mha", host, ev["run_id"], "mha", "mariadb_mha") == expected_rows(ev)
+
+
+def test_list_append_at_repeatable_read_without_faults_shows_no_g0_or_g1(mha: Inventory) -> None:
+    """List-append transactions at InnoDB's REPEATABLE READ, no fault: besides what holds in every
+    load (tests/integration/listappend.py), it promises no G0 and no G1: none may show."""
+    from listappend import without_faults
+
+    judged = without_faults(mha, "mha", "repeatable read")
+    assert not {"G0", "G1a", "G1b", "G1c"} & set(judged["anomalies"]), judged["violations"]
 
 
 def test_primary_killed_fails_over_on_both_routes_and_is_rejoined(mha: Inventory, tmp_path: Path) -> None:
@@ -140,6 +155,42 @@ def test_sysbench_beside_chaoskits_clients_through_one_failover(mha: Inventory, 
     bound = 1.0 + 1.5 * spec.backoff_max + spec.backoff_max + 0.02 + 2.0 + client_deadline(DRILL.op_timeout_s)
     assert abs(sb["rto_first_client_s"] - own["rto_first_client_s"]) <= bound
     check_rows(mha, ev, f["new_primary"])
+
+
+def test_a_failover_under_list_append_is_judged_and_its_history_kept(mha: Inventory, tmp_path: Path) -> None:
+    pb = shortened("playbooks/mha-kill-primary-list-append.yaml", tmp_path, ["8s", "30s"], "38s")
+    out = tmp_path / "runs"
+    res = subprocess.run(["chaoskit", "run", str(pb), "-i", INV, "--out", str(out), *LEAN],
+                         capture_output=True, text=True, timeout=400)
+    [run_dir] = sorted(out.glob("*"))
+    ev = json.loads((run_dir / "run.json").read_text())
+    check = ev["results"]["checks"]["anomalies"]
+    assert check["claim"].startswith("InnoDB repeatable read") and check["judged_as"] == "read-committed", res.stderr
+    # the verdict follows the anomalies found: forbidden ones fail it, allowed ones never do
+    assert check["valid"] is (check["violations_total"] == 0)
+    assert sum(check["anomalies"].values()) == check["violations_total"] + check["allowed_total"]
+    edn = (run_dir / "list-append.edn").read_text().splitlines()
+    assert len(edn) == 2 * check["transactions"]  # each transaction: its invocation and its completion
+    # what the lists hold now, read from the new primary: every element was appended by a
+    # transaction in the history that committed or whose outcome is unknown
+    driver = driver_for(mha.clusters["mha"], mha)
+    conn = driver.connect_writer()
+    try:
+        rows = driver.query(conn, f"SELECT k, v FROM {ListAppend.TABLE}")
+    finally:
+        Driver.close_quietly(conn)
+    held = {(int(k), int(x)) for k, v in rows for x in v.split(",")}
+    appended: dict[tuple[int, int], str] = {}
+    for line in edn:
+        if ":type :invoke" in line:
+            continue
+        outcome = line.split(":type :", 1)[1].split(",", 1)[0]
+        for part in line.split("[:append ")[1:]:
+            k, v = part.split("]", 1)[0].split()
+            appended[(int(k), int(v))] = outcome
+    assert held and all(appended.get(e) in ("ok", "info") for e in held), \
+        sorted(e for e in held if appended.get(e) not in ("ok", "info"))[:5]
+    assert "Transactional anomalies" in (run_dir / "report.html").read_text() or not check["anomalies"]
 
 
 def test_partition_is_split_brain_for_endpoint_clients_only(mha: Inventory, tmp_path: Path) -> None:

@@ -1,0 +1,69 @@
+"""List-append transactions run as a plain load on one of the lab's clusters, and what holds in
+every legal run of it, recounted from the recorder's transactions and the database rather than
+taken from the checker (shared by the modules whose stacks carry the clusters: test_ha_managers
+for PostgreSQL under pg_auto_failover, test_mha for MariaDB)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from chaoskit.db.base import Driver
+from chaoskit.inventory.models import Inventory
+from chaoskit.recorder import FAIL, INFO, OK, Recorder
+from chaoskit.workload.checks import Judging
+from chaoskit.workload.kinds.list_append import WORKER_BITS, Anomalies, ListAppend
+from chaoskit.workload.runner import LoadRunner, LoadSpec
+from chaoskit.workload.workloads import WorkloadParams
+
+WORKERS = 6
+SECONDS = 5.0
+
+
+def load(lab: Inventory, cluster: str, isolation: str) -> tuple[LoadRunner, Recorder]:
+    rec = Recorder(base=time.time())
+    spec = LoadSpec(workload="list-append", workers=WORKERS, params=WorkloadParams(isolation=isolation))
+    runner = LoadRunner(lab.clusters[cluster], lab, spec, rec)
+    runner.setup()
+    runner.run_for(SECONDS)
+    return runner, rec
+
+
+def lists(runner: LoadRunner) -> dict[int, tuple[int, ...]]:
+    conn = runner.driver.connect_writer()
+    try:
+        rows = runner.driver.query(conn, f"SELECT k, v FROM {ListAppend.TABLE}")
+    finally:
+        Driver.close_quietly(conn)
+    return {int(k): tuple(int(x) for x in v.split(",")) for k, v in rows}
+
+
+def appends(rec: Recorder, outcomes: set[str]) -> set[tuple[int, int]]:
+    return {(k, v) for _, _, _, outcome, ops in rec.txns if outcome in outcomes for f, k, v in ops if f == "append"}
+
+
+def judged(runner: LoadRunner, rec: Recorder) -> dict[str, Any]:
+    conn = runner.driver.connect_writer()
+    try:
+        truth = Anomalies.read(runner.workload, conn, None)
+    finally:
+        Driver.close_quietly(conn)
+    return Anomalies.judge(truth, Judging(rec, None, None, 1, None))
+
+
+def without_faults(lab: Inventory, cluster: str, isolation: str) -> dict[str, Any]:
+    """A plain load: every acknowledged append is in the lists afterwards, every element a list
+    holds was appended by a transaction that committed or whose outcome is unknown (never by one
+    that failed, never by nobody), no value twice, only this run's workers. Returns the judgement."""
+    runner, rec = load(lab, cluster, isolation)
+    held_lists = lists(runner)
+    held = {(k, v) for k, vs in held_lists.items() for v in vs}
+    ok, unknown, failed = appends(rec, {OK}), appends(rec, {INFO}), appends(rec, {FAIL})
+    assert len(ok) > 100, rec.totals()
+    assert ok <= held  # every acknowledged append is there
+    assert held <= ok | unknown and not held & failed  # and nothing a failed transaction or nobody appended
+    assert all(len(vs) == len(set(vs)) for vs in held_lists.values())  # no value twice
+    assert all(v % WORKER_BITS in range(1, WORKERS + 1) for _, v in held)  # only this run's workers
+    out = judged(runner, rec)
+    assert out["transactions"] == rec.txns.count + 1  # and the final read
+    return out
