@@ -14,6 +14,8 @@ the variable a session runs every module it collected and owns the whole lab."""
 from __future__ import annotations
 
 import os
+import time
+from pathlib import Path
 from types import ModuleType
 
 from chaoskit.lab import manager
@@ -84,10 +86,35 @@ def use_stacks(stacks: tuple[str, ...], timeout: float = 120.0) -> None:
 
 
 def wait_owned(timeout: float) -> None:
-    """This session's stacks healthy (every stack that is up and the base when it owns the lab)."""
+    """This session's stacks healthy (every stack that is up and the base when it owns the lab).
+    When they are not, the tail of each of their hosts' logs is kept first (`kept_logs`) and the
+    error says where: a lab that did not heal is a defect whose evidence is in those logs."""
     mine = owned()
-    if mine is None:
-        manager.wait_healthy(timeout)
-        return
-    manager.wait_healthy(timeout, stacks=tuple(s for s in mine if s != "base" and s in manager.up_stacks()),
-                         with_base="base" in mine)
+    try:
+        if mine is None:
+            manager.wait_healthy(timeout)
+            return
+        manager.wait_healthy(timeout, stacks=tuple(s for s in mine if s != "base" and s in manager.up_stacks()),
+                             with_base="base" in mine)
+    except manager.LabError as exc:
+        raise manager.LabError(f"{exc} (hosts' logs: {kept_logs(mine)})") from None
+
+
+def kept_logs(stacks: tuple[str, ...] | None) -> Path:
+    """The last 256 KB of every log of these stacks' hosts (every host when None), copied to
+    `$CHAOSKIT_FLAKY_DIR` (else reports/flaky) under lab-unhealthy-<time>/<host>/."""
+    from chaoskit.lab.spec import STATE_DIR
+
+    root = os.environ.get("CHAOSKIT_FLAKY_DIR")
+    dest = (Path(root) if root else Path(__file__).resolve().parents[2] / "reports" / "flaky") / \
+        f"lab-unhealthy-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    names = None if stacks is None else set(hosts(stacks))
+    for log in sorted((STATE_DIR / "hosts").glob("*/*.log")) + sorted((STATE_DIR / "hosts").glob("*/*.out")):
+        if names is not None and log.parent.name not in names:
+            continue
+        target = dest / log.parent.name / log.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "rb") as src:
+            src.seek(max(0, log.stat().st_size - 2**18))
+            target.write_bytes(src.read())
+    return dest
