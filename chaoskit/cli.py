@@ -253,6 +253,14 @@ def load(
         refusal = WORKLOADS[workload].engine_refusal(cl.engine, params)
         if refusal:
             raise InputError(escaped(refusal), source="command line", field="--isolation")
+        if cl.read_route:  # the tables are set up through the writer, which a read route never reaches
+            raise InputError(f"cluster {cluster} is a read route (read_route: true): load runs through the writer's "
+                             "cluster; a playbook routes a group's reads through it (load.groups[].route)",
+                             source="command line", field="--cluster")
+        routed = WORKLOADS[workload].route_refusal(0, 1)
+        if routed:
+            raise InputError(escaped(routed) + " (a playbook's load.groups gives a group a read route)",
+                             source="command line", field="--workload")
         spec = LoadSpec(workload=workload, workers=workers, rate=rate, processes=processes, op_timeout=timeout,
                         params=params)
         import time as _time

@@ -1,10 +1,11 @@
-"""Every transaction of a workload that records its micro-operations (list-append), kept whole for
-the run: the anomaly checker needs all of them, not the windows around faults the op history
+"""Every transaction of a workload that records its micro-operations (list-append, stale-reads),
+kept whole for the run: their checkers need all of them, not the windows around faults the op history
 keeps. In memory, or with a spill directory as JSON lines in `txns.jsonl` there (about 100 bytes
 a transaction), read back in the order they arrived.
 
 A transaction is `(worker, t_invoke, t_done, outcome, ops)`, `ops` a tuple of `("append", key,
-value)` and `("r", key, values or None)`; `t_invoke`/`t_done` on the control clock.
+value)` and `("r", key, values or None)` (list-append), or `("set", register, value)` and
+`("get", register, value)` (stale-reads); `t_invoke`/`t_done` on the control clock.
 """
 
 from __future__ import annotations

@@ -137,7 +137,7 @@ def analyse(pb: Playbook, run: DrillRecord, rec: Recorder, probe: ProbeLog, trut
     outage_faults = [f for f in faults if f.get("outage")]
     t_fault = outage_faults[0]["t_fault"] if outage_faults else (faults[0]["t_fault"] if faults else None)
     error = truth.get("writer_error")
-    judging = Judging(rec, t_fault, pb.slo.rpo_max_writes, len(run.groups), error)
+    judging = Judging(rec, t_fault, pb.slo.rpo_max_writes, len(run.groups), error, _recovered(outage_faults, faults))
     for check in own_checks(pb):  # the workload's checks of its data, each judged the same way
         checks[check.name] = check.judge(truth.get(check.reads), judging)
     brain = checked(split_brain, roles, pb.probes.interval, multi_writer=multi_writer)
@@ -166,6 +166,12 @@ def analyse(pb: Playbook, run: DrillRecord, rec: Recorder, probe: ProbeLog, trut
     if groups:
         out["groups"] = groups
     return out, marks
+
+
+def _recovered(outage_faults: list[dict[str, Any]], faults: list[dict[str, Any]]) -> float | None:
+    """The recovery of the fault `t_fault` names (the first that caused an outage, else the first)."""
+    first = outage_faults[0] if outage_faults else (faults[0] if faults else None)
+    return first.get("t_recovered") if first else None
 
 
 def own_checks(pb: Playbook) -> list[type[Check]]:
@@ -197,7 +203,9 @@ def group_figures(groups: dict[str, dict[str, Any]], pb: Playbook, rec: Recorder
     per_group = [c for c in own_checks(pb) if c.per_group]
     nodes = {(o.worker, o.seq): o.node for o in rec.history.kept_ops()
              if o.outcome == OK and o.seq is not None and o.node is not None} if per_group else {}
-    judging = Judging(rec, t_fault, pb.slo.rpo_max_writes, len(groups), truth.get("writer_error"))
+    outage_faults = [f for f in faults if f.get("outage")]
+    judging = Judging(rec, t_fault, pb.slo.rpo_max_writes, len(groups), truth.get("writer_error"),
+                      _recovered(outage_faults, faults))
     out: dict[str, Any] = {}
     for name, group in groups.items():
         workers = set(group["workers"])

@@ -3,6 +3,8 @@
 Contract for an adapter:
 - `connect_writer()` reaches whichever node accepts writes now (libpq multi-host with
   target_session_attrs=read-write, an ordered MySQL endpoint list, a DM service name);
+  `connect_client()` is where the cluster's clients connect: the writer, or, on a read route,
+  wherever the route sends them;
   `connect_member(member)` reaches one node. Connections are autocommit and carry connect,
   statement and TCP keepalive/user timeouts, so a dead or partitioned server answers with an
   error in bounded time.
@@ -144,6 +146,12 @@ class Driver(ABC):
 
     @abstractmethod
     def connect_writer(self) -> Any: ...
+
+    def connect_client(self) -> Any:
+        """Where the load's clients connect: the writer, or on a read route (`Cluster.read_route`)
+        wherever the route sends them. PostgreSQL: its DSN's target_session_attrs decides either
+        way."""
+        return self.connect_writer()
 
     @abstractmethod
     def connect_member(self, member: Member) -> Any: ...

@@ -201,6 +201,20 @@ class MySQLDriver(Driver):
         assert last is not None
         raise last
 
+    def connect_client(self) -> Any:
+        """The writer; on a read route the first endpoint that answers, whatever its role (a
+        replica, or the one node a proxy's read port chose)."""
+        if not self.cluster.read_route:
+            return self.connect_writer()
+        last: BaseException | None = None
+        for host, port in self.endpoints():
+            try:
+                return self._connect(host, port)
+            except _MYSQL_ERRORS as exc:
+                last = exc
+        assert last is not None
+        raise last
+
     def is_writable(self, conn: Any) -> bool:
         """Not read-only, and on a Galera node also in the Primary Component and ready (a node cut
         off into a minority is not read-only, yet refuses every write with error 1047). One round

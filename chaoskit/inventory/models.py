@@ -160,6 +160,9 @@ class DmServiceSettings(Frozen):
     auto_reconnect: int | None = Field(None, ge=0, le=2)
 
 
+READ_ROUTE_ENGINES = ("postgres", "mysql")
+
+
 class Cluster(Frozen):
     """Database nodes under test, how their roles are found and how clients reach the writer."""
 
@@ -177,6 +180,10 @@ class Cluster(Frozen):
     password: Secret | None = None
     dsn: NoControl | None = None  # libpq DSN, may be multi-host with target_session_attrs
     endpoints: tuple[Endpoint, ...] = ()  # host:port list for MySQL-protocol writers, in order
+    # a read route to the same members: clients connect where it sends them (a replica endpoint,
+    # a proxy's read port, a libpq DSN with target_session_attrs=prefer-standby) and only read
+    # through it; no writer is searched (chaoskit.db.base.Driver.connect_client)
+    read_route: bool = False
     options: dict[Name, str | int | float | bool] = Field(default_factory=dict)  # passed to the driver
     # DM: the service name in `dsn` resolved by a dm_svc.conf chaoskit writes from these settings
     dm_svc: DmServiceSettings | None = None
@@ -250,6 +257,22 @@ class Cluster(Frozen):
         if any(secret_like(k) or k == "passfile" for k in keys):
             raise ValueError("dsn: a password inside the DSN is an inline secret; use password: {env: NAME} or "
                              "{file: PATH}")
+        return self
+
+    @model_validator(mode="after")
+    def _read_route_reads(self) -> Cluster:
+        if not self.read_route:
+            return self
+        if self.engine not in READ_ROUTE_ENGINES:
+            raise ValueError(f"read_route: read routes are built for {' and '.join(READ_ROUTE_ENGINES)} clusters, "
+                             f"not {self.engine}")
+        if self.engine == "postgres" and self.dsn is not None:
+            from psycopg.conninfo import conninfo_to_dict
+
+            attrs = str(conninfo_to_dict(self.dsn).get("target_session_attrs") or "any")
+            if attrs in ("read-write", "primary"):
+                raise ValueError(f"read_route: its dsn asks for target_session_attrs={attrs}, the writer; a read "
+                                 "route says prefer-standby, standby, read-only or any")
         return self
 
     @model_validator(mode="after")

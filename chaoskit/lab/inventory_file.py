@@ -21,9 +21,11 @@ HEADER = """\
 # /var/lib/chaoskit-lab and referenced here, never inlined. Cluster pg-single is a standalone
 # PostgreSQL on dcs1 (no replication), the single-node side of comparisons; pg-single-pgbouncer is
 # the same database through PgBouncer on dcs1 (a second route to compare). Every stack's cluster is
-# listed; `lab up --stack ...` says which are running (pg: patroni, mariadb: mariadb, pgaf:
-# pg_auto_failover, repmgr: repmgr, mha: mha and mha-haproxy, galera: galera, galera-haproxy and
-# galera-node3; loaders: ld-a and ld-b, the loader hosts of zones a and b). `lab:` marks this file
+# listed; `lab up --stack ...` says which are running (pg and pg-read: patroni, mariadb: mariadb,
+# pgaf: pg_auto_failover, repmgr: repmgr, mha, mha-haproxy and mha-read: mha, galera: galera,
+# galera-haproxy and galera-node3; loaders: ld-a and ld-b, the loader hosts of zones a and b). The
+# read routes (read_route: true) reach the replicas: pg-read by libpq's
+# target_session_attrs=prefer-standby, mha-read through HAProxy's read port. `lab:` marks this file
 # as the lab's: chaoskit refuses to use it while the lab is down (its addresses would leave through
 # the default route).
 """

@@ -165,6 +165,19 @@ def _placed_groups(pb: Playbook, inventory: Inventory, doc: object) -> None:
                                        "hosts with a partition fault instead")
 
 
+def _read_routes(pb: Playbook, inventory: Inventory, doc: object) -> None:
+    """The workload must be one that reads through the read routes its groups name (and, for one
+    that needs them, has groups on both kinds of route)."""
+    if not pb.load.builtin_clients or pb.load.workload_name not in WORKLOADS:
+        return
+    groups = [g for g in pb.load.to_spec().client_groups() if g.tool == "builtin"]
+    reading = [g.route is not None and inventory.clusters[g.route].read_route for g in groups]
+    refusal = WORKLOADS[pb.load.workload_name].route_refusal(sum(reading), len(reading) - sum(reading))
+    if refusal:
+        where: tuple[str | int, ...] = ("load", "groups") if pb.load.groups else ("load", "workload")
+        raise doc.error(where, refusal)  # type: ignore[attr-defined]
+
+
 def check_against_inventory(pb: Playbook, inventory: Inventory, doc: object) -> None:
     from chaoskit.ha.registry import managers
 
@@ -172,6 +185,9 @@ def check_against_inventory(pb: Playbook, inventory: Inventory, doc: object) -> 
         raise doc.error(("cluster",), f"unknown cluster {pb.cluster!r}; inventory {inventory.source} has: "  # type: ignore[attr-defined]
                                       f"{', '.join(sorted(inventory.clusters)) or 'none'}")
     cl = inventory.clusters[pb.cluster]
+    if cl.read_route:
+        raise doc.error(("cluster",), f"cluster {pb.cluster!r} is a read route (read_route: true): a drill's "  # type: ignore[attr-defined]
+                                      "cluster is the writer's; name the read route as a client group's route")
     if cl.managed:
         _managed_drill(pb, doc)
     manager = managers()[cl.ha.kind]
@@ -197,6 +213,11 @@ def check_against_inventory(pb: Playbook, inventory: Inventory, doc: object) -> 
             why = "not in the inventory" if other is None else "not the same engine and members"
             raise doc.error(("load", "groups", i, "route"), f"route {group.route!r} must be a cluster of the "  # type: ignore[attr-defined]
                                                             f"inventory with the members of {pb.cluster}: {why}")
+        if other.read_route and group.tool != "builtin":
+            raise doc.error(("load", "groups", i, "route"), f"route {group.route!r} is a read route: "  # type: ignore[attr-defined]
+                                                            f"{group.tool} writes; only chaoskit's own clients "
+                                                            "read through one")
+    _read_routes(pb, inventory, doc)
     for i, step in enumerate(pb.steps):
         for j, fault in enumerate(step.specs):
             where: tuple[str | int, ...] = ("steps", i, "fault") if step.fault else ("steps", i, "faults", j)

@@ -174,3 +174,28 @@ def latency_histogram(values_ms: list[tuple[float, int]], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def staleness_plot(points: list[tuple[str, float, float]], faults: list[dict[str, Any]], origin: float,
+                   path: Path) -> None:
+    """Each read through a read route: how stale it was (seconds) when it began, per client group,
+    against seconds from the start, the faults' windows shaded."""
+    fig, ax = plt.subplots(figsize=(10, 3.5))
+    for f in faults:
+        if f.get("t_fault") is not None:
+            end = f.get("t_recovered") or f.get("t_reverted") or f["t_fault"]
+            ax.axvspan(f["t_fault"] - origin, end - origin, color="#f4cccc", alpha=0.5, lw=0)
+    for group in sorted({g for g, _, _ in points}):
+        xs = [t - origin for g, t, _ in points if g == group]
+        ys = [v for g, _, v in points if g == group]
+        ax.scatter(xs, ys, s=4, label=group)
+    ax.set_xlabel("seconds from the start (shaded: fault until recovery)")
+    ax.set_ylabel("staleness (s)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Reads through read routes: how far behind each read was")
+    if points:
+        ax.legend(loc="upper right", fontsize=8, markerscale=3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

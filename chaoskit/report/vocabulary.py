@@ -75,7 +75,8 @@ def slo_test_name(name: str, s: dict[str, Any]) -> str:
 
 # fields of a check that are data for machines (samples, absolute epoch instants), not for a reader
 _CHECK_HIDDEN = {"valid", "text", "error", "lost_sample", "phantom_sample", "lost_keys", "lost_ack_window", "trace",
-                 "violations", "allowed"}  # anomalies: each in a table of its own
+                 "violations", "allowed",  # anomalies: each in a table of its own
+                 "phases", "examples", "pairs"}  # stale reads: a table by phase, examples beside it
 
 
 def figure_value(key: str, value: Any) -> str:

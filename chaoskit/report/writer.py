@@ -32,7 +32,7 @@ from chaoskit.report.headline import headline
 from chaoskit.report.legacy import CURRENT, upgrade
 from chaoskit.report.narrative import log_quotes, narrative, phases_in_words, read_events
 from chaoskit.report.observations import observations
-from chaoskit.report.plots import latency_histogram, timeline_plot
+from chaoskit.report.plots import latency_histogram, staleness_plot, timeline_plot
 from chaoskit.report.rundir import RunDirectory, clean, evidence_ids
 from chaoskit.topology.probe import ProbeLog
 from chaoskit.workload.checks import LostWrites
@@ -272,6 +272,14 @@ def _drill_plots(result: DrillResult, rd: RunDirectory) -> None:
         return
     _plots(rec, run.t0, result.results.get("faults", []), result.inputs.playbook.name, rd.path, probe,
            run.host_metrics)
+    if "stale_reads" in (result.results.get("checks") or {}):
+        from chaoskit.workload.kinds.stale_reads import judge_reads
+
+        points: list[tuple[int, float, int, float]] = []
+        judge_reads(rec.txns, None, None, set(rec.ledger_undelivered().workers()), points=points)
+        group_of = {w: name for name, g in run.groups.items() for w in g["workers"]}
+        staleness_plot([(group_of.get(w, str(w)), t, s) for w, t, _, s in points],
+                       result.results.get("faults", []), run.t0, rd.path / "plots" / "staleness.png")
 
 
 def _node_columns(probe: ProbeLog, ends: list[float]) -> dict[str, list[Any]]:

@@ -30,6 +30,7 @@ class Judging:
     max_lost: int | None  # the playbook's bound on acknowledged writes lost (slo.rpo_max_writes)
     groups: int  # client groups in the run: with several, a loss bound is judged per group
     error: str | None  # why nothing could be read through the writer (None: it was read)
+    t_recovered: float | None = None  # that fault's recovery (clients back and throughput held), if it came
 
 
 class Check(ABC):

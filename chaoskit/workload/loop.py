@@ -229,7 +229,7 @@ class ConnLoop:
         slot.t_op = now or stamp.now()
         if slot.conn is None:
             slot.state = CONNECTING
-            fut = self.pool.submit(self.driver.connect_writer)
+            fut = self.pool.submit(self.driver.connect_client)
             slot.future = fut
             fut.add_done_callback(self._wake)
             return

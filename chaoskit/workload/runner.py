@@ -112,7 +112,7 @@ class _Worker:
         """Reach the writer for the op invoked at t_invoke; a failure is that op's outcome."""
         self.inflight_since = stamp.now()
         try:
-            self.conn = self.driver.connect_writer()
+            self.conn = self.driver.connect_client()
             self.node = self.driver.node_of(self.conn)
             return True
         except Exception as exc:

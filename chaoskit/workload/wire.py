@@ -82,17 +82,17 @@ class BatchWire(_Strict):
                     Annotated[int, Field(ge=0)] | None]]
     rows: dict[str, tuple[Count, Count]]
     watermark: int
-    txns: list[tuple[Worker, float, float, Outcome, list[tuple[Literal["append", "r"], int, int | list[int] | None]]]
-               ] = []
+    txns: list[tuple[Worker, float, float, Outcome,
+                     list[tuple[Literal["append", "r", "set", "get"], int, int | list[int] | None]]]] = []
 
     @field_validator("txns")
     @classmethod
     def _micro_ops(cls, value: list[Any]) -> list[Any]:
         for txn in value:
             for f, _, v in txn[4]:
-                if (f == "append") != isinstance(v, int):
-                    raise ValueError(f"a transaction's {f} carries {type(v).__name__}: an append carries its value, "
-                                     "a read the list it read (or null)")
+                if (f != "r") != isinstance(v, int):
+                    raise ValueError(f"a transaction's {f} carries {type(v).__name__}: an append, a register's set "
+                                     "and get carry a value, a list's read the list it read (or null)")
         return value
 
     @field_validator("intervals")

@@ -114,6 +114,17 @@ class Workload(ABC):
         """Why this workload cannot run on `engine` with these parameters (None: it can)."""
         return None
 
+    @classmethod
+    def route_refusal(cls, read_groups: int, write_groups: int) -> str | None:
+        """Why this workload cannot run with `read_groups` client groups on read routes (clusters
+        with `read_route: true`) beside `write_groups` on the writer's routes (None: it can). A
+        workload that writes cannot run on a read route (its tables are set up through the writer
+        either way)."""
+        if read_groups and cls.writes:
+            return (f"the {cls.name} workload writes, and a read route (read_route: true) only reads: route its "
+                    "groups through the writer, or use the stale-reads workload")
+        return None
+
     @abstractmethod
     def setup(self, conn: Any) -> None:
         """Create (if missing) and fill the workload's tables. Idempotent."""

@@ -501,6 +501,21 @@ def test_sync_variant_loses_no_acknowledged_write(lab: Inventory, tmp_path: Path
     assert ev["settings_changed"]["previous"] == {"synchronous_mode": False}
 
 
+def test_reads_through_the_replica_route_across_a_failover(lab: Inventory, tmp_path: Path) -> None:
+    """pg-read-route-failover shortened: writers through the writer, readers through pg-read
+    (libpq's prefer-standby). What holds in every legal run, recounted from the run's transactions
+    and the writers' log on the new primary (tests/integration/staleread.py); the report has the
+    table by phase."""
+    from staleread import recount
+
+    pb = shortened("playbooks/pg-read-route-failover.yaml", tmp_path, ["8s"], "30s", ["12s"])
+    res, run_dir = drill(str(pb), tmp_path / "runs")
+    assert res.returncode in (0, 1), res.stdout + res.stderr  # a lost write (asynchronous) fails the check
+    check = recount(run_dir, lab, "pg", "replica-reads")
+    assert set(check["phases"]) <= {"before", "during", "after"} and check["phases"]["before"]["reads"] > 0
+    assert "Reads through read routes" in (run_dir / "report.html").read_text()
+
+
 def test_standby_kill_reports_its_catch_up(lab: Inventory, tmp_path: Path) -> None:
     res, ev, _ = run(shortened("playbooks/pg-kill-standby.yaml", tmp_path, ["8s"], "25s", ["6s"]), tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr

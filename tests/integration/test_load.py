@@ -51,8 +51,9 @@ def ledger_acked_and_present(runner: LoadRunner, rec: Recorder) -> tuple[set, se
     return acked, present
 
 
-# sql runs a user's file (below); list-append runs at an isolation level (listappend.py)
-@pytest.mark.parametrize("workload", sorted(set(WORKLOADS) - {"sql", "list-append"}))
+# sql runs a user's file (below); list-append runs at an isolation level (listappend.py); stale-reads
+# reads through a read route (staleread.py, in test_drill and test_mha)
+@pytest.mark.parametrize("workload", sorted(set(WORKLOADS) - {"sql", "list-append", "stale-reads"}))
 def test_every_workload_runs_clean(lab: Inventory, workload: str) -> None:
     """Each workload for 5 s on both clusters at once (independent servers, each its own clients
     and recorder), then each judged on its own."""

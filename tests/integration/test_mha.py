@@ -193,6 +193,19 @@ def test_a_failover_under_list_append_is_judged_and_its_history_kept(mha: Invent
     assert "Transactional anomalies" in (run_dir / "report.html").read_text() or not check["anomalies"]
 
 
+def test_reads_through_haproxys_read_port_across_a_failover(mha: Inventory, tmp_path: Path) -> None:
+    """mha-read-route-failover shortened: writers through the endpoint list, readers through
+    HAProxy's read port (the read-only nodes). What holds in every legal run, recounted from the
+    run's transactions and the writers' log on the new primary (tests/integration/staleread.py)."""
+    from staleread import recount
+
+    res, _, run_dir = run(shortened("playbooks/mha-read-route-failover.yaml", tmp_path, ["8s", "30s"], "38s"),
+                          tmp_path)
+    assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
+    check = recount(run_dir, mha, "mha", "replica-reads")
+    assert check["phases"]["before"]["reads"] > 0
+
+
 def test_partition_is_split_brain_for_endpoint_clients_only(mha: Inventory, tmp_path: Path) -> None:
     """MHA fences nothing: the isolated primary keeps taking the endpoint-list clients' writes, lost
     when the partition heals; HAProxy (on the manager's host) stops sending it anything."""

@@ -203,6 +203,9 @@ class FakeDriver:
         self.connects += 1
         return {"n": self.connects, "dead": threading.Event()}
 
+    def connect_client(self) -> dict:  # the load's clients connect here (the writer: not a read route)
+        return self.connect_writer()
+
     def node_of(self, conn: dict) -> str:
         return f"node{conn['n']}"
 

@@ -210,13 +210,15 @@ def test_models_are_frozen(tmp_path: Path) -> None:
 def test_committed_lab_inventory_matches_the_lab_spec() -> None:
     assert REPO_LAB_INVENTORY.read_text() == render(), "regenerate inventories/lab.yaml from chaoskit.lab"
     inv = load_inventory(REPO_LAB_INVENTORY)
-    assert set(inv.clusters) == {"pg", "pg-single", "pg-single-pgbouncer", "mariadb", "mariadb-managed", "pgaf",
-                                 "repmgr", "mha", "mha-haproxy", "galera", "galera-haproxy", "galera-node3"}
+    assert set(inv.clusters) == {"pg", "pg-read", "pg-single", "pg-single-pgbouncer", "mariadb", "mariadb-managed",
+                                 "pgaf", "repmgr", "mha", "mha-haproxy", "mha-read", "galera", "galera-haproxy",
+                                 "galera-node3"}
     assert {c: inv.clusters[c].ha.kind for c in inv.clusters} == {
-        "pg": "patroni", "pg-single": "none", "pg-single-pgbouncer": "none", "mariadb": "none",
+        "pg": "patroni", "pg-read": "patroni", "pg-single": "none", "pg-single-pgbouncer": "none", "mariadb": "none",
         "mariadb-managed": "none", "pgaf": "pg_auto_failover", "repmgr": "repmgr",
-        "mha": "mha", "mha-haproxy": "mha", "galera": "galera", "galera-haproxy": "galera",
+        "mha": "mha", "mha-haproxy": "mha", "mha-read": "mha", "galera": "galera", "galera-haproxy": "galera",
         "galera-node3": "galera"}
+    assert [c for c in inv.clusters if inv.clusters[c].read_route] == ["pg-read", "mha-read"]
     assert [c for c in inv.clusters if inv.clusters[c].managed] == ["mariadb-managed"]
     assert inv.clusters["mariadb-managed"].members == ()
     assert inv.hosts["my1"].jump == "dcs1" and inv.hosts["pg1"].become

@@ -84,4 +84,4 @@ def test_the_shipped_families_are_found() -> None:
     assert {"base", "patroni", "mariadb", "pg_auto_failover", "repmgr", "mha", "galera", "loaders"} == \
         set(RECIPES.names())
     assert list(WORKLOADS) == ["bank", "ledger", "list-append", "oltp", "oltp-ro", "oltp-wo", "read", "sql",
-                              "update"]  # by module
+                              "stale-reads", "update"]  # by module

@@ -178,22 +178,39 @@ HAPROXY_FALL = 2
 
 
 def haproxy_writer(proxy: LabHost, port: int, backends: list[LabHost], backend_port: int, check_body: str, *,
-                   backups: bool) -> Path:
+                   backups: bool, reader: tuple[int, str] | None = None) -> Path:
     """HAProxy on `proxy` with one TCP listener for writes and its launcher. Each backend is
     checked every 500 ms by an external script (`check_body`, a shell script body: HAProxy passes
     <proxy address> <proxy port> <server address> <server port>, exit 0 = up), two failures to go
     down, two successes to come back, a down server's sessions shut. With `backups`, the first
     backend takes every connection while it is up and the next one that is up takes over (the
-    usual Galera deployment); without, every backend that passes its check takes connections."""
+    usual Galera deployment); without, every backend that passes its check takes connections.
+    `reader` (port, check body) adds a read listener the same way: every backend that passes its
+    own check (a replica's) takes connections in turn, a backend that stops passing it (promoted)
+    has its sessions shut, and with none up a read finds no server."""
     from chaoskit.lab import daemons
+
+    def servers(check: bool, backup: bool) -> str:
+        return "\n".join(
+            f"  server {h.name} {h.address}:{backend_port} check inter {HAPROXY_CHECK_MS} fall {HAPROXY_FALL} rise 2 "
+            "on-marked-down shutdown-sessions" + (" backup" if backup and i else "")
+            for i, h in enumerate(backends))
 
     cfg = proxy.dir / "haproxy.cfg"
     check = proxy.dir / "writer-check"
-    servers = "\n".join(
-        f"  server {h.name} {h.address}:{backend_port} check inter {HAPROXY_CHECK_MS} fall {HAPROXY_FALL} rise 2 "
-        "on-marked-down shutdown-sessions"
-        + (" backup" if backups and i else "")
-        for i, h in enumerate(backends))
+    read = ""
+    if reader is not None:
+        read_check = proxy.dir / "reader-check"
+        read_check.write_text("#!/bin/sh\n" + reader[1])
+        read_check.chmod(0o755)
+        read = f"""listen reader
+  bind {proxy.address}:{reader[0]}
+  balance roundrobin
+  option external-check
+  external-check path "/usr/bin:/bin"
+  external-check command {read_check}
+{servers(True, False)}
+"""
     cfg.write_text(f"""global
   maxconn 2000
   external-check
@@ -208,8 +225,8 @@ listen writer
   option external-check
   external-check path "/usr/bin:/bin"
   external-check command {check}
-{servers}
-""")
+{servers(True, backups)}
+{read}""")
     check.write_text("#!/bin/sh\n" + check_body)
     check.chmod(0o755)
     return daemons.write_launcher(proxy, "haproxy", f"/usr/sbin/haproxy -db -f {cfg}", proxy.dir / "haproxy.pid",

@@ -3,7 +3,9 @@ replication: mha1 primary, mha2/mha3 replicas (binlog file and position: MHA 0.5
 MariaDB's GTID, it reads `Exec_Master_Log_Pos` and applies relay-log differences itself), and
 `masterha_manager` as a daemon on the manager host mham, which also runs HAProxy with a writer
 check (the second client route: clients either search the endpoint list for the writable node or
-connect to HAProxy, which sends them to the one backend that is not read-only).
+connect to HAProxy, which sends them to the one backend that is not read-only) and a read port
+(the read route `mha-read`: the backends that are read-only, the replicas, a connection each in
+turn).
 
 MHA's manager SSHes to the nodes as root (the lab's controller key, the lab's known_hosts) to save
 the dead primary's binlogs and to ship relay-log differences between replicas. `masterha_manager`
@@ -30,6 +32,7 @@ from chaoskit.lab.spec import MARIADB_DATABASE, MARIADB_PORT, MARIADB_USER, LabH
 NAME = "mha"
 HOSTS = (LabHost("mham", 60, "mha-manager", NAME), *(LabHost(f"mha{i}", 60 + i, "mha", NAME) for i in (1, 2, 3)))
 HAPROXY_PORT = 3306
+HAPROXY_READ_PORT = 3307  # the read route: the replicas (read_only = 1), in turn
 MHA_USER = "mha"
 
 
@@ -114,14 +117,15 @@ def manager_launcher(spec: LabSpec) -> Path:
 
 
 def haproxy_launcher(spec: LabSpec) -> Path:
-    """HAProxy on the manager host: one listener, the nodes as servers, each checked by logging in
-    and asking `@@read_only` (a check user that can only do that), so exactly the writable node
-    is up (`check` with `mysql-check` only proves the server answers, not that it takes writes)."""
+    """HAProxy on the manager host: a writer listener, the nodes as servers, each checked by logging
+    in and asking `@@read_only` (a check user that can only do that), so exactly the writable node
+    is up (`check` with `mysql-check` only proves the server answers, not that it takes writes);
+    and a read listener whose servers are up while they are read-only (the replicas)."""
     secret = shlex.quote(str(Paths.secret("mariadb_mha")))
-    body = (f"ro=$(MYSQL_PWD=$(cat {secret}) mariadb -h \"$3\" -P \"$4\" -u{MHA_USER} --connect-timeout=1 "
-            "-N -B -e 'SELECT @@read_only' 2>/dev/null)\n"
-            '[ "$ro" = "0" ]\n')
-    return haproxy_writer(manager_host(spec), HAPROXY_PORT, hosts(spec), MARIADB_PORT, body, backups=False)
+    ask = (f"ro=$(MYSQL_PWD=$(cat {secret}) mariadb -h \"$3\" -P \"$4\" -u{MHA_USER} --connect-timeout=1 "
+           "-N -B -e 'SELECT @@read_only' 2>/dev/null)\n")
+    return haproxy_writer(manager_host(spec), HAPROXY_PORT, hosts(spec), MARIADB_PORT, ask + '[ "$ro" = "0" ]\n',
+                          backups=False, reader=(HAPROXY_READ_PORT, ask + '[ "$ro" = "1" ]\n'))
 
 
 MHA_TOOLS = ("masterha_manager", "masterha_check_status", "masterha_check_repl", "masterha_check_ssh",
@@ -307,6 +311,9 @@ def clusters(spec: LabSpec) -> dict[str, Any]:
         "mha": {**base, "endpoints": [f"{h.address}:{MARIADB_PORT}" for h in hosts(spec)]},
         # the same cluster reached through HAProxy's writer check: one endpoint, HAProxy's
         "mha-haproxy": {**base, "endpoints": [f"{m.address}:{HAPROXY_PORT}"]},
+        # and HAProxy's read port: the nodes that are read-only (the replicas), a connection each in
+        # turn; a replica MHA promotes leaves it, its sessions shut (the usual read/write split)
+        "mha-read": {**base, "read_route": True, "endpoints": [f"{m.address}:{HAPROXY_READ_PORT}"]},
     }
 
 

@@ -155,14 +155,19 @@ def clusters(spec: LabSpec) -> dict[str, Any]:
         "logs": {"patroni": str(h.dir / "patroni.log"), "postgres": str(h.dir / "patroni.out")},
     } for h in hosts(spec)]
     addresses = ",".join(h.address for h in hosts(spec))
-    return {"pg": {
+    pg = {
         "engine": "postgres",
         "ha": {"kind": "patroni", "api": {"port": PATRONI_PORT},
                "dcs": {"endpoints": [f"{spec.jump_host.address}:{ETCD_PORT}"], "scope": PG_SCOPE}},
         "members": pg_members, "port": PG_PORT, "database": "postgres", "user": "postgres",
         "password": {"file": str(Paths.secret("pg_superuser"))},
         "dsn": f"host={addresses} port={PG_PORT} dbname=postgres target_session_attrs=read-write",
-    }}
+    }
+    # the read route: libpq's own (target_session_attrs=prefer-standby, libpq 14 and later): the
+    # first member in the list that is a standby, the primary when none is; what an application
+    # that sends reads to replicas without a proxy writes, and nothing to run beside the cluster
+    return {"pg": pg, "pg-read": {**pg, "read_route": True, "dsn": f"host={addresses} port={PG_PORT} dbname=postgres "
+                                                                  "target_session_attrs=prefer-standby"}}
 
 
 def postgres_data(spec: LabSpec) -> list[Path]:
