@@ -178,7 +178,7 @@ def latency_histogram(values_ms: list[tuple[float, int]], path: Path) -> None:
 
 def staleness_plot(points: list[tuple[str, float, float]], faults: list[dict[str, Any]], origin: float,
                    path: Path) -> None:
-    """Each read through a read route: how stale it was (seconds) when it began, per client group,
+    """Reads through a read route: the stalest read (seconds) of each client group in each 100 ms,
     against seconds from the start, the faults' windows shaded."""
     fig, ax = plt.subplots(figsize=(10, 3.5))
     for f in faults:
@@ -188,9 +188,9 @@ def staleness_plot(points: list[tuple[str, float, float]], faults: list[dict[str
     for group in sorted({g for g, _, _ in points}):
         xs = [t - origin for g, t, _ in points if g == group]
         ys = [v for g, _, v in points if g == group]
-        ax.scatter(xs, ys, s=4, label=group)
+        ax.plot(xs, ys, lw=0.8, marker=".", ms=2, label=group)
     ax.set_xlabel("seconds from the start (shaded: fault until recovery)")
-    ax.set_ylabel("staleness (s)")
+    ax.set_ylabel("stalest read per 100 ms (s)")
     ax.set_ylim(bottom=0)
     ax.set_title("Reads through read routes: how far behind each read was")
     if points:

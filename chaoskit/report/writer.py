@@ -275,10 +275,15 @@ def _drill_plots(result: DrillResult, rd: RunDirectory) -> None:
     if "stale_reads" in (result.results.get("checks") or {}):
         from chaoskit.workload.kinds.stale_reads import judge_reads
 
-        points: list[tuple[int, float, int, float]] = []
-        judge_reads(rec.txns, None, None, set(rec.ledger_undelivered().workers()), points=points)
         group_of = {w: name for name, g in run.groups.items() for w in g["workers"]}
-        staleness_plot([(group_of.get(w, str(w)), t, s) for w, t, _, s in points],
+        worst: dict[tuple[str, int], float] = {}  # the stalest read of each group in each 100 ms
+
+        def seen(worker: int, t: float, _writes: int, behind: float) -> None:
+            key = (group_of.get(worker, str(worker)), int(t * 10))
+            worst[key] = max(worst.get(key, 0.0), behind)
+
+        judge_reads(rec.txns, None, None, set(rec.ledger_undelivered().workers()), on_read=seen)
+        staleness_plot([(g, tenth / 10, behind) for (g, tenth), behind in sorted(worst.items())],
                        result.results.get("faults", []), run.t0, rd.path / "plots" / "staleness.png")
 
 

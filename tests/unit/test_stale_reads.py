@@ -92,7 +92,7 @@ def test_every_figure_of_a_hand_written_history() -> None:
             got["phantom_reads"]) == (3, 1, 2, 2)
     [mono] = got["examples"]["monotonic"]
     assert mono == {"client": 5, "start_s": 2.5, "end_s": 2.6, "back_writes": 1, "registers": [1]}
-    assert [(e["client"], e["start_s"], e["values"]) for e in got["examples"]["phantom"]] == [
+    assert [(e["client"], e["start_s"], e["saw"]) for e in got["examples"]["phantom"]] == [
         (6, -9.5, [{"register": 1, "value": 100}]), (6, -6.0, [{"register": 2, "value": 250}])]
     ryw = [(e["client"], e["saw"], e["acknowledged"]) for e in got["examples"]["ryw"]]
     assert ryw == [(5, 100, 200), (5, 100, 400)]
@@ -249,3 +249,46 @@ def test_a_writing_workload_through_a_read_route_and_a_read_route_as_the_drills_
         load_playbook(on_route, LAB)
     assert load_playbook(ROOT / "playbooks" / "mha-read-route-failover.yaml", LAB).playbook.load.workload_name == \
         "stale-reads"
+
+
+def test_clients_of_one_process_interleaved_each_log_and_set_the_value_they_recorded() -> None:
+    w = StaleReads(FakePgDriver([]), WorkloadParams(), "r")
+    w.prepare()
+    a, b = OpContext(worker=1, rng=random.Random(1), run_id="r"), OpContext(worker=2, rng=random.Random(2), run_id="r")
+    ga, gb = w.steps(a), w.steps(b)
+    assert next(ga) is BEGIN and next(gb) is BEGIN  # the loop runs one client's statement, then another's
+    sent = {1: [ga.send(None), ga.send(None)], 2: [gb.send(None), gb.send(None)]}
+    for worker, ctx in ((1, a), (2, b)):
+        [(_, reg, value)] = ctx.txn or []
+        assert reg == worker and [s.params for s in sent[worker]] == [(worker, value)] * 2
+
+
+def test_the_report_has_the_table_by_group_and_phase_and_the_first_examples(tmp_path: Path) -> None:
+    from chaoskit.report.rundir import RunDirectory
+    from chaoskit.report.writer import render
+
+    log = TxnLog()
+    log.add(HISTORY)
+    rec = SimpleNamespace(txns=log, ledger_undelivered=lambda: SimpleNamespace(workers=lambda: []))
+    j = Judging(rec, T_FAULT, None, 2, None, T_RECOVERED)  # type: ignore[arg-type]
+    check = StaleReadCheck.judge({"written": sorted(ALL)}, j)
+    group = StaleReadCheck.judge_group(None, j, {5, 6}, None, {})
+    rd = RunDirectory.create(tmp_path, "drill", 1_800_000_000.0)
+    rd.close()
+    rd.write_json("run.json", {
+        "schema_version": 3, "playbook": {"path": "p", "sha256": "0" * 64, "content": {
+            "name": "drill", "description": "", "load": {"workload": "stale-reads", "workers": 4}, "baseline": 1}},
+        "inventory": {"path": "i", "sha256": "0" * 64}, "cluster": {"name": "c", "engine": "postgres", "ha": "none"},
+        "tool": {"version": "0"}, "operator": "ops@host", "run_id": "r", "started": 1_800_000_000.0,
+        "ended": 1_800_000_060.0, "aborted": None, "ha": {}, "server": {}, "roles_before": [],
+        "faults_injected": [], "actions": [],
+        "results": {"verdict": False, "faults": [], "checks": {"stale_reads": check}, "slo": {},
+                    "groups": {"writers": {"profile": "deadline", "workers": [1, 2]},
+                               "replica-reads": {"profile": "deadline", "workers": [5, 6], "stale_reads": group}}}})
+    render(rd.path, signed=False)
+    html = (rd.path / "report.html").read_text()
+    assert "Reads through read routes" in html and "5&rarr;1, 6&rarr;2" in html
+    # replica-reads during the fault: R4 and R5, both stale, 10.400 s at most, one went back
+    assert "<tr><td>replica-reads</td><td>during</td><td>2</td><td>2</td>" in html
+    assert "First reads that phantom: client 6 at -9.500 s (register 1 = 100)" in html
+    assert "First reads that went back: client 5 at 2.500 s (1 writes back)" in html

@@ -37,7 +37,8 @@ from __future__ import annotations
 import bisect
 import math
 import time
-from collections.abc import Iterable
+from array import array
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,11 +51,11 @@ PHASES = ("before", "during", "after")
 SHOWN = 10  # examples of each violation written out (all are counted)
 
 
-def nearest_rank(values: list[float], q: float) -> float | None:
+def nearest_rank(values: Sequence[float], q: float) -> float | None:
     """The q-quantile by nearest rank (of the sorted values: the ceil(q*n)-th); None of nothing."""
     if not values:
         return None
-    ordered = sorted(values)
+    ordered = values if all(values[i] <= values[i + 1] for i in range(len(values) - 1)) else sorted(values)
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
@@ -64,14 +65,6 @@ class Write:
     t_invoke: float
     t_done: float
     outcome: str
-
-
-@dataclass(frozen=True)
-class ReadOp:
-    worker: int
-    t_invoke: float
-    t_done: float
-    seen: dict[int, int]
 
 
 @dataclass
@@ -122,28 +115,25 @@ class Registers:
 
 def judge_reads(txns: Iterable[tuple[int, float, float, str, tuple[tuple[Any, ...], ...]]], t_fault: float | None,
                 t_recovered: float | None, undelivered: set[int] | None = None,
-                workers: set[int] | None = None, points: list[tuple[int, float, int, float]] | None = None
-                ) -> dict[str, Any]:
+                workers: set[int] | None = None,
+                on_read: Callable[[int, float, int, float], None] | None = None) -> dict[str, Any]:
     """The figures of every read (of `workers`' reads, if given) against every write, as the
     module's docstring defines them. Times in examples are seconds from the fault (else epoch).
-    `points`, if given, receives each judged read as (client, t_invoke, staleness in writes, in
-    seconds): the staleness plot's."""
+    `txns` is read twice (the writes, then each read as it comes: a client's own in its order),
+    so a run's reads are never all held at once. `on_read`, if given, is told each judged read:
+    client, t_invoke, staleness in writes and in seconds (the staleness plot's)."""
     undelivered = undelivered or set()
     writes: list[tuple[int, Write]] = []
-    reads: list[ReadOp] = []
-    failed_reads = 0
+    reader_ids: set[int] = set()
     for worker, t0, t1, outcome, ops in txns:
         sets = [(k, v) for f, k, v in ops if f == "set"]
         for k, v in sets:
             writes.append((k, Write(int(v), t0, t1, outcome)))
-        if not sets and ops is not None:
-            if outcome == OK:
-                reads.append(ReadOp(worker, t0, t1, {int(k): int(v) for f, k, v in ops if f == "get"}))
-            elif workers is None or worker in workers:
-                failed_reads += 1
+        if not sets and outcome == OK:
+            reader_ids.add(worker)
     regs = Registers.of(writes)
     writers = sorted(regs.writes)
-    readers = sorted({r.worker for r in reads})
+    readers = sorted(reader_ids)
     pairs = {r: writers[i % len(writers)] for i, r in enumerate(readers)} if writers else {}
     origin = t_fault or 0.0
 
@@ -152,59 +142,70 @@ def judge_reads(txns: Iterable[tuple[int, float, float, str, tuple[tuple[Any, ..
             return "before"
         return "during" if t_recovered is None or t < t_recovered else "after"
 
-    per: dict[str, dict[str, Any]] = {p: {"reads": 0, "stale": 0, "writes": [], "seconds": [], "monotonic": 0,
-                                          "ryw": 0, "phantom": 0} for p in PHASES}
+    per: dict[str, dict[str, Any]] = {p: {"reads": 0, "stale": 0, "writes": array("q"), "seconds": array("d"),
+                                          "monotonic": 0, "ryw": 0, "phantom": 0} for p in PHASES}
     examples: dict[str, list[dict[str, Any]]] = {"phantom": [], "monotonic": [], "ryw": []}
     newest: dict[int, dict[int, int]] = {}  # per reader: the newest value of each register it saw
-    for r in sorted(reads, key=lambda r: (r.worker, r.t_invoke)):
-        mine = workers is None or r.worker in workers
-        high = newest.setdefault(r.worker, {})
-        at = {"client": r.worker, "start_s": round(r.t_invoke - origin, 3), "end_s": round(r.t_done - origin, 3)}
+    failed_reads = 0
+    for worker, t_invoke, t_done, outcome, ops in txns:
+        if any(f == "set" for f, _, _ in ops):
+            continue
+        mine = workers is None or worker in workers
+        if outcome != OK:
+            failed_reads += mine
+            continue
+        seen_now = {int(k): int(v) for f, k, v in ops if f == "get"}
+        high = newest.setdefault(worker, {})
         missed_n, oldest = 0, None
-        phantoms, back = [], {}
+        phantoms: list[dict[str, int]] = []
+        back: dict[int, int] = {}
         for w in writers:
-            seen = r.seen.get(w, 0)
-            if seen and w not in undelivered and not regs.written(w, seen, r.t_done):
+            seen = seen_now.get(w, 0)
+            if seen and w not in undelivered and not regs.written(w, seen, t_done):
                 phantoms.append({"register": w, "value": seen})
-            n, first, _ = regs.missed(w, seen, r.t_invoke)
+            n, first, _ = regs.missed(w, seen, t_invoke)
             missed_n += n
             if first is not None:
                 oldest = first.t_done if oldest is None else min(oldest, first.t_done)
             if seen < high.get(w, 0):
                 back[w] = regs.between(w, seen, high[w])
-        for w, v in r.seen.items():
+        for w, v in seen_now.items():
             if w not in regs.writes and v and w not in undelivered:
                 phantoms.append({"register": w, "value": v})  # a register no client of this run writes
             elif not any(ph["register"] == w for ph in phantoms):  # what it saw, a phantom apart
                 high[w] = max(high.get(w, 0), v)
         if not mine:
             continue
-        p = per[phase(r.t_invoke)]
+        at = {"client": worker, "start_s": round(t_invoke - origin, 3), "end_s": round(t_done - origin, 3)}
+        p = per[phase(t_invoke)]
         p["reads"] += 1
+        behind = round(t_invoke - oldest, 6) if oldest is not None else 0.0
         p["writes"].append(missed_n)
-        p["seconds"].append(round(r.t_invoke - oldest, 6) if oldest is not None else 0.0)
-        if points is not None:
-            points.append((r.worker, r.t_invoke, missed_n, p["seconds"][-1]))
+        p["seconds"].append(behind)
+        if on_read is not None:
+            on_read(worker, t_invoke, missed_n, behind)
         p["stale"] += missed_n > 0
         if phantoms:
             p["phantom"] += 1
             if len(examples["phantom"]) < SHOWN:
-                examples["phantom"].append({**at, "values": phantoms})
+                examples["phantom"].append({**at, "saw": phantoms})
         if back:
             p["monotonic"] += 1
             if len(examples["monotonic"]) < SHOWN:
                 examples["monotonic"].append({**at, "back_writes": sum(back.values()),
                                               "registers": sorted(back)})
-        own = pairs.get(r.worker)
-        n, _, last = regs.missed(own, r.seen.get(own, 0), r.t_invoke) if own is not None else (0, None, None)
+        own = pairs.get(worker)
+        n, _, last = regs.missed(own, seen_now.get(own, 0), t_invoke) if own is not None else (0, None, None)
         if own is not None and n and last is not None:
             p["ryw"] += 1
             if len(examples["ryw"]) < SHOWN:
-                examples["ryw"].append({**at, "writer": own, "saw": r.seen.get(own, 0), "acknowledged": last.value,
+                examples["ryw"].append({**at, "writer": own, "saw": seen_now.get(own, 0), "acknowledged": last.value,
                                         "acknowledged_s": round(last.t_done - origin, 3)})
     phases = {name: _figures(p) for name, p in per.items() if p["reads"] or name == "before"}
-    total = _figures({k: (sum(per[p][k] for p in PHASES) if k not in ("writes", "seconds")
-                          else [x for p in PHASES for x in per[p][k]]) for k in per["before"]})
+    total = _figures({"reads": sum(per[p]["reads"] for p in PHASES), "stale": sum(per[p]["stale"] for p in PHASES),
+                      "writes": array("q", (x for p in PHASES for x in per[p]["writes"])),
+                      "seconds": array("d", (x for p in PHASES for x in per[p]["seconds"])),
+                      **{k: sum(per[p][k] for p in PHASES) for k in ("monotonic", "ryw", "phantom")}})
     return {"reads": total["reads"], "failed_reads": failed_reads, "readers": readers if workers is None
             else [r for r in readers if r in workers], "writers": writers,
             "pairs": {str(r): w for r, w in pairs.items() if workers is None or r in workers},
@@ -213,13 +214,14 @@ def judge_reads(txns: Iterable[tuple[int, float, float, str, tuple[tuple[Any, ..
 
 
 def _figures(p: dict[str, Any]) -> dict[str, Any]:
-    w, s = p["writes"], p["seconds"]
-    return {"reads": p["reads"], "stale_reads": p["stale"],
-            "staleness_writes": {"median": nearest_rank(w, 0.5), "p99": nearest_rank(w, 0.99),
-                                 "max": max(w) if w else None},
-            "staleness_s": {"median": nearest_rank(s, 0.5), "p99": nearest_rank(s, 0.99), "max": max(s) if s else None},
-            "monotonic_read_violations": p["monotonic"], "read_your_writes_violations": p["ryw"],
-            "phantom_reads": p["phantom"]}
+    def spread(values: Sequence[float]) -> dict[str, Any]:
+        ordered = sorted(values)  # once: nearest_rank of sorted values is an index
+        return {"median": nearest_rank(ordered, 0.5), "p99": nearest_rank(ordered, 0.99),
+                "max": ordered[-1] if ordered else None}
+
+    return {"reads": p["reads"], "stale_reads": p["stale"], "staleness_writes": spread(p["writes"]),
+            "staleness_s": spread(p["seconds"]), "monotonic_read_violations": p["monotonic"],
+            "read_your_writes_violations": p["ryw"], "phantom_reads": p["phantom"]}
 
 
 def lost_writes(txns: Iterable[tuple[int, float, float, str, tuple[tuple[Any, ...], ...]]],
@@ -336,11 +338,13 @@ class StaleReads(Workload):
             ops.extend(("get", int(w), int(v)) for w, v in rows)
             return "read"
         ctx.kind = "write"
-        self._next = max(self._next + 1, int(stamp.now() * 1_000_000))
-        ops.append(("set", ctx.worker, self._next))
+        # this process's clients share the counter: each takes its value now (the loop runs
+        # other clients' statements between this one's)
+        self._next = value = max(self._next + 1, int(stamp.now() * 1_000_000))
+        ops.append(("set", ctx.worker, value))
         yield BEGIN
-        yield Stmt(self._log, (ctx.worker, self._next))
-        yield Stmt(self._set, (ctx.worker, self._next))
+        yield Stmt(self._log, (ctx.worker, value))
+        yield Stmt(self._set, (ctx.worker, value))
         ctx.committing()
         yield COMMIT
         return "write"
