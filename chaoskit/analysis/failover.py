@@ -28,6 +28,7 @@ from typing import Any
 
 from chaoskit.ha.base import CONFIRMATION_EVENT, REACTION_EVENTS
 from chaoskit.recorder import Recorder
+from chaoskit.stats import nearest_rank
 from chaoskit.topology.probe import ProbeLog
 
 ROLL = 1.0  # seconds of the rolling throughput window
@@ -312,11 +313,6 @@ def non_primary_spans(probe: ProbeLog, t_fault: float, window_end: float) -> lis
 
 def _diff(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else round(a - b, 6)
-
-
-def nearest_rank(values: list[float], p: float) -> float:
-    """The p-th percentile of sorted values by nearest rank (rank ceil(p/100 x n), 1-based), to 6 decimals."""
-    return round(values[min(len(values) - 1, max(0, math.ceil(p / 100 * len(values)) - 1))], 6)
 
 
 def _detect(probe: ProbeLog, t_fault: float, window_end: float,

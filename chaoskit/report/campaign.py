@@ -14,9 +14,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from chaoskit.analysis.failover import nearest_rank
 from chaoskit.report.legacy import upgrade
 from chaoskit.report.vocabulary import worst_over_outages
+from chaoskit.stats import nearest_rank
 
 FORMAT = "chaoskit-campaign/1"
 

@@ -15,11 +15,12 @@ from chaoskit.inventory.loader import load_inventory
 from chaoskit.inventory.models import Cluster
 from chaoskit.playbook.loader import load_playbook
 from chaoskit.recorder import FAIL, INFO, OK, Batch
+from chaoskit.stats import nearest_rank
 from chaoskit.testing.fake_pg import FakePgDriver
 from chaoskit.txnlog import TxnLog
 from chaoskit.workload import wire
 from chaoskit.workload.checks import Judging
-from chaoskit.workload.kinds.stale_reads import StaleReadCheck, StaleReads, judge_reads, lost_writes, nearest_rank
+from chaoskit.workload.kinds.stale_reads import StaleReadCheck, StaleReads, judge_reads, lost_writes
 from chaoskit.workload.workloads import BEGIN, COMMIT, WORKLOADS, OpContext, WorkloadParams
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,6 +105,8 @@ def test_one_groups_readers_alone() -> None:
     assert (got["reads"], got["failed_reads"], got["readers"], got["pairs"]) == (3, 1, [6], {"6": 2})
     assert got["phases"]["during"]["staleness_writes"] == {"median": 1, "p99": 1, "max": 1}
     assert "after" not in got["phases"] and got["phantom_reads"] == 2
+    writers = judge_reads(HISTORY, T_FAULT, T_RECOVERED, workers={1, 2})  # a group that only writes
+    assert (writers["reads"], writers["failed_reads"], writers["readers"], writers["pairs"]) == (0, 0, [], {})
 
 
 def test_without_a_fault_every_read_is_before_it() -> None:
@@ -149,11 +152,11 @@ def test_the_check_fails_on_phantoms_and_loss_and_not_on_staleness() -> None:
     assert "1 of 5 acknowledged writes lost" in lost["text"]
 
 
-def test_nearest_rank() -> None:
-    assert nearest_rank([], 0.5) is None
-    assert nearest_rank([3.0, 1.0, 2.0], 0.5) == 2.0  # ceil(1.5) = the 2nd
-    assert nearest_rank([float(x) for x in range(1, 101)], 0.99) == 99.0
-    assert nearest_rank([float(x) for x in range(1, 201)], 0.99) == 198.0
+def test_nearest_rank_and_a_phase_without_reads() -> None:
+    assert judge_reads([], None, None)["phases"]["before"]["staleness_s"] == {"median": None, "p99": None, "max": None}
+    assert nearest_rank(sorted([3.0, 1.0, 2.0]), 50) == 2.0  # ceil(1.5) = the 2nd
+    assert nearest_rank([float(x) for x in range(1, 101)], 99) == 99.0
+    assert nearest_rank([float(x) for x in range(1, 201)], 99) == 198.0
 
 
 def test_a_read_route_and_what_may_run_on_it() -> None:

@@ -35,7 +35,6 @@ lost and phantom writes fail the check.
 from __future__ import annotations
 
 import bisect
-import math
 import time
 from array import array
 from collections.abc import Callable, Iterable, Sequence
@@ -43,20 +42,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chaoskit.recorder import FAIL, OK
+from chaoskit.stats import nearest_rank
 from chaoskit.workload import stamp
 from chaoskit.workload.checks import Check, Judging
 from chaoskit.workload.workloads import BEGIN, COMMIT, OpContext, Steps, Stmt, Workload
 
 PHASES = ("before", "during", "after")
 SHOWN = 10  # examples of each violation written out (all are counted)
-
-
-def nearest_rank(values: Sequence[float], q: float) -> float | None:
-    """The q-quantile by nearest rank (of the sorted values: the ceil(q*n)-th); None of nothing."""
-    if not values:
-        return None
-    ordered = values if all(values[i] <= values[i + 1] for i in range(len(values) - 1)) else sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 @dataclass(frozen=True)
@@ -125,12 +117,15 @@ def judge_reads(txns: Iterable[tuple[int, float, float, str, tuple[tuple[Any, ..
     undelivered = undelivered or set()
     writes: list[tuple[int, Write]] = []
     reader_ids: set[int] = set()
+    reading: set[int] = set()  # every client that tried a read
     for worker, t0, t1, outcome, ops in txns:
         sets = [(k, v) for f, k, v in ops if f == "set"]
         for k, v in sets:
             writes.append((k, Write(int(v), t0, t1, outcome)))
-        if not sets and outcome == OK:
-            reader_ids.add(worker)
+        if not sets:
+            reading.add(worker)
+            if outcome == OK:
+                reader_ids.add(worker)
     regs = Registers.of(writes)
     writers = sorted(regs.writes)
     readers = sorted(reader_ids)
@@ -147,7 +142,8 @@ def judge_reads(txns: Iterable[tuple[int, float, float, str, tuple[tuple[Any, ..
     examples: dict[str, list[dict[str, Any]]] = {"phantom": [], "monotonic": [], "ryw": []}
     newest: dict[int, dict[int, int]] = {}  # per reader: the newest value of each register it saw
     failed_reads = 0
-    for worker, t_invoke, t_done, outcome, ops in txns:
+    # a group of writers alone has no read to judge: the second pass would find none
+    for worker, t_invoke, t_done, outcome, ops in (txns if workers is None or workers & reading else ()):
         if any(f == "set" for f, _, _ in ops):
             continue
         mine = workers is None or worker in workers
@@ -215,9 +211,10 @@ def judge_reads(txns: Iterable[tuple[int, float, float, str, tuple[tuple[Any, ..
 
 def _figures(p: dict[str, Any]) -> dict[str, Any]:
     def spread(values: Sequence[float]) -> dict[str, Any]:
-        ordered = sorted(values)  # once: nearest_rank of sorted values is an index
-        return {"median": nearest_rank(ordered, 0.5), "p99": nearest_rank(ordered, 0.99),
-                "max": ordered[-1] if ordered else None}
+        ordered = sorted(values)
+        if not ordered:
+            return {"median": None, "p99": None, "max": None}
+        return {"median": nearest_rank(ordered, 50), "p99": nearest_rank(ordered, 99), "max": ordered[-1]}
 
     return {"reads": p["reads"], "stale_reads": p["stale"], "staleness_writes": spread(p["writes"]),
             "staleness_s": spread(p["seconds"]), "monotonic_read_violations": p["monotonic"],
