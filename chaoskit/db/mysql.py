@@ -187,31 +187,27 @@ class MySQLDriver(Driver):
 
     def connect_writer(self) -> Any:
         """First endpoint that accepts writes; raise the most telling error if none does."""
+        return self._first_endpoint(writable=True)
+
+    def connect_client(self) -> Any:
+        """The writer; on a read route the first endpoint that answers, whatever its role (a
+        replica, or the one node a proxy's read port chose)."""
+        return self._first_endpoint(writable=not self.cluster.read_route)
+
+    def _first_endpoint(self, writable: bool) -> Any:
+        """The first endpoint that answers (and, if `writable`, accepts writes), in order; the
+        most telling error if none does."""
         last: BaseException | None = None
         for host, port in self.endpoints():
             conn = None
             try:
                 conn = self._connect(host, port)
-                if self.is_writable(conn):
+                if not writable or self.is_writable(conn):
                     return conn
                 last = pymysql.err.OperationalError(1290, f"{host}:{port} is read-only (@@read_only=1)")
             except _MYSQL_ERRORS as exc:
                 last = exc
             self.close_quietly(conn)
-        assert last is not None
-        raise last
-
-    def connect_client(self) -> Any:
-        """The writer; on a read route the first endpoint that answers, whatever its role (a
-        replica, or the one node a proxy's read port chose)."""
-        if not self.cluster.read_route:
-            return self.connect_writer()
-        last: BaseException | None = None
-        for host, port in self.endpoints():
-            try:
-                return self._connect(host, port)
-            except _MYSQL_ERRORS as exc:
-                last = exc
         assert last is not None
         raise last
 
