@@ -135,7 +135,6 @@ def _rebuild(request: pytest.FixtureRequest, why: str) -> None:
     from flaky_report import keep_dir, safe_name
 
     from chaoskit.lab import manager
-    from chaoskit.lab.spec import STATE_DIR
 
     if lanes.owned() is not None:
         pytest.exit(f"the lab did not heal before {request.node.nodeid}: {why} (a session sharing the lab "
@@ -144,12 +143,7 @@ def _rebuild(request: pytest.FixtureRequest, why: str) -> None:
         pytest.exit(f"the lab broke again before {request.node.nodeid}: {why} (rebuilt once already: {_REBUILT[0]})",
                     returncode=1)
     dest = keep_dir(request.config) / f"lab-rebuilt-{safe_name(request.node.nodeid)}"
-    for log in sorted((STATE_DIR / "hosts").glob("*/*.log")) + sorted((STATE_DIR / "hosts").glob("*/*.out")):
-        target = dest / log.parent.name / log.name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "rb") as src:  # the last MB of each: the tail says why
-            src.seek(max(0, log.stat().st_size - 2**20))
-            target.write_bytes(src.read())
+    lanes.copy_log_tails(dest, 2**20)  # the last MB of each host's logs
     _REBUILT.append(f"before {request.node.nodeid}: {why} (hosts' logs: {dest})")
     stacks = manager.up_stacks()
     manager.down()

@@ -103,18 +103,23 @@ def wait_owned(timeout: float) -> None:
 def kept_logs(stacks: tuple[str, ...] | None) -> Path:
     """The last 256 KB of every log of these stacks' hosts (every host when None), copied to
     `$CHAOSKIT_FLAKY_DIR` (else reports/flaky) under lab-unhealthy-<time>/<host>/."""
-    from chaoskit.lab.spec import STATE_DIR
-
     root = os.environ.get("CHAOSKIT_FLAKY_DIR")
     dest = (Path(root) if root else Path(__file__).resolve().parents[2] / "reports" / "flaky") / \
         f"lab-unhealthy-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
-    names = None if stacks is None else set(hosts(stacks))
+    copy_log_tails(dest, 2**18, None if stacks is None else set(hosts(stacks)))
+    return dest
+
+
+def copy_log_tails(dest: Path, tail_bytes: int, names: set[str] | None = None) -> None:
+    """The last `tail_bytes` of each lab host's logs (of the hosts `names`, else all) to
+    dest/<host>/: the tail says why."""
+    from chaoskit.lab.spec import STATE_DIR
+
     for log in sorted((STATE_DIR / "hosts").glob("*/*.log")) + sorted((STATE_DIR / "hosts").glob("*/*.out")):
         if names is not None and log.parent.name not in names:
             continue
         target = dest / log.parent.name / log.name
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "rb") as src:
-            src.seek(max(0, log.stat().st_size - 2**18))
+            src.seek(max(0, log.stat().st_size - tail_bytes))
             target.write_bytes(src.read())
-    return dest
