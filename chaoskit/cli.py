@@ -250,7 +250,8 @@ def load(
             raise InputError("only the list-append workload runs at a level of its own", source="command line",
                              field="--isolation")
         params = WorkloadParams(table_rows=table_rows, sql=script, isolation=isolation)
-        refusal = WORKLOADS[workload].engine_refusal(cl.engine, params)
+        refusal = WORKLOADS[workload].engine_refusal(cl.engine, params) or \
+            WORKLOADS[workload].level_refusal(cl.engine, params)
         if refusal:
             raise InputError(escaped(refusal), source="command line", field="--isolation")
         if cl.read_route:  # the tables are set up through the writer, which a read route never reaches

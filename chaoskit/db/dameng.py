@@ -119,14 +119,23 @@ class DamengDriver(Driver):
         return _dm().connect(**self.connect_params(*self.member_endpoint(member)))
 
     def connect_writer(self) -> Any:
-        if self.cluster.dsn:  # a service name: dm_svc.conf picks the primary
+        return self._first_member(writable=True)
+
+    def connect_client(self) -> Any:
+        """The writer; on a read route wherever its service name's dm_svc.conf sends clients
+        (LOGIN_MODE standby only or standby first), or without one the first member that
+        answers, whatever its mode."""
+        return self._first_member(writable=not self.cluster.read_route)
+
+    def _first_member(self, writable: bool) -> Any:
+        if self.cluster.dsn:  # a service name: dm_svc.conf picks the instance
             return _dm().connect(**self.connect_params(self.cluster.dsn, None))
         last: BaseException | None = None
         for member in self.cluster.members:
             conn = None
             try:
                 conn = self.connect_member(member)
-                if self.is_writable(conn):
+                if not writable or self.is_writable(conn):
                     return conn
                 last = RuntimeError(f"{member.host} is a standby (read-only)")
             except Exception as exc:  # dmPython raises its own Error types

@@ -160,7 +160,8 @@ class DmServiceSettings(Frozen):
     auto_reconnect: int | None = Field(None, ge=0, le=2)
 
 
-READ_ROUTE_ENGINES = ("postgres", "mysql")
+READ_ROUTE_ENGINES = ("postgres", "mysql", "dameng")
+DM_WRITER_LOGIN_MODES = (0, 1)  # dm_svc LOGIN_MODE: primary first, primary only (DmServiceSettings)
 
 
 class Cluster(Frozen):
@@ -264,8 +265,11 @@ class Cluster(Frozen):
         if not self.read_route:
             return self
         if self.engine not in READ_ROUTE_ENGINES:
-            raise ValueError(f"read_route: read routes are built for {' and '.join(READ_ROUTE_ENGINES)} clusters, "
+            raise ValueError(f"read_route: read routes are built for {', '.join(READ_ROUTE_ENGINES)} clusters, "
                              f"not {self.engine}")
+        if self.engine == "dameng" and self.dm_svc is not None and self.dm_svc.login_mode in DM_WRITER_LOGIN_MODES:
+            raise ValueError(f"read_route: its dm_svc login_mode {self.dm_svc.login_mode} sends clients to the "
+                             "primary; a read route says 2 (standby only) or 3 (standby first)")
         if self.engine == "postgres" and self.dsn is not None:
             from psycopg.conninfo import conninfo_to_dict
 

@@ -197,9 +197,13 @@ def check_against_inventory(pb: Playbook, inventory: Inventory, doc: object) -> 
                                        f"(changeable: {', '.join(sorted(manager.changeable_settings)) or 'none'})")
     _placed_groups(pb, inventory, doc)
     if pb.load.builtin_clients and pb.load.workload_name in WORKLOADS:
-        refusal = WORKLOADS[pb.load.workload_name].engine_refusal(cl.engine, pb.load.workload_params())
+        kind, params = WORKLOADS[pb.load.workload_name], pb.load.workload_params()
+        refusal = kind.engine_refusal(cl.engine, params)
         if refusal:
             raise doc.error(("load", "workload"), refusal)  # type: ignore[attr-defined]
+        refusal = kind.level_refusal(cl.engine, params)
+        if refusal:
+            raise doc.error(("load", "isolation"), refusal)  # type: ignore[attr-defined]
     for i, group in enumerate(pb.load.groups or ()):
         engine = inventory.clusters[group.route].engine if group.route in inventory.clusters else cl.engine
         refusal = tool_engine_refusal(group.tool, group.route or pb.cluster, engine)

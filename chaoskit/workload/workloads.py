@@ -115,6 +115,12 @@ class Workload(ABC):
         return None
 
     @classmethod
+    def level_refusal(cls, engine: str, params: WorkloadParams) -> str | None:
+        """Why `engine` cannot run this workload at the isolation level `params` names (None: it
+        can, or the workload takes no level)."""
+        return None
+
+    @classmethod
     def route_refusal(cls, read_groups: int, write_groups: int) -> str | None:
         """Why this workload cannot run with `read_groups` client groups on read routes (clusters
         with `read_route: true`) beside `write_groups` on the writer's routes (None: it can). A

@@ -24,7 +24,7 @@ from chaoskit.errors import InputError
 from chaoskit.ha.dm import DmManager, DwRow, command_script, monitor_event, parse_show, view_events
 from chaoskit.inventory import load_inventory
 from chaoskit.inventory.fanout import RemotePool
-from chaoskit.inventory.models import Cluster, Host, Inventory
+from chaoskit.inventory.models import Cluster, Host, Inventory, Member
 from chaoskit.playbook.experiment import is_experiment, load_experiment
 from chaoskit.playbook.loader import load_playbook
 from chaoskit.testing.remote import LocalRemote, Reply, ScriptedRemote
@@ -245,7 +245,8 @@ def test_a_process_is_found_one_way_and_a_unit_needs_comm(tmp_path: Path) -> Non
 # -- the playbooks ----------------------------------------------------------------------------
 def test_the_dm_playbooks_are_the_seed_drills() -> None:
     assert {p.stem for p in DM_PLAYBOOKS} == {"dm-kill-primary", "dm-kill-standby", "dm-switchover",
-                                              "dm-single-vs-ha", "dm-ramp"}
+                                              "dm-single-vs-ha", "dm-ramp", "dm-kill-primary-list-append",
+                                              "dm-read-route-failover"}
 
 
 @pytest.mark.parametrize("path", DM_PLAYBOOKS, ids=lambda p: p.stem)
@@ -437,3 +438,58 @@ def test_dm_processes_are_fault_targets_found_by_their_units(kind: str, target: 
     lines = res.stdout.splitlines()
     at = next(i for i, line in enumerate(lines) if line.endswith(f".proc.{process}"))
     assert lines[at + 1:at + 7] == ["", process, "", f"systemctl start {unit}", f"systemctl stop {unit}", unit]
+
+
+def test_a_read_route_takes_the_first_member_that_answers_and_the_writer_route_the_primary(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Members in order: port 1 refuses, port 2 answers in STANDBY mode, port 3 is the primary. The
+    writer's route skips the standby; a read route (read_route: true) takes it; every connection
+    not kept is closed."""
+    members = [{"host": "h", "db_port": p} for p in (1, 2, 3)]
+    base = {"engine": "dameng", "user": "u", "members": members}
+    inv = Inventory(hosts={"h": Host(name="h", address="127.0.0.1")},
+                    clusters={"dm": Cluster.model_validate({**base, "name": "dm"}),
+                              "dm-read": Cluster.model_validate({**base, "name": "dm-read", "read_route": True})})
+    modes = {1: None, 2: "STANDBY", 3: "PRIMARY"}
+    closed: list[int] = []
+
+    class Conn:
+        def __init__(self, port: int) -> None:
+            self.port = port
+
+        def close(self) -> None:
+            closed.append(self.port)
+
+    def connect_member(self: DamengDriver, member: Member) -> Conn:
+        if modes[member.db_port] is None:
+            raise OSError(f"[CODE:-70028]refused {member.db_port}")
+        return Conn(member.db_port)
+
+    monkeypatch.setattr(DamengDriver, "connect_member", connect_member)
+    monkeypatch.setattr(DamengDriver, "is_writable", lambda self, conn: modes[conn.port] == "PRIMARY")
+    assert DamengDriver(inv.clusters["dm"], inv).connect_client().port == 3 and closed == [2]
+    closed.clear()
+    assert DamengDriver(inv.clusters["dm-read"], inv).connect_client().port == 2 and closed == []
+    assert DamengDriver(inv.clusters["dm-read"], inv).connect_writer().port == 3  # checks still reach the writer
+
+
+def test_a_read_routes_service_name_is_dialled_with_its_own_dm_svc_conf(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read route through a service name: dmPython is given the route's dm_svc.conf (standby
+    first) and dials its endpoints itself, SWITCH_TIMES passes over a listener that resets."""
+    pytest.importorskip("dmPython")
+    monkeypatch.setenv("CK_DM_TEST_PW", "not-a-real-password")
+    listener = _Listener()
+    try:
+        cluster = Cluster.model_validate({
+            "name": "svc-read", "engine": "dameng", "user": "CHAOSKIT", "dsn": "CKREAD", "read_route": True,
+            "members": [{"host": "h"}], "password": {"env": "CK_DM_TEST_PW"},
+            "dm_svc": {"endpoints": [f"127.0.0.1:{listener.port}"], "login_mode": 3, "switch_times": 2,
+                       "switch_interval_ms": 100}})
+        inv = Inventory(hosts={"h": Host(name="h", address="127.0.0.1")}, clusters={"svc-read": cluster})
+        driver = DamengDriver(cluster, inv, connect_timeout=2)
+        assert "LOGIN_MODE=(3)" in dm_svc_text(cluster, inv)
+        with pytest.raises(Exception) as info:
+            driver.connect_client()
+        assert driver.classify(info.value) == ErrorClass.connection_lost and len(listener.accepted) == 2
+    finally:
+        listener.close()

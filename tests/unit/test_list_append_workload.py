@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from chaoskit.db.base import Driver
 from chaoskit.recorder import FAIL, INFO, OK, Recorder
 from chaoskit.testing.fake_pg import FakePgDriver
 from chaoskit.txnlog import TxnLog
@@ -27,6 +28,13 @@ class _MyDriver:
         return sql
 
 
+class _DmDriver:
+    """DM's parameter style (qmark) through the drivers' own rewrite."""
+
+    family, placeholder = "dameng", "?"
+    q = Driver.q
+
+
 def _one_txn(workload: ListAppend, seed: int, reads: list[Any]) -> tuple[list[Any], OpContext]:
     """The statements of one transaction, each read answered from `reads` in turn."""
     ctx = OpContext(worker=5, rng=random.Random(seed), run_id="r")
@@ -41,17 +49,17 @@ def _one_txn(workload: ListAppend, seed: int, reads: list[Any]) -> tuple[list[An
     return sent, ctx
 
 
-@pytest.mark.parametrize("engine", ["postgres", "mysql"])
+@pytest.mark.parametrize("engine", ["postgres", "mysql", "dameng"])
 def test_a_transaction_runs_at_its_level_and_records_what_it_did_and_read(engine: str) -> None:
-    driver: Any = FakePgDriver([]) if engine == "postgres" else _MyDriver()
+    driver: Any = {"postgres": FakePgDriver([]), "mysql": _MyDriver(), "dameng": _DmDriver()}[engine]
     w = ListAppend(driver, WorkloadParams(isolation="serializable"), "r")
     w.prepare()
     # seed 3's plan (rng: ops count, then per op append-or-read and key), answered: every read finds
     # one row "4101,8197"
     sent, ctx = _one_txn(w, 3, [[("4101,8197",)]] * 4)
     level = "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"
-    # PostgreSQL: the level is the transaction's first statement; InnoDB: said before it begins
-    head = [BEGIN, level] if engine == "postgres" else [level, BEGIN]
+    # PostgreSQL and DM: the level is the transaction's first statement; InnoDB: said before it begins
+    head = [level, BEGIN] if engine == "mysql" else [BEGIN, level]
     assert [s if s is BEGIN or s is COMMIT else s.sql for s in sent[:2]] == head and sent[-1] is COMMIT
     body = sent[2:-1]
     assert ctx.txn is not None and len(ctx.txn) == len(body) >= 1
@@ -60,7 +68,10 @@ def test_a_transaction_runs_at_its_level_and_records_what_it_did_and_read(engine
             key, value = stmt.params
             # a value is n * 4096 + the worker, and goes to the key the op names
             assert (op[1], str(op[2])) == (key, value) and op[2] % WORKER_BITS == 5
-            assert ("ON CONFLICT" if engine == "postgres" else "ON DUPLICATE KEY") in stmt.sql
+            assert {"postgres": "ON CONFLICT (k) DO UPDATE", "mysql": "ON DUPLICATE KEY UPDATE",
+                    "dameng": "WHEN MATCHED THEN UPDATE SET t.v = t.v || ',' || s.v"}[engine] in stmt.sql
+            # DM's statement takes qmark parameters, the key first, then the value
+            assert engine != "dameng" or (stmt.sql.count("?"), "%s" in stmt.sql) == (2, False)
         else:
             assert op == ("r", stmt.params[0], (4101, 8197))
     assert ctx.kind == ("write" if any(op[0] == "append" for op in ctx.txn) else "read")
@@ -70,7 +81,16 @@ def test_a_transaction_runs_at_its_level_and_records_what_it_did_and_read(engine
 def test_a_level_is_required_and_said_for_what_the_engine_promises() -> None:
     with pytest.raises(ValueError, match=r"needs load\.isolation"):
         ListAppend(FakePgDriver([]), WorkloadParams(), "r")
-    assert "not dameng yet" in (ListAppend.engine_refusal("dameng", WorkloadParams(isolation="serializable")) or "")
+    assert "not oracle yet" in (ListAppend.engine_refusal("oracle", WorkloadParams(isolation="serializable")) or "")
+    # DM offers read committed and serializable, and no repeatable read (dmPython's manual)
+    assert "DM offers no repeatable read" in (
+        ListAppend.level_refusal("dameng", WorkloadParams(isolation="repeatable read")) or "")
+    with pytest.raises(ValueError, match="DM offers no repeatable read"):
+        ListAppend(_DmDriver(), WorkloadParams(isolation="repeatable read"), "r")  # type: ignore[arg-type]
+    for level, judged in (("read committed", "read-committed"), ("serializable", "serializable")):
+        assert ListAppend.engine_refusal("dameng", WorkloadParams(isolation=level)) is None
+        assert ListAppend.level_refusal("dameng", WorkloadParams(isolation=level)) is None
+        assert ListAppend(_DmDriver(), WorkloadParams(isolation=level), "r").claim[0] == judged  # type: ignore[arg-type]
     assert ListAppend(FakePgDriver([]), WorkloadParams(isolation="repeatable read"), "r").claim[0] == \
         "snapshot-isolation"
     assert ListAppend(_MyDriver(), WorkloadParams(isolation="repeatable read"), "r").claim[0] == "read-committed"  # type: ignore[arg-type]
@@ -144,3 +164,18 @@ def test_transactions_spill_to_a_file_and_read_back_in_order(tmp_path: Path) -> 
     assert list(log) == [(1, 1.0, 2.0, OK, (("append", 1, 4097), ("r", 2, (1, 2)))),
                          (2, 3.0, 4.0, INFO, (("append", 2, 8194),)), (2, 5.0, 6.0, FAIL, (("r", 1, None),))]
     log.close()
+
+
+def test_dms_lists_are_varchar_since_dmpython_returns_text_as_a_lob() -> None:
+    ran: list[str] = []
+
+    class Dm(_DmDriver):
+        table_suffix = ""
+
+        def execute(self, conn: Any, sql: str, params: tuple = ()) -> int:
+            ran.append(sql)
+            return 0
+
+    ListAppend(Dm(), WorkloadParams(isolation="read committed"), "r").setup(None)  # type: ignore[arg-type]
+    assert ran == ["CREATE TABLE IF NOT EXISTS chaoskit_list_append (k BIGINT PRIMARY KEY, v VARCHAR(8188) NOT NULL)",
+                   "DELETE FROM chaoskit_list_append"]

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from chaoskit.db.base import Driver
 from chaoskit.errors import InputError
 from chaoskit.inventory.loader import load_inventory
 from chaoskit.inventory.models import Cluster
@@ -164,8 +165,15 @@ def test_a_read_route_and_what_may_run_on_it() -> None:
     assert Cluster.model_validate({**base, "dsn": "host=a,b target_session_attrs=prefer-standby"}).read_route
     with pytest.raises(ValueError, match="target_session_attrs=read-write, the writer"):
         Cluster.model_validate({**base, "dsn": "host=a,b target_session_attrs=read-write"})
-    with pytest.raises(ValueError, match="read routes are built for postgres and mysql"):
-        Cluster.model_validate({**base, "engine": "dameng", "port": 5236})
+    # DM: members in order (the first that answers), or a service name whose dm_svc.conf sends
+    # clients to a standby; one that sends them to the primary is the writer's route
+    dm = {**base, "engine": "dameng", "port": 5236}
+    assert Cluster.model_validate(dm).read_route
+    for mode in (2, 3):
+        assert Cluster.model_validate({**dm, "dsn": "DMR", "dm_svc": {"login_mode": mode}}).read_route
+    for mode in (0, 1):
+        with pytest.raises(ValueError, match=f"login_mode {mode} sends clients to the primary"):
+            Cluster.model_validate({**dm, "dsn": "DMR", "dm_svc": {"login_mode": mode}})
     assert WORKLOADS["stale-reads"].route_refusal(1, 1) is None
     assert "needs a group that reads" in (WORKLOADS["stale-reads"].route_refusal(0, 2) or "")
     assert "writes, and a read route" in (WORKLOADS["ledger"].route_refusal(1, 1) or "")
@@ -206,6 +214,17 @@ def test_a_writer_sets_its_register_and_logs_the_write_in_one_transaction_and_a_
     [(f, reg, v1)] = ctx1.txn or []
     [(_, _, v2)] = ctx2.txn or []
     assert (f, reg) == ("set", 3) and log.params == upsert.params == (3, v1) and v2 > v1  # its values only grow
+    # DM has no upsert: a MERGE, qmark parameters in the same order (register, value)
+    dm: Any = type("Dm", (), {"family": "dameng", "placeholder": "?", "q": Driver.q,
+                               "cluster": writer_driver.cluster})()
+    wd = StaleReads(dm, WorkloadParams(), "r")
+    wd.prepare()
+    dm_sent, dm_ctx = _steps(wd, 3, [])
+    dm_log, dm_set = dm_sent[1], dm_sent[2]
+    assert dm_set.sql.startswith("MERGE INTO chaoskit_registers t USING (SELECT CAST(? AS INT) AS w, CAST(? AS BIGINT)")
+    assert "WHEN MATCHED THEN UPDATE SET t.v = s.v WHEN NOT MATCHED THEN INSERT (w, v) VALUES (s.w, s.v)" in dm_set.sql
+    assert dm_log.sql == "INSERT INTO chaoskit_register_log (w, v) VALUES (?, ?)"
+    assert dm_set.params == dm_log.params == (3, (dm_ctx.txn or [])[0][2])
     reader_driver = FakePgDriver([])
     reader_driver.cluster = reader_driver.cluster.model_copy(update={"read_route": True})
     r = StaleReads(reader_driver, WorkloadParams(), "r")

@@ -289,6 +289,16 @@ def _sentence(got: dict[str, Any], final: dict[str, Any]) -> str:
     return text + f"; {final['lost_acknowledged']:,} of {final['acknowledged_writes']:,} acknowledged writes lost"
 
 
+# each engine's set of a register, creating its row the first time (DM has no upsert but MERGE)
+SET_SQL = {
+    "postgres": "INSERT INTO {t} AS t (w, v) VALUES (%s, %s) ON CONFLICT (w) DO UPDATE SET v = EXCLUDED.v",
+    "mysql": "INSERT INTO {t} (w, v) VALUES (%s, %s) ON DUPLICATE KEY UPDATE v = VALUES(v)",
+    "dameng": ("MERGE INTO {t} t USING (SELECT CAST(%s AS INT) AS w, CAST(%s AS BIGINT) AS v FROM DUAL) s "
+               "ON (t.w = s.w) WHEN MATCHED THEN UPDATE SET t.v = s.v "
+               "WHEN NOT MATCHED THEN INSERT (w, v) VALUES (s.w, s.v)"),
+}
+
+
 class StaleReads(Workload):
     """Writers set their registers through the writer; readers read them all through a read route."""
 
@@ -317,11 +327,7 @@ class StaleReads(Workload):
     def prepare(self) -> None:
         d = self.driver
         self.reading = bool(getattr(d.cluster, "read_route", False))
-        if d.family == "postgres":
-            self._set = d.q(f"INSERT INTO {self.TABLE} AS t (w, v) VALUES (%s, %s) "
-                            "ON CONFLICT (w) DO UPDATE SET v = EXCLUDED.v")
-        else:
-            self._set = d.q(f"INSERT INTO {self.TABLE} (w, v) VALUES (%s, %s) ON DUPLICATE KEY UPDATE v = VALUES(v)")
+        self._set = d.q(SET_SQL[d.family].format(t=self.TABLE))
         self._log = d.q(f"INSERT INTO {self.LOG} (w, v) VALUES (%s, %s)")
         self._get = d.q(f"SELECT w, v FROM {self.TABLE}")
         self._next = int(time.time() * 1_000_000)
