@@ -6,6 +6,7 @@ for PostgreSQL under pg_auto_failover, test_mha for MariaDB)."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from chaoskit.db.base import Driver
@@ -67,3 +68,56 @@ def without_faults(lab: Inventory, cluster: str, isolation: str) -> dict[str, An
     out = judged(runner, rec)
     assert out["transactions"] == rec.txns.count + 1  # and the final read
     return out
+
+
+def drilled(lab: Inventory, cluster: str, playbook: Path, tmp: Path, claim: str, judged_as: str,
+            nothing_lost: bool) -> tuple[dict[str, Any], dict[str, Any], Path]:
+    """A shortened list-append drill run, and what holds in every legal run of it, read from its
+    evidence and the lists on the cluster's writer afterwards (not taken from the checker): the
+    level it was judged at; the verdict follows the anomalies found (forbidden ones fail it,
+    allowed ones never do); the exported history holds every transaction; every element a list
+    holds was appended by a transaction that committed or whose outcome is unknown, never by one
+    that failed or by nobody, and no value twice; with `nothing_lost` (durable commits and no
+    promotion, or a minority that only refuses), every acknowledged append is there too.
+    Returns (run.json, the anomalies check, the run directory)."""
+    import json
+    import subprocess
+
+    from drillrun import INV, LEAN
+
+    from chaoskit.db.registry import driver_for
+
+    out = tmp / "runs"
+    res = subprocess.run(["chaoskit", "run", str(playbook), "-i", INV, "--out", str(out), *LEAN],
+                         capture_output=True, text=True, timeout=400)
+    [run_dir] = sorted(out.glob("*"))
+    ev = json.loads((run_dir / "run.json").read_text())
+    check = ev["results"]["checks"]["anomalies"]
+    assert check["claim"].startswith(claim) and check["judged_as"] == judged_as, res.stdout[-3000:] + res.stderr
+    assert check["valid"] is (check["violations_total"] == 0)
+    assert sum(check["anomalies"].values()) == check["violations_total"] + check["allowed_total"]
+    edn = (run_dir / "list-append.edn").read_text().splitlines()
+    assert len(edn) == 2 * check["transactions"]  # each transaction: its invocation and its completion
+    driver = driver_for(lab.clusters[cluster], lab)
+    conn = driver.connect_writer()
+    try:
+        rows = driver.query(conn, f"SELECT k, v FROM {ListAppend.TABLE}")
+    finally:
+        Driver.close_quietly(conn)
+    lists = {int(k): [int(x) for x in v.split(",")] for k, v in rows}
+    held = {(k, x) for k, vs in lists.items() for x in vs}
+    appended: dict[tuple[int, int], str] = {}
+    for line in edn:
+        if ":type :invoke" in line:
+            continue
+        outcome = line.split(":type :", 1)[1].split(",", 1)[0]
+        for part in line.split("[:append ")[1:]:
+            k, v = part.split("]", 1)[0].split()
+            appended[(int(k), int(v))] = outcome
+    assert held and all(appended.get(e) in ("ok", "info") for e in held), \
+        sorted(e for e in held if appended.get(e) not in ("ok", "info"))[:5]
+    assert all(len(vs) == len(set(vs)) for vs in lists.values())
+    if nothing_lost:
+        acked = {e for e, outcome in appended.items() if outcome == "ok"}
+        assert acked and acked <= held, sorted(acked - held)[:5]
+    return ev, check, run_dir

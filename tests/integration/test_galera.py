@@ -109,3 +109,18 @@ def test_a_killed_proxy_takes_down_its_route_only(galera: Inventory, tmp_path: P
     check(ev, galera, "galera1")
     pid = int(Path(galera.processes_on("gproxy")["haproxy"].pid_file).read_text().split()[0])
     assert Path(f"/proc/{pid}/comm").read_text().strip() == "haproxy"
+
+
+def test_a_cut_off_minority_under_list_append_loses_no_append(galera: Inventory, tmp_path: Path) -> None:
+    """galera-partition-list-append shortened: galera3 cut off for 12 s under list-append
+    transactions at repeatable read from every route. Judged for what InnoDB's repeatable read
+    promises, and what holds in every legal run, read from the lists on galera1 afterwards
+    (tests/integration/listappend.py): a minority only refuses, so every acknowledged append is
+    there; node3's clients had an outage."""
+    from listappend import drilled
+
+    pb = shortened("playbooks/galera-partition-list-append.yaml", tmp_path, ["8s"], "40s", ["12s"])
+    ev, _, _ = drilled(galera, "galera", pb, tmp_path, "InnoDB repeatable read", "read-committed", nothing_lost=True)
+    (f,) = ev["results"]["faults"]
+    assert f["kind"] == "partition" and f["target_host"] == "galera3"
+    assert ev["results"]["groups"]["node3"]["faults"][0]["outage"]

@@ -9,18 +9,14 @@ old primary diverged (MHA has no rewind), which only its own run sees."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from drillrun import INV, LEAN, expected_rows, rows_on, run, shortened
+from drillrun import expected_rows, rows_on, run, shortened
 from lanes import use_stacks
 
-from chaoskit.db.base import Driver
-from chaoskit.db.registry import driver_for
 from chaoskit.inventory.models import Inventory
-from chaoskit.workload.kinds.list_append import ListAppend
 
 LAB_STACKS = ("mha",)  # added beside the session's lab, removed after this module (conftest)
 
@@ -158,38 +154,14 @@ def test_sysbench_beside_chaoskits_clients_through_one_failover(mha: Inventory, 
 
 
 def test_a_failover_under_list_append_is_judged_and_its_history_kept(mha: Inventory, tmp_path: Path) -> None:
+    """mha-kill-primary-list-append shortened: judged for what InnoDB's repeatable read promises,
+    and what holds in every legal run, read from the lists on the new primary
+    (tests/integration/listappend.py; MHA's asynchronous failover may lose appends)."""
+    from listappend import drilled
+
     pb = shortened("playbooks/mha-kill-primary-list-append.yaml", tmp_path, ["8s", "30s"], "38s")
-    out = tmp_path / "runs"
-    res = subprocess.run(["chaoskit", "run", str(pb), "-i", INV, "--out", str(out), *LEAN],
-                         capture_output=True, text=True, timeout=400)
-    [run_dir] = sorted(out.glob("*"))
-    ev = json.loads((run_dir / "run.json").read_text())
-    check = ev["results"]["checks"]["anomalies"]
-    assert check["claim"].startswith("InnoDB repeatable read") and check["judged_as"] == "read-committed", res.stderr
-    # the verdict follows the anomalies found: forbidden ones fail it, allowed ones never do
-    assert check["valid"] is (check["violations_total"] == 0)
-    assert sum(check["anomalies"].values()) == check["violations_total"] + check["allowed_total"]
-    edn = (run_dir / "list-append.edn").read_text().splitlines()
-    assert len(edn) == 2 * check["transactions"]  # each transaction: its invocation and its completion
-    # what the lists hold now, read from the new primary: every element was appended by a
-    # transaction in the history that committed or whose outcome is unknown
-    driver = driver_for(mha.clusters["mha"], mha)
-    conn = driver.connect_writer()
-    try:
-        rows = driver.query(conn, f"SELECT k, v FROM {ListAppend.TABLE}")
-    finally:
-        Driver.close_quietly(conn)
-    held = {(int(k), int(x)) for k, v in rows for x in v.split(",")}
-    appended: dict[tuple[int, int], str] = {}
-    for line in edn:
-        if ":type :invoke" in line:
-            continue
-        outcome = line.split(":type :", 1)[1].split(",", 1)[0]
-        for part in line.split("[:append ")[1:]:
-            k, v = part.split("]", 1)[0].split()
-            appended[(int(k), int(v))] = outcome
-    assert held and all(appended.get(e) in ("ok", "info") for e in held), \
-        sorted(e for e in held if appended.get(e) not in ("ok", "info"))[:5]
+    _, check, run_dir = drilled(mha, "mha", pb, tmp_path, "InnoDB repeatable read", "read-committed",
+                                nothing_lost=False)
     assert "Transactional anomalies" in (run_dir / "report.html").read_text() or not check["anomalies"]
 
 

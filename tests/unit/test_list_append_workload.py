@@ -179,3 +179,15 @@ def test_dms_lists_are_varchar_since_dmpython_returns_text_as_a_lob() -> None:
     ListAppend(Dm(), WorkloadParams(isolation="read committed"), "r").setup(None)  # type: ignore[arg-type]
     assert ran == ["CREATE TABLE IF NOT EXISTS chaoskit_list_append (k BIGINT PRIMARY KEY, v VARCHAR(8188) NOT NULL)",
                    "DELETE FROM chaoskit_list_append"]
+
+
+def test_the_read_committed_playbook_is_the_serializable_drill_at_read_committed() -> None:
+    """pg-kill-primary-list-append-rc differs from the serializable drill (run shortened on the lab)
+    only in its name, its description and its level: the lab test of one drills the other's steps."""
+    import yaml
+
+    ser, rc = (yaml.safe_load(Path(f"playbooks/pg-kill-primary-list-append{s}.yaml").read_text()) for s in ("", "-rc"))
+    assert (ser["load"].pop("isolation"), rc["load"].pop("isolation")) == ("serializable", "read committed")
+    for doc in (ser, rc):
+        doc.pop("name"), doc.pop("description")
+    assert ser == rc
