@@ -1,7 +1,8 @@
 """pg_auto_failover and repmgr drilled as Patroni is (test_drill, shortened drills): each fault's
-outcome, where its detection came from, what was lost, and the old primary back as a standby; first, list-append
-transactions at serializable on pg_auto_failover's PostgreSQL, without faults. The lab's
-pg_auto_failover and repmgr stacks are added beside the session's lab once."""
+outcome, where its detection came from, what was lost, and the old primary back as a standby;
+first, list-append transactions at serializable and every other built-in workload on
+pg_auto_failover's PostgreSQL, without faults. The lab's pg_auto_failover and repmgr stacks are
+added beside the session's lab once."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from cleanload import CLEAN_WORKLOADS, runs_clean, sql_runs_clean
 from drillrun import LEAN, SETTLED
 from lanes import use_stacks
 
@@ -37,6 +39,18 @@ def test_list_append_at_serializable_without_faults_has_no_anomaly(stacks: Inven
 
     judged = without_faults(stacks, "pgaf", "serializable")
     assert judged["anomalies"] == {} and judged["valid"] is True, judged["violations"]
+
+
+def test_your_own_sql_runs_clean_on_postgresql_and_its_ledger_holds_every_acknowledged_order(
+        stacks: Inventory) -> None:
+    sql_runs_clean(stacks, "pgaf", "shop-orders.pg.sql")  # tests/integration/cleanload.py
+
+
+@pytest.mark.parametrize("workload", CLEAN_WORKLOADS)
+def test_every_workload_runs_clean_on_postgresql(stacks: Inventory, workload: str) -> None:
+    """Each built-in workload for 5 s on pg_auto_failover's PostgreSQL, before any drill, and what
+    holds in every legal run of it (tests/integration/cleanload.py)."""
+    runs_clean(stacks, "pgaf", workload)
 
 
 @pytest.mark.parametrize("cluster", ["pgaf", "repmgr"])

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cleanload import CLEAN_WORKLOADS, runs_clean, sql_runs_clean
 from drillrun import expected_rows, rows_on, run, shortened
 from lanes import use_stacks
 
@@ -39,6 +40,18 @@ def test_list_append_at_repeatable_read_without_faults_shows_no_g0_or_g1(mha: In
 
     judged = without_faults(mha, "mha", "repeatable read")
     assert not {"G0", "G1a", "G1b", "G1c"} & set(judged["anomalies"]), judged["violations"]
+
+
+def test_your_own_sql_runs_clean_on_mariadb_and_its_ledger_holds_every_acknowledged_order(
+        mha: Inventory) -> None:
+    sql_runs_clean(mha, "mha", "shop-orders.mysql.sql")  # tests/integration/cleanload.py
+
+
+@pytest.mark.parametrize("workload", CLEAN_WORKLOADS)
+def test_every_workload_runs_clean_on_mariadb(mha: Inventory, workload: str) -> None:
+    """Each built-in workload for 5 s on MHA's MariaDB, before any drill, and what holds in every
+    legal run of it (tests/integration/cleanload.py)."""
+    runs_clean(mha, "mha", workload)
 
 
 def test_primary_killed_fails_over_on_both_routes_and_is_rejoined(mha: Inventory, tmp_path: Path) -> None:

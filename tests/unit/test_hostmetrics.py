@@ -132,6 +132,8 @@ def test_a_host_that_cannot_be_read_is_said_and_the_others_are_kept() -> None:
 
     sampler = HostSampler({"a": ("proc", broken), "b": ("cgroup:x", two_lines)})  # type: ignore[dict-item]
     sampler.start()
+    for reader in sampler._threads:  # both readers done before the run stops: b's loop ended on its own
+        reader.join(timeout=10)
     series = sampler.stop()
     assert series["a"].error == "OSError: ssh: connection refused" and series["a"].samples == []
     assert series["a"].null_figures()["cpu_busy_pct"] == "OSError: ssh: connection refused"
