@@ -8,18 +8,26 @@ import subprocess
 import sys
 import time
 
+# The child waits in short sleeps, as a drill's loops do: a signal that lands before one long sleep
+# begins (while "ready" is written) has its handler run only when that sleep ends, 30 s later
 CHILD = """
 import sys, time
 from chaoskit.interrupts import stop_signals_interrupt
 guarded = sys.argv[1] == "guarded"
+
+def wait():
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        time.sleep(0.05)
+
 try:
     if guarded:
         with stop_signals_interrupt():
             print("ready", flush=True)
-            time.sleep(30)
+            wait()
     else:
         print("ready", flush=True)
-        time.sleep(30)
+        wait()
 except KeyboardInterrupt:
     sys.exit(3)
 sys.exit(0)
