@@ -4,7 +4,8 @@ OLTP workloads aside, classified and rare), one 100 ms interval after another, t
 kept, every acknowledged ledger row present and no row nobody wrote. Run on a PostgreSQL and a
 MariaDB cluster of the modules whose stacks carry them, before their drills (test_ha_managers on
 pg_auto_failover's, test_mha on MHA's): the default lane's Patroni and MariaDB clusters are
-drilled meanwhile, and the workloads do not depend on the HA manager."""
+drilled meanwhile, and the workloads do not depend on the HA manager. Also the plain-load helpers
+test_load shares (`run_load`, `ledger_acked_and_present`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from chaoskit.db.base import Driver
 from chaoskit.inventory.models import Inventory
 from chaoskit.recorder import INFO, Recorder
 from chaoskit.workload.kinds.bank import Bank
-from chaoskit.workload.kinds.ledger import Ledger
 from chaoskit.workload.runner import LoadRunner, LoadSpec
 from chaoskit.workload.sql_script import load_script
 from chaoskit.workload.workloads import WORKLOADS, WorkloadParams
@@ -27,11 +27,37 @@ CLEAN_WORKLOADS = sorted(set(WORKLOADS) - {"sql", "list-append", "stale-reads"})
 SECONDS = 5.0
 
 
-def runs_clean(lab: Inventory, cluster: str, workload: str) -> None:
-    rec = Recorder(base=time.time())
-    runner = LoadRunner(lab.clusters[cluster], lab, LoadSpec(workload=workload, workers=4, params=PARAMS), rec)
+def run_load(lab: Inventory, cluster: str, spec: LoadSpec, seconds: float,
+             during: object = None) -> tuple[LoadRunner, Recorder]:
+    """A plain load on `cluster` for `seconds` (with `during(runner)` called once it started)."""
+    recorder = Recorder(base=time.time())
+    runner = LoadRunner(lab.clusters[cluster], lab, spec, recorder)
     runner.setup()
-    runner.run_for(SECONDS)
+    if during is None:
+        runner.run_for(seconds)
+    else:
+        runner.start()
+        try:
+            during(runner)  # type: ignore[operator]
+            time.sleep(max(0.0, runner.t_start + seconds - time.time()))  # type: ignore[operator]
+        finally:
+            runner.stop()
+    return runner, recorder
+
+
+def ledger_acked_and_present(runner: LoadRunner, rec: Recorder) -> tuple[set, set]:
+    """The ledger keys the recorder saw acknowledged, and those the writer holds now."""
+    conn = runner.driver.connect_writer()
+    try:
+        present = set(runner.workload.present(conn))  # type: ignore[attr-defined]  # ranges, read as keys
+    finally:
+        Driver.close_quietly(conn)
+    acked = {(w, s) for w, r in rec.ledger_acknowledged().items() for lo, hi in r for s in range(lo, hi + 1)}
+    return acked, present
+
+
+def runs_clean(lab: Inventory, cluster: str, workload: str) -> None:
+    runner, rec = run_load(lab, cluster, LoadSpec(workload=workload, workers=4, params=PARAMS), SECONDS)
     totals = rec.totals()
     if runner.driver.family == "mysql" and workload.startswith("oltp"):
         # InnoDB can still report a rare deadlock on secondary-index locks (sysbench counts these
@@ -44,45 +70,37 @@ def runs_clean(lab: Inventory, cluster: str, workload: str) -> None:
     df = rec.to_frame()
     assert len(df) >= 45, cluster  # 5 s of 100 ms intervals
     assert df["p99_ms"].dropna().gt(0).all(), cluster
-    conn = runner.driver.connect_writer()
-    try:
-        if workload == "bank":
-            bank = runner.workload
-            assert isinstance(bank, Bank)
+    if workload == "bank":
+        bank = runner.workload
+        assert isinstance(bank, Bank)
+        conn = runner.driver.connect_writer()
+        try:
             assert bank.total(conn) == (PARAMS.accounts, bank.expected_total()), cluster
-        if workload == "ledger":
-            ledger = runner.workload
-            assert isinstance(ledger, Ledger)
-            present = set(ledger.present(conn))  # ranges, read as keys
-            acked = {(w, s) for w, ranges in rec.ledger_acknowledged().items()
-                     for lo, hi in ranges for s in range(lo, hi + 1)}
-            assert len(acked) == totals["ok"], cluster
-            assert acked <= present, f"{cluster}: {len(acked - present)} acknowledged rows missing"
-            assert present <= acked | set(rec.ledger_keys(INFO)), f"{cluster}: phantom rows"
-    finally:
-        Driver.close_quietly(conn)
+        finally:
+            Driver.close_quietly(conn)
+    if workload == "ledger":
+        acked, present = ledger_acked_and_present(runner, rec)
+        assert len(acked) == totals["ok"], cluster
+        assert acked <= present, f"{cluster}: {len(acked - present)} acknowledged rows missing"
+        assert present <= acked | set(rec.ledger_keys(INFO)), f"{cluster}: phantom rows"
 
 
 def sql_runs_clean(lab: Inventory, cluster: str, file: str) -> None:
     """The shipped shop file: its orders are writes, its lookups reads; every order acknowledged is
     in the user's own table, recounted with plain SQL, and nothing else is."""
-    rec = Recorder(base=time.time())
     spec = LoadSpec(workload="sql", workers=4, params=WorkloadParams(sql=load_script(Path("playbooks/sql") / file)))
-    runner = LoadRunner(lab.clusters[cluster], lab, spec, rec)
-    runner.setup()
-    runner.run_for(6.0)
+    runner, rec = run_load(lab, cluster, spec, 6.0)
     totals = rec.totals()
     assert totals["fail"] == 0 and totals["info"] == 0, rec.errors[:5]
     df = rec.to_frame()
     writes, reads = int(df["write_ok"].sum()), int(df["read_ok"].sum())
     assert writes > 0 and reads > 0 and writes + reads == totals["ok"]
+    acked, present = ledger_acked_and_present(runner, rec)
+    assert len(acked) == writes and acked == present
     conn = runner.driver.connect_writer()
     try:
-        present = set(runner.workload.present(conn))  # type: ignore[attr-defined]  # ranges, read as keys
         (count,) = runner.driver.query(conn, runner.driver.q("SELECT count(*) FROM shop_orders WHERE run_id = %s"),
                                        (spec.run_id,))[0]
     finally:
         Driver.close_quietly(conn)
-    acked = {(w, s) for w, r in rec.ledger_acknowledged().items() for lo, hi in r for s in range(lo, hi + 1)}
-    assert len(acked) == writes and acked == present
     assert int(count) == writes  # (PostgreSQL's text protocol answers a string)

@@ -86,6 +86,8 @@ def drilled(lab: Inventory, cluster: str, playbook: Path, tmp: Path, claim: str,
     from drillrun import INV, LEAN
 
     from chaoskit.db.registry import driver_for
+    from chaoskit.elle.edn import read_edn
+    from chaoskit.elle.list_append import Append
 
     out = tmp / "runs"
     res = subprocess.run(["chaoskit", "run", str(playbook), "-i", INV, "--out", str(out), *LEAN],
@@ -106,14 +108,9 @@ def drilled(lab: Inventory, cluster: str, playbook: Path, tmp: Path, claim: str,
         Driver.close_quietly(conn)
     lists = {int(k): [int(x) for x in v.split(",")] for k, v in rows}
     held = {(k, x) for k, vs in lists.items() for x in vs}
-    appended: dict[tuple[int, int], str] = {}
-    for line in edn:
-        if ":type :invoke" in line:
-            continue
-        outcome = line.split(":type :", 1)[1].split(",", 1)[0]
-        for part in line.split("[:append ")[1:]:
-            k, v = part.split("]", 1)[0].split()
-            appended[(int(k), int(v))] = outcome
+    # each append's transaction's outcome, read back with chaoskit's own EDN reader
+    appended = {(op.key, op.value): t.outcome for t in read_edn("\n".join(edn)) for op in t.ops
+                if isinstance(op, Append)}
     assert held and all(appended.get(e) in ("ok", "info") for e in held), \
         sorted(e for e in held if appended.get(e) not in ("ok", "info"))[:5]
     assert all(len(vs) == len(set(vs)) for vs in lists.values())

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from agentfiles import agent_pids, pid_alive, spooled
+from cleanload import PARAMS, ledger_acked_and_present, run_load
 
 from chaoskit.db.base import Driver
 from chaoskit.db.registry import driver_for
@@ -18,37 +19,6 @@ from chaoskit.inventory.models import Inventory
 from chaoskit.recorder import INFO, Recorder
 from chaoskit.workload.kinds.ledger import Ledger
 from chaoskit.workload.runner import LoadRunner, LoadSpec
-from chaoskit.workload.workloads import WorkloadParams
-
-PARAMS = WorkloadParams(table_rows=2_000, accounts=50)
-
-
-def run_load(lab: Inventory, cluster: str, spec: LoadSpec, seconds: float,
-             during: object = None) -> tuple[LoadRunner, Recorder]:
-    recorder = Recorder(base=time.time())
-    runner = LoadRunner(lab.clusters[cluster], lab, spec, recorder)
-    runner.setup()
-    if during is None:
-        runner.run_for(seconds)
-    else:
-        runner.start()
-        try:
-            during(runner)  # type: ignore[operator]
-            time.sleep(max(0.0, runner.t_start + seconds - time.time()))  # type: ignore[operator]
-        finally:
-            runner.stop()
-    return runner, recorder
-
-
-def ledger_acked_and_present(runner: LoadRunner, rec: Recorder) -> tuple[set, set]:
-    """The ledger keys the recorder saw acknowledged, and those the writer holds now."""
-    conn = runner.driver.connect_writer()
-    try:
-        present = set(runner.workload.present(conn))  # type: ignore[attr-defined]  # ranges, read as keys
-    finally:
-        Driver.close_quietly(conn)
-    acked = {(w, s) for w, r in rec.ledger_acknowledged().items() for lo, hi in r for s in range(lo, hi + 1)}
-    return acked, present
 
 
 def test_open_loop_holds_its_rate(lab: Inventory) -> None:

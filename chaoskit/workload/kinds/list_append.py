@@ -175,11 +175,10 @@ class ListAppend(Workload):
 
     @classmethod
     def level_refusal(cls, engine: str, params: WorkloadParams) -> str | None:
-        if (engine, params.isolation) in UNOFFERED:
-            return UNOFFERED[(engine, params.isolation or "")]
-        if (engine, params.isolation) not in CLAIMS:
-            return f"isolation {params.isolation!r} is not one of {', '.join(LEVELS)}"
-        return None
+        level = (engine, params.isolation or "")
+        if level in CLAIMS:
+            return None
+        return UNOFFERED.get(level) or f"isolation {params.isolation!r} is not one of {', '.join(LEVELS)}"
 
     def __init__(self, driver: Any, params: WorkloadParams, run_id: str) -> None:
         super().__init__(driver, params, run_id)
