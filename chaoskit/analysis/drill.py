@@ -20,6 +20,7 @@ from chaoskit.analysis.failover import (
     fault_gaps,
     role_at,
 )
+from chaoskit.analysis.restore import DISASTERS, restore_figures
 from chaoskit.analysis.verdict import checked, merge
 from chaoskit.db.base import Driver
 from chaoskit.db.registry import driver_for
@@ -136,8 +137,10 @@ def analyse(pb: Playbook, run: DrillRecord, rec: Recorder, probe: ProbeLog, trut
     checks: dict[str, Any] = {}
     outage_faults = [f for f in faults if f.get("outage")]
     t_fault = outage_faults[0]["t_fault"] if outage_faults else (faults[0]["t_fault"] if faults else None)
+    t_fault = t_fault if t_fault is not None else disaster_instant(run.actions)
     error = truth.get("writer_error")
-    judging = Judging(rec, t_fault, pb.slo.rpo_max_writes, len(run.groups), error, _recovered(outage_faults, faults))
+    judging = Judging(rec, t_fault, pb.slo.rpo_max_writes, len(run.groups), error, _recovered(outage_faults, faults),
+                      **restore_judging(run.actions))
     for check in own_checks(pb):  # the workload's checks of its data, each judged the same way
         checks[check.name] = check.judge(truth.get(check.reads), judging)
     brain = checked(split_brain, roles, pb.probes.interval, multi_writer=multi_writer)
@@ -165,7 +168,26 @@ def analyse(pb: Playbook, run: DrillRecord, rec: Recorder, probe: ProbeLog, trut
            "verdict": verdict, "errors": error_table(rec.errors, faults, run.t0, rec.errors_dropped)}
     if groups:
         out["groups"] = groups
+    restored = restore_figures(run.actions)
+    if restored is not None:
+        out["restore"] = restored
     return out, marks
+
+
+def restore_judging(actions: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a restore tells the checks (`Judging`): the data read is the restored server's, judged
+    against the restore's target (the instant the data was recovered to on the control clock);
+    the disaster is the instant the first disaster step started (the loss is counted back from it)."""
+    restore = next((a for a in actions if a.get("kind") == "restore"), None)
+    if restore is None:
+        return {}
+    target = restore.get("target") or {}
+    return {"restored": True, "restore_target": target.get("t"),
+            "restore_margin_s": float(target.get("margin_s") or 0.0)}
+
+
+def disaster_instant(actions: list[dict[str, Any]]) -> float | None:
+    return next((float(a["t_sent"]) for a in actions if a.get("kind") in DISASTERS and a.get("t_sent")), None)
 
 
 def _recovered(outage_faults: list[dict[str, Any]], faults: list[dict[str, Any]]) -> float | None:

@@ -11,6 +11,7 @@ from typing import Any
 from chaoskit.analysis.drill import LoadSource, analyse, gather_truth
 from chaoskit.db.base import Driver
 from chaoskit.db.registry import driver_for
+from chaoskit.drill.dr import DrActions, restored_target
 from chaoskit.drill.healing import Undo
 from chaoskit.drill.preflight import placement as placed_hosts
 from chaoskit.drill.preflight import run_preflight
@@ -31,6 +32,7 @@ from chaoskit.hostmetrics import HostSampler, sampler_for
 from chaoskit.interrupts import stop_signals_interrupt
 from chaoskit.inventory.fanout import RemotePool
 from chaoskit.inventory.models import Cluster, Inventory
+from chaoskit.playbook.models import DR_ACTIONS
 from chaoskit.playbook.record import DrillInputs, DrillRecord, DrillResult, EvidenceSink
 from chaoskit.recorder import Recorder, error_rate
 from chaoskit.timesource import SYSTEM_CLOCK, Clock, Held
@@ -313,6 +315,12 @@ class Drill:
         """After the heal, the load keeps running until the cluster has recovered (`recovery`);
         skipped when the drill aborted: the operator wants out."""
         yield
+        if restored_target(self.inputs) is not None or any(
+                st.action is not None and st.action.kind == "drop_table" for st in self.pb.steps):
+            # the source lost its table for good: what recovers is the restored copy (its phases)
+            self.record.event("recovery_wait_skipped", self.clock.now(),
+                              reason="a disaster-recovery drill: the restore is the recovery (see its phases)")
+            return
         if not self.record.aborted:
             assert self.probe is not None and self.recorder is not None
             wait_recovery(self.record, self.pb, self.cluster, self.probe.log.current_roles, self.recorder, self.clock)
@@ -362,7 +370,11 @@ class Drill:
                 if self.progress is not None:
                     self.progress(self.record, self.probe.log.current_roles() if self.probe else {}, window)
 
-            Steps(self.inputs, self.record, self.fm, self.ha, self.recorder, self.clock, self._probe_events()).run(look)
+            steps = Steps(self.inputs, self.record, self.fm, self.ha, self.recorder, self.clock, self._probe_events())
+            if any(st.action is not None and st.action.kind in DR_ACTIONS for st in self.pb.steps):
+                assert self.driver is not None
+                steps.dr = DrActions(self.inputs, self.fm, self.driver, self.clock, steps.step_instant)
+            steps.run(look)
         finally:
             self.record.abort_rule = rule.figures()
 
@@ -416,7 +428,10 @@ class Drill:
         assert self.driver is not None
         truth: dict[str, Any] = {}
         try:
-            truth = self.parts.truth(self.inputs, self.record.run_id, self.runner, self.driver)
+            # after a restore the data is judged where it was restored: the restored server
+            restored = restored_target(self.inputs)
+            driver = self.driver if restored is None else self.parts.driver(restored, self.inputs.inventory)
+            truth = self.parts.truth(self.inputs, self.record.run_id, self.runner, driver)
             results, marks = analyse(self.pb, self.record, self.recorder, self.probe.log, truth, self.cluster)
         except (Exception, KeyboardInterrupt) as exc:  # the evidence of what was seen is kept all the same
             self.incomplete("analysis", exc)

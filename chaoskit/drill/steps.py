@@ -21,7 +21,7 @@ from chaoskit.faults.spec import CLIENT, STEP_TARGET, FaultBase
 from chaoskit.faults.targets import split_target
 from chaoskit.ha.base import HAManager
 from chaoskit.playbook import schedule
-from chaoskit.playbook.models import Step
+from chaoskit.playbook.models import DR_ACTIONS, Step
 from chaoskit.playbook.record import DrillInputs, DrillRecord
 from chaoskit.playbook.schedule import Do
 from chaoskit.recorder import Recorder
@@ -39,6 +39,7 @@ class Steps:
                  observed: Callable[[], list[dict[str, Any]]] = lambda: []) -> None:
         self.inputs, self.record, self.fm, self.ha = inputs, record, fm, ha
         self.recorder, self.clock, self.observed = recorder, clock, observed
+        self.dr: Any = None  # the disaster-recovery actions (`chaoskit.drill.dr.DrActions`), where the playbook has any
         self.items = schedule.plan(inputs.playbook, record.t0)
         # each step's planned instant: its offset, or (after an event) the event + delay once seen
         self.planned: dict[int, float] = {i: record.t0 + st.at for i, st in enumerate(inputs.playbook.steps)
@@ -222,9 +223,21 @@ class Steps:
         self.record.event("action", record["t_sent"], action=record["kind"], member=record.get("member"),
                           ok=record.get("ok"), candidate=record.get("candidate"))
 
+    def step_instant(self, step_no: int) -> float | None:
+        """When step `step_no` started (its action sent, its first fault in effect), None before it ran."""
+        sent = [a["t_sent"] for a in self.record.actions if a.get("step") == step_no and a.get("t_sent")]
+        if sent:
+            return float(sent[0])
+        applied = [f.t_effect or f.t_sent for f in self.applied.get(step_no, []) if f.t_effect or f.t_sent]
+        return min(applied) if applied else None
+
     def _action(self, step: Step) -> dict[str, Any]:
         action = step.action
         assert action is not None
+        if action.kind in DR_ACTIONS:
+            assert self.dr is not None, "a disaster-recovery action without DrActions"
+            record: dict[str, Any] = self.dr.act(action)
+            return record
         if action.kind == "switchover":
             return self.ha.switchover(action.candidate).to_dict()
         if action.kind == "takeover":

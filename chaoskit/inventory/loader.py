@@ -266,3 +266,29 @@ def _check_references(inv: Inventory, doc: SourceDoc, lines: LineMap) -> None:
                                      "declare each process of a host once", source=doc.source,
                                      line=lines.line(("clusters", cname, "members", i, "processes", pname)),
                                      field=f"{here}.{pname}")
+    members = {m.host: cname for cname, cluster in inv.clusters.items() for m in cluster.members}
+    for cname, cluster in inv.clusters.items():
+        if cluster.backup is None:
+            continue
+        b = cluster.backup
+        where = ("clusters", cname, "backup")
+        if b.repository.host not in inv.hosts:
+            raise InputError(f"backup repository host {b.repository.host!r} is not in the inventory", source=doc.source,
+                             line=lines.line((*where, "repository", "host")) or lines.line(where),
+                             field=f"clusters.{cname}.backup.repository.host")
+        if b.restore_to is None:
+            continue
+        target = b.restore_to.host
+        line = lines.line((*where, "restore_to", "host")) or lines.line(where)
+        field = f"clusters.{cname}.backup.restore_to.host"
+        if target not in inv.hosts:
+            raise InputError(f"restore target host {target!r} is not in the inventory", source=doc.source, line=line,
+                             field=field)
+        if target in members:
+            raise InputError(f"restore target {target} is a member of cluster {members[target]}: a restore "
+                             "overwrites its data directory; name a host of no cluster", source=doc.source, line=line,
+                             field=field)
+        if b.restore_to.process not in inv.processes_on(target) or \
+                not inv.processes_on(target)[b.restore_to.process].start:
+            raise InputError(f"restore target {target} needs processes.{b.restore_to.process} with a start command "
+                             "(what starts the restored server)", source=doc.source, line=line, field=field)

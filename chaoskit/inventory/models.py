@@ -164,6 +164,42 @@ READ_ROUTE_ENGINES = ("postgres", "mysql", "dameng")
 DM_WRITER_LOGIN_MODES = (0, 1)  # dm_svc LOGIN_MODE: primary first, primary only (DmServiceSettings)
 
 
+Stanza = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")]
+
+
+class BackupRepository(Frozen):
+    """Where backups are taken and kept: the host the backup tool runs on for a backup (pgBackRest's
+    repository host), and the tool's configuration file there (default: the tool's own)."""
+
+    host: Name
+    config: SafePath | None = None
+    os_user: PosixUser = "postgres"  # who owns the repository and runs the tool there
+
+
+class RestoreTarget(Frozen):
+    """A host to restore on: never a member of a cluster (a restore overwrites `data_dir`). The
+    restored server is started by the host's process `process` (its `start` command) and reached at
+    the host's address and `port`, with the cluster's database, user and password; `log` is where
+    it writes its log (the restore's phases are read there, with its line stamps)."""
+
+    host: Name
+    data_dir: SafePath
+    port: int = Field(5432, ge=1, le=65535)
+    config: SafePath | None = None
+    log: SafePath | None = None
+    os_user: PosixUser = "postgres"  # who runs the restore and owns the data directory
+    process: Name = "postgres"
+
+
+class BackupConfig(Frozen):
+    """How the cluster is backed up and where it can be restored (`backup` and `restore` actions)."""
+
+    tool: Name
+    stanza: Stanza | None = None  # pgBackRest's stanza
+    repository: BackupRepository
+    restore_to: RestoreTarget | None = None
+
+
 class Cluster(Frozen):
     """Database nodes under test, how their roles are found and how clients reach the writer."""
 
@@ -188,6 +224,7 @@ class Cluster(Frozen):
     options: dict[Name, str | int | float | bool] = Field(default_factory=dict)  # passed to the driver
     # DM: the service name in `dsn` resolved by a dm_svc.conf chaoskit writes from these settings
     dm_svc: DmServiceSettings | None = None
+    backup: BackupConfig | None = None
     tags: dict[Tag, Tag] = Field(default_factory=dict)
 
     _lower_tags = field_validator("tags", mode="before")(classmethod(lambda cls, v: _tags(v)))
@@ -547,4 +584,5 @@ def _cluster_evidence(cluster: Cluster) -> dict[str, Any]:
             "password": cluster.password.describe() if cluster.password else None,
             "ha": _manager_evidence(cluster.ha), "dm_svc": _dm_svc_evidence(cluster),
             "members": [_member_evidence(m) for m in cluster.members],
+            "backup": None if cluster.backup is None else cluster.backup.model_dump(mode="json"),
             "options": dict(cluster.options), "tags": dict(cluster.tags)}

@@ -147,7 +147,10 @@ def patroni_timings(flavour: str) -> dict[str, int]:
     return {"ttl": 20, "loop_wait": 1, "retry_timeout": 3}
 
 
-def patroni_setup(host: LabHost, dcs: LabHost, flavour: str, superuser_pw: str, repl_pw: str) -> Path:
+def patroni_setup(host: LabHost, dcs: LabHost, flavour: str, superuser_pw: str, repl_pw: str, *,
+                  scope: str = PG_SCOPE, parameters: dict[str, str | int] | None = None) -> Path:
+    """A Patroni member of cluster `scope`; `parameters` are PostgreSQL settings beyond the lab's
+    own (a stack's WAL archiving)."""
     host.dir.mkdir(parents=True, exist_ok=True)
     run_dir = host.dir / "run"
     run_dir.mkdir(exist_ok=True)
@@ -155,7 +158,7 @@ def patroni_setup(host: LabHost, dcs: LabHost, flavour: str, superuser_pw: str, 
     shutil.chown(run_dir, "postgres", "postgres")
     subnet = f"{SUBNET_PREFIX}.0/24"
     config = {
-        "scope": PG_SCOPE,
+        "scope": scope,
         "name": host.name,
         "log": {"level": "INFO", "dir": str(host.dir), "file_num": 2, "file_size": 10_000_000},
         "restapi": {"listen": f"{host.address}:{PATRONI_PORT}",
@@ -174,6 +177,7 @@ def patroni_setup(host: LabHost, dcs: LabHost, flavour: str, superuser_pw: str, 
                         "max_wal_senders": 10, "max_replication_slots": 10, "max_connections": 200,
                         "wal_sender_timeout": "5s", "wal_receiver_timeout": "5s",
                         **disks.BOUNDED_WAL,  # each member's data lives on its own 2 GB filesystem
+                        **(parameters or {}),
                     },
                 },
             },

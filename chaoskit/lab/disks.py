@@ -27,8 +27,9 @@ MEMBER_ROLES = ("pg",)
 # timeline 1, but previous recovered WAL file came from timeline 2"). The likely cause, not proven:
 # fsyncs through a loop device on a loaded 2-core machine slow enough to miss those checks; a tmpfs
 # never waits on a device.
-TMPFS_ROLES = ("pgaf", "repmgr")
-POSTGRES_ROLES = ("pg", "pgaf", "pgaf-monitor", "repmgr")  # every lab host whose data lives under disk/
+TMPFS_ROLES = ("pgaf", "repmgr", "pgdr", "pgbackrest-repo", "pg-restore")
+# every lab host whose data lives under disk/
+POSTGRES_ROLES = ("pg", "pgaf", "pgaf-monitor", "repmgr", "pgdr", "pgbackrest-repo", "pg-restore")
 DISK_SIZE_MB = 2048  # room for a member's bounded WAL (BOUNDED_WAL) and a CI day of drills
 # What each member keeps of its WAL, so that it fits its disk: at most about max_wal_size plus the
 # larger of the two keeps. wal_keep_size also lets an old primary rewound by the manager replay

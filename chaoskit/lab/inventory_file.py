@@ -23,7 +23,8 @@ HEADER = """\
 # the same database through PgBouncer on dcs1 (a second route to compare). Every stack's cluster is
 # listed; `lab up --stack ...` says which are running (pg and pg-read: patroni, mariadb: mariadb,
 # pgaf: pg_auto_failover, repmgr: repmgr, mha, mha-haproxy and mha-read: mha, galera: galera,
-# galera-haproxy and galera-node3; loaders: ld-a and ld-b, the loader hosts of zones a and b). The
+# galera-haproxy and galera-node3; loaders: ld-a and ld-b, the loader hosts of zones a and b; dr:
+# pg-dr, archived and backed up with pgBackRest to bk1, restored on rs1). The
 # read routes (read_route: true) reach the replicas: pg-read by libpq's
 # target_session_attrs=prefer-standby, mha-read through HAProxy's read port. `lab:` marks this file
 # as the lab's: chaoskit refuses to use it while the lab is down (its addresses would leave through

@@ -7,12 +7,14 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from chaoskit.backup.registry import TOOLS
 from chaoskit.errors import InputError
 from chaoskit.faults.manager import FaultManager
 from chaoskit.faults.spec import CLIENT, KINDS, STEP_TARGET, FaultBase
 from chaoskit.faults.targets import live_target, named_hosts, split_target, validate_target
-from chaoskit.inventory.models import Inventory
-from chaoskit.playbook.models import Playbook, Where
+from chaoskit.inventory.models import Cluster, Inventory
+from chaoskit.playbook.models import DR_ACTIONS, Playbook, Where
+from chaoskit.plugins import UnknownPlugin
 from chaoskit.workload.engine import tool_engine_refusal
 from chaoskit.workload.workloads import WORKLOADS
 from chaoskit.yamlsrc import load_yaml, raise_validation
@@ -75,6 +77,47 @@ def _processes_declared(spec: FaultBase, inventory: Inventory, cluster: str, doc
             raise doc.error((*path, "processes" if missing else "target"),  # type: ignore[attr-defined]
                             f"host {host} declares {what} (known: {', '.join(sorted(known)) or 'none'}; "
                             f"hosts.{host}.processes or a member's processes)")
+
+
+def _dr_action(pb: Playbook, i: int, cl: Cluster, doc: object) -> None:
+    """A backup, disaster or restore step against what the inventory's `backup:` offers."""
+    action = pb.steps[i].action
+    assert action is not None
+    path = ("steps", i, "action")
+    if cl.backup is None:
+        raise doc.error((*path, "kind"), f"{action.kind} needs the cluster's backup: section in the inventory "  # type: ignore[attr-defined]
+                                         f"(tool, repository, restore_to); cluster {cl.name} has none")
+    try:
+        tool = TOOLS.get(cl.backup.tool)
+    except UnknownPlugin as exc:
+        raise doc.error((*path, "kind"), f"cluster {cl.name}: backup.tool: {exc}") from None  # type: ignore[attr-defined]
+    if cl.engine not in tool.ENGINES:
+        raise doc.error((*path, "kind"), f"cluster {cl.name}: {tool.NAME} backs up "  # type: ignore[attr-defined]
+                                         f"{'/'.join(sorted(tool.ENGINES))}, not {cl.engine}")
+    if action.kind == "backup" and action.type not in tool.TYPES:
+        raise doc.error((*path, "type"), f"{tool.NAME} takes {', '.join(tool.TYPES)} backups")  # type: ignore[attr-defined]
+    if action.kind == "drop_table" and (pb.load.workload_name != "ledger" or not pb.load.builtin_clients):
+        raise doc.error((*path, "kind"), "drop_table drops the ledger workload's own table: the load's "  # type: ignore[attr-defined]
+                                         "workload must be ledger (whose rows the restore is judged by)")
+    if action.kind != "restore":
+        return
+    if cl.backup.restore_to is None:
+        raise doc.error((*path, "kind"), f"restore needs backup.restore_to in the inventory (cluster {cl.name}): "  # type: ignore[attr-defined]
+                                         "a host of no cluster to restore on")
+    if sum(1 for st in pb.steps if st.action is not None and st.action.kind == "restore") > 1:
+        raise doc.error((*path, "kind"), "one restore per drill: the restored server is what the data is "  # type: ignore[attr-defined]
+                                         "judged on after the run")
+    if pb.load.workload_name != "ledger" or not pb.load.builtin_clients:
+        raise doc.error((*path, "kind"), "a restore is judged on the ledger workload's rows: the load's "  # type: ignore[attr-defined]
+                                         "workload must be ledger")
+    to = action.to
+    if not isinstance(to, str) and to.step is not None:
+        n = to.step
+        mine = pb.steps[i]
+        other = pb.steps[n] if n < len(pb.steps) else None
+        earlier = other is not None and n < i and (other.at is None or mine.at is None or other.at <= mine.at)
+        if not earlier:
+            raise doc.error((*path, "to", "step"), f"steps[{n}] is not a step before this restore")  # type: ignore[attr-defined]
 
 
 def _earlier_fault(pb: Playbook, i: int, target: str, doc: object, path: tuple) -> None:
@@ -240,6 +283,8 @@ def check_against_inventory(pb: Playbook, inventory: Inventory, doc: object) -> 
             if step.action.kind in can and not can[step.action.kind]:
                 raise doc.error(("steps", i, "action"), f"{step.action.kind} needs an HA manager that can do it; "  # type: ignore[attr-defined]
                                                         f"cluster {pb.cluster} has ha: {cl.ha.kind}")
+            if step.action.kind in DR_ACTIONS:
+                _dr_action(pb, i, cl, doc)
             target = step.action.target
             if target and target.startswith("fault."):
                 _earlier_fault(pb, i, target, doc, ("steps", i, "action", "target"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
+    AwareDatetime,
     BeforeValidator,
     Field,
     PrivateAttr,
@@ -347,22 +348,58 @@ class ProbeConfig(Frozen):
 ActionTarget = Annotated[str, StringConstraints(pattern=r"^(fault\.[0-9]{1,3}|[A-Za-z0-9][A-Za-z0-9_.-]{0,62})$")]
 
 
+class RestoreAt(Frozen):
+    """Where a restore's recovery stops: `before` seconds before step `step` started (the
+    disaster's instant as the drill recorded it), or the instant `time` (with its zone)."""
+
+    step: int | None = Field(None, ge=0)
+    before: Seconds = 0.0
+    time: AwareDatetime | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> RestoreAt:
+        if (self.step is None) == (self.time is None):
+            raise ValueError("a restore target is {step: N, before: 2s} (before a step of this drill) or "
+                             "{time: 2026-01-31T10:00:00Z}")
+        if self.time is not None and self.before:
+            raise ValueError("before goes with step, not with time")
+        if self.before < 0:
+            raise ValueError("before must be >= 0")
+        return self
+
+
+DR_ACTIONS = ("backup", "drop_table", "restore")  # the actions on the cluster's backups (chaoskit.drill.dr)
+
+
 class Action(Frozen):
     """switchover (the HA manager's planned switchover); takeover (a standby made the primary while
     the old one is down, where the manager offers it: DM); restart: start a member's processes that
     are not running (its configured start command, over SSH); rejoin: bring an old primary back as
     a replica the HA manager's way (rewind or rebuild), then start whatever of it is not running.
     `target` is a member host, or `fault.N`: the host step N's fault was applied to (a role
-    target is resolved when the fault happens)."""
+    target is resolved when the fault happens).
 
-    kind: Literal["switchover", "takeover", "restart", "rejoin"]
+    Disaster recovery (the cluster's `backup:` in the inventory): backup takes a backup now (`type`
+    full, diff or incr, as the tool offers); drop_table drops the load's own ledger table on the
+    primary (a mistake to recover from; the archive's state at that instant is recorded); restore
+    restores the latest backup before `to` on the inventory's restore target and recovers to `to`
+    (`latest`: every archived change), the archive first made to hold everything written so far
+    while the primary answers (`flush_archive`)."""
+
+    kind: Literal["switchover", "takeover", "restart", "rejoin", "backup", "drop_table", "restore"]
     candidate: Name | None = None  # switchover / takeover: a member name; default: the first standby
     target: ActionTarget | None = None
+    type: Literal["full", "diff", "incr"] = "full"  # backup
+    to: RestoreAt | Literal["latest"] = "latest"  # restore
+    flush_archive: bool = True  # restore
 
     @model_validator(mode="after")
     def _needs_target(self) -> Action:
         if self.kind in ("restart", "rejoin") and not self.target:
             raise ValueError(f"{self.kind} needs target (a member host)")
+        if self.kind in ("backup", "drop_table", "restore") and (self.target or self.candidate):
+            raise ValueError(f"{self.kind} takes no target or candidate: it acts on the cluster's backups "
+                             "(the inventory's backup: section)")
         return self
 
 

@@ -168,3 +168,43 @@ def group_maker(g: dict[str, Any]) -> str:
     if tool == BUILTIN:
         return str(g.get("profile"))
     return f"{tool}, {g.get('profile')} connections" if measures(tool).profiles else tool
+
+
+PHASE_WORDS = {"fetch_and_restore_files": "fetch and restore files", "start": "server start",
+               "replay": "WAL replay", "open": "end of recovery to open", "answering": "open to taking a write"}
+
+
+def restore_lines(r: dict[str, Any] | None, pitr: dict[str, Any] | None = None) -> list[str]:
+    """A restore drill's figures in sentences (`results.restore`, and the rpo check's `pitr`)."""
+    if not r:
+        return []
+    def s(v: Any) -> str:
+        return "—" if v is None else f"{v:.2f} s"
+    said = r.get("target_said")
+    to = (f"{r['target_utc']}" + (f" ({said['before']:g} s before steps[{said['step']}])"
+                                        if isinstance(said, dict) and said.get("step") is not None else "")
+          if r.get("target_utc") else "the latest archived change")
+    if not r.get("ok"):
+        return [f"restore on {r.get('host')} to {to}: FAILED: {r.get('answer')}"]
+    out = [f"restore on {r.get('host')} to {to} from backup {r.get('backup') or '—'}: taking writes after "
+           f"{s(r.get('restore_s'))}; restore RTO {s(r.get('rto_s'))} from the disaster"]
+    if r.get("phases"):
+        out.append("  phases: " + ", ".join(f"{PHASE_WORDS.get(p['phase'], p['phase'])} {p['seconds']:.2f} s"
+                                           for p in r["phases"]))
+    if pitr and pitr.get("target") is not None:
+        out.append(f"  PITR: {pitr['missing_before_target']:,} of {pitr['acknowledged_before_target']:,} writes "
+                   f"acknowledged before the target missing (must be 0); {pitr['present_after_target']:,} started "
+                   f"after it present (must be 0); {pitr['lost_after_target']:,} acknowledged after it not restored "
+                   f"(the target's choice); {pitr['around_target']:,} in flight at it "
+                   f"({pitr['around_target_present']:,} present)"
+                   + (f"; the data reaches to {pitr['data_reaches_s_before_disaster']:.3f} s before the disaster"
+                      if pitr.get("data_reaches_s_before_disaster") is not None else ""))
+    arch = r.get("archive_at_disaster") or {}
+    if arch.get("last_archived"):
+        out.append(f"  archive at the disaster: last archived {arch['last_archived']}"
+                   + (f", {arch['archive_age_s']:.3f} s old" if arch.get("archive_age_s") is not None else "")
+                   + (f" (the primary was writing {arch['current_segment']})" if arch.get("current_segment") else ""))
+    for b in r.get("backups_taken") or []:
+        out.append(f"  backup {b.get('label') or '—'} ({b.get('type')}): "
+                   + (f"{b['seconds']:.2f} s" if b.get("ok") and b.get("seconds") is not None else "FAILED"))
+    return out

@@ -430,7 +430,7 @@ def _vocabulary(env: jinja2.Environment) -> None:
     env.tests["given"] = lambda v: v is not None and not isinstance(v, jinja2.Undefined)
     env.globals.update(label=vocabulary.label, shown=vocabulary.shown, slo_figure=vocabulary.slo_figure,
                        verdict_word=vocabulary.verdict_word, check_sentence=vocabulary.check_sentence,
-                       check_rows=vocabulary.check_rows)
+                       check_rows=vocabulary.check_rows, restore_lines=vocabulary.restore_lines)
 
 
 def markdown_env() -> jinja2.Environment:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from chaoskit.recorder import Recorder
-from chaoskit.workload.durability import lost_update_check, rpo_check
+from chaoskit.workload.durability import lost_update_check, pitr_check, rpo_check
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,11 @@ class Judging:
     groups: int  # client groups in the run: with several, a loss bound is judged per group
     error: str | None  # why nothing could be read through the writer (None: it was read)
     t_recovered: float | None = None  # that fault's recovery (clients back and throughput held), if it came
+    # a restore's: what was read is the restored server, recovered to `restore_target` (None: the
+    # latest); a write is placed against it within `restore_margin_s` (the clocks' uncertainty)
+    restored: bool = False
+    restore_target: float | None = None
+    restore_margin_s: float = 0.0
 
 
 class Check(ABC):
@@ -80,6 +85,9 @@ class LostWrites(Check):
             return truth  # the reading failed: it says why
         # with several client groups the loss bound is judged per group (each kind of client is an
         # application of its own; see judge_group and the SLO); the totals still fail on phantoms
+        if j.restored:  # the rows a restore brought back, judged against its target
+            return pitr_check(j.rec, truth["rows"], j.restore_target, j.restore_margin_s, j.t_fault,
+                              None if j.groups > 1 else j.max_lost)
         return rpo_check(j.rec, truth["rows"], j.t_fault, None if j.groups > 1 else j.max_lost)
 
     @classmethod

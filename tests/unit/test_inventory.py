@@ -212,12 +212,12 @@ def test_committed_lab_inventory_matches_the_lab_spec() -> None:
     inv = load_inventory(REPO_LAB_INVENTORY)
     assert set(inv.clusters) == {"pg", "pg-read", "pg-single", "pg-single-pgbouncer", "mariadb", "mariadb-managed",
                                  "pgaf", "repmgr", "mha", "mha-haproxy", "mha-read", "galera", "galera-haproxy",
-                                 "galera-node3"}
+                                 "galera-node3", "pg-dr"}
     assert {c: inv.clusters[c].ha.kind for c in inv.clusters} == {
         "pg": "patroni", "pg-read": "patroni", "pg-single": "none", "pg-single-pgbouncer": "none", "mariadb": "none",
         "mariadb-managed": "none", "pgaf": "pg_auto_failover", "repmgr": "repmgr",
         "mha": "mha", "mha-haproxy": "mha", "mha-read": "mha", "galera": "galera", "galera-haproxy": "galera",
-        "galera-node3": "galera"}
+        "galera-node3": "galera", "pg-dr": "patroni"}
     assert [c for c in inv.clusters if inv.clusters[c].read_route] == ["pg-read", "mha-read"]
     assert [c for c in inv.clusters if inv.clusters[c].managed] == ["mariadb-managed"]
     assert inv.clusters["mariadb-managed"].members == ()

@@ -1,0 +1,171 @@
+"""A drill's disaster-recovery actions (`backup`, `drop_table`, `restore`), run by the schedule
+like any action and recorded in `record.actions`, with the cluster's backup tool
+(`chaoskit.backup`, the inventory's `backup:`).
+
+- backup: the tool takes one now; its label, type, marks and what it said are recorded;
+- drop_table: the load's own ledger table dropped on the primary (the disaster); the archive's
+  view at that instant (last archived segment and its age, as the primary says) is recorded first;
+- restore: the target instant resolved (`to`: before a step of this drill, an instant, or the
+  latest), the archive made to hold everything written so far while the primary answers
+  (`flush_archive`; a failure is said, not fatal: a lost primary cannot), then the restore
+  (`chaoskit.backup.base.restore`). The restored server is what the drill's data checks read
+  after the run (`restored`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from chaoskit.backup.base import BackupTool, restore, restored_cluster, utc_text
+from chaoskit.backup.registry import tool_for
+from chaoskit.db.base import Driver
+from chaoskit.db.registry import driver_for
+from chaoskit.faults.manager import FaultManager
+from chaoskit.inventory.models import Cluster
+from chaoskit.playbook.models import Action
+from chaoskit.playbook.record import DrillInputs
+from chaoskit.timesource import Clock
+
+ANSWER_TIMEOUT_S = 2.0  # one try to connect to the restored server as a writer
+
+
+def restored_target(inputs: DrillInputs) -> Cluster | None:
+    """The restored server as a cluster of one, where the playbook restores (else None)."""
+    declared = inputs.inventory.clusters[inputs.playbook.cluster]
+    restores = [st for st in inputs.playbook.steps if st.action is not None and st.action.kind == "restore"]
+    if not restores or declared.backup is None or declared.backup.restore_to is None:
+        return None
+    return restored_cluster(declared, declared.backup.restore_to)
+
+
+class DrActions:
+    def __init__(self, inputs: DrillInputs, fm: FaultManager, driver: Driver, clock: Clock,
+                 step_started: Callable[[int], float | None]) -> None:
+        self.inputs, self.fm, self.driver, self.clock = inputs, fm, driver, clock
+        self.step_started = step_started
+        self.declared = inputs.inventory.clusters[inputs.playbook.cluster]
+        self._tool: BackupTool | None = None
+
+    @property
+    def tool(self) -> BackupTool:
+        if self._tool is None:
+            self._tool = tool_for(self.declared, self.inputs.inventory, self.fm.pool.get, self.fm.offset)
+        return self._tool
+
+    def act(self, action: Action) -> dict[str, Any]:
+        if action.kind == "backup":
+            return self.backup(action)
+        if action.kind == "drop_table":
+            return self.drop_table()
+        return self.restore(action)
+
+    def backup(self, action: Action) -> dict[str, Any]:
+        t_sent = self.clock.now()
+        try:
+            said = self.tool.take(action.type)
+        except Exception as exc:
+            return {"kind": "backup", "type": action.type, "ok": False, "t_sent": t_sent,
+                    "t_answered": self.clock.now(), "answer": f"{type(exc).__name__}: {exc}"}
+        return {"kind": "backup", "type": action.type, "ok": said.ok, "t_sent": t_sent, "t_answered": self.clock.now(),
+                "member": self.tool.config.repository.host, "answer": said.answer[-600:], **said.facts,
+                "marks": [m.to_dict() for m in said.marks]}
+
+    def drop_table(self) -> dict[str, Any]:
+        from chaoskit.workload.workloads import WORKLOADS
+
+        table = WORKLOADS[self.inputs.playbook.load.workload_name].TABLE  # type: ignore[attr-defined]
+        t_sent = self.clock.now()
+        record: dict[str, Any] = {"kind": "drop_table", "table": table, "t_sent": t_sent}
+        conn = None
+        try:
+            conn = self.driver.tuned(connect_timeout=5.0, op_timeout=30.0).connect_writer()
+            try:
+                record["archive"] = self.archive_view(conn)
+            except Exception as exc:  # the view is evidence, the drop is the step
+                record["archive"] = {"error": f"{type(exc).__name__}: {exc}"}
+            record["t_sent"] = self.clock.now()
+            self.driver.execute(conn, f"DROP TABLE {table}")
+            return {**record, "ok": True, "t_answered": self.clock.now(), "answer": f"DROP TABLE {table}"}
+        except Exception as exc:
+            return {**record, "ok": False, "t_answered": self.clock.now(), "answer": f"{type(exc).__name__}: {exc}"}
+        finally:
+            Driver.close_quietly(conn)
+
+    def archive_view(self, conn: Any) -> dict[str, Any]:
+        """The tool's archive view, its host-clock instants also on the control clock (the
+        primary's host offset, as the drill measured it)."""
+        view = self.tool.archive_view(self.driver, conn)
+        primary = self._primary_host()
+        if primary is not None:
+            off = self.fm.offset(primary)
+            for key in ("last_archived_t_host", "last_failed_t_host"):
+                if view.get(key) is not None:
+                    view[key.replace("_host", "")] = off.to_control(view[key])
+        return view
+
+    def _primary_host(self) -> str | None:
+        try:
+            view, _ = self.fm.roles(self.declared)
+        except Exception:
+            return None
+        return next((h for h, r in view.items() if r == "primary"), None)
+
+    def target_instant(self, action: Action) -> float | None:
+        to = action.to
+        if isinstance(to, str):  # latest
+            return None
+        if to.time is not None:
+            return to.time.timestamp()
+        assert to.step is not None
+        started = self.step_started(to.step)
+        if started is None:
+            raise RuntimeError(f"steps[{to.step}] has not run: no instant to restore before")
+        return started - to.before
+
+    def restore(self, action: Action) -> dict[str, Any]:
+        t_sent = self.clock.now()
+        try:
+            target_t = self.target_instant(action)
+        except RuntimeError as exc:
+            return {"kind": "restore", "ok": False, "t_sent": t_sent, "t_answered": self.clock.now(),
+                    "answer": str(exc)}
+        flushed: dict[str, Any] | None = None
+        if action.flush_archive:
+            said = self.tool.flush_archive()
+            flushed = {"ok": said.ok, "answer": said.answer[-400:], "t": self.clock.now()}
+        target = restored_cluster(self.declared, self.declared.backup.restore_to)  # type: ignore[union-attr, arg-type]
+        probe = driver_for(target, self.inputs.inventory).tuned(connect_timeout=ANSWER_TIMEOUT_S,
+                                                                op_timeout=ANSWER_TIMEOUT_S)
+
+        def answers() -> bool:
+            conn = None
+            try:
+                conn = probe.connect_writer()
+                return True
+            except Exception:
+                return False
+            finally:
+                Driver.close_quietly(conn)
+
+        # the target goes to the server on the primary's clock (commit stamps are the primary's);
+        # a write is placed against it within that clock's uncertainty
+        primary = self._primary_host() if target_t is not None else None
+        offset = self.fm.offset(primary) if primary is not None else None
+        sent_t = None if target_t is None else target_t + (offset.offset_s if offset is not None else 0.0)
+        try:
+            record = restore(self.tool, sent_t, answers=answers, now=self.clock.now, sleep=self.clock.sleep,
+                             journal_root=self.fm.journal_root)
+        except Exception as exc:
+            record = {"kind": "restore", "ok": False, "t_answered": self.clock.now(),
+                      "answer": f"{type(exc).__name__}: {exc}"}
+        record["t_sent"] = t_sent
+        record["flush_archive"] = flushed
+        if record.get("last_commit_host_t") is not None:  # a stamp of the primary's clock
+            record["last_commit_t"] = record["last_commit_host_t"] - (offset.offset_s if offset is not None else 0.0)
+        if target_t is not None and sent_t is not None:
+            record["target"] = {"t": target_t, "utc": utc_text(target_t), "sent_utc": utc_text(sent_t),
+                                "primary": primary, "primary_offset_s": offset.offset_s if offset else None,
+                                "margin_s": offset.uncertainty_s if offset else 0.0,
+                                "said": action.to if isinstance(action.to, str) else action.to.model_dump(mode="json")}
+        return record

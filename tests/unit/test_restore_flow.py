@@ -1,0 +1,89 @@
+"""The restore every backup tool shares (`chaoskit.backup.base.restore`), with pgBackRest, against
+scripted hosts: what is sent to the restore target in which order, each value quoted, and how a
+failure at each step is said. The tool's and the server's answers are log lines recorded on the
+lab (tests/unit/data/dr)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+from chaoskit.backup.base import OPEN_TIMEOUT_S, restore
+from chaoskit.backup.registry import tool_for
+from chaoskit.inventory import load_inventory
+from chaoskit.inventory.clock import ClockOffset
+from chaoskit.testing.clock import FakeClock
+from chaoskit.testing.remote import Reply, ScriptedRemote
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).parent / "data" / "dr"
+LAB = load_inventory(ROOT / "inventories" / "lab.yaml")
+SAME = ClockOffset(offset_s=0.0, uncertainty_s=0.0002, rtt_s=0.0004, samples=7)
+TARGET = 1796652540.94762  # 2026-12-07 14:09:00.947620 UTC
+
+
+HOST_SCRIPT = re.compile(r"^\(\nset -e\n")  # a host script with its files (the stop, then the start)
+
+
+def kind(command: str) -> str:
+    return "host script" if HOST_SCRIPT.match(command) else command.split(" ", 1)[0]
+
+
+def scripted(restore_exit: int = 0) -> ScriptedRemote:
+    rs1 = ScriptedRemote("rs1", default=None)
+    rs1.on(HOST_SCRIPT, Reply())  # the restore target's server stopped, later started
+    rs1.on(re.compile("^runuser "), Reply(restore_exit, (DATA / "pgbackrest-restore.log").read_text()
+                                          if restore_exit == 0 else "",
+                                          "ERROR: [075]: no backup set found" if restore_exit else ""))
+    rs1.on(re.compile("^stat -c %s "), Reply(0, "4096\n"))
+    rs1.on(re.compile("^tail -c [+]4097 "), Reply(0, (DATA / "postgres-restored.log").read_text()))
+    return rs1
+
+
+def run(rs1: ScriptedRemote, answers_after: int = 2, clock: FakeClock | None = None) -> dict:
+    clock = clock or FakeClock(TARGET + 6)
+    tool = tool_for(LAB.clusters["pg-dr"], LAB, lambda host: rs1, lambda host: SAME)
+    tries = iter(range(10**9))
+    return restore(tool, TARGET, answers=lambda: next(tries) >= answers_after, now=clock.now, sleep=clock.sleep)
+
+
+def test_stop_restore_start_then_the_log_in_that_order() -> None:
+    rs1 = scripted()
+    # the restore's clock where the recorded logs were: started at 14:09:08.000, a write taken
+    # after 15 tries 0.1 s apart (09.500, after the log's "archive recovery complete" at 09.476)
+    record = run(rs1, answers_after=15, clock=FakeClock(TARGET + 7.05238))
+    assert [kind(c) for c in rs1.calls] == ["host script", "runuser", "stat", "host script", "tail"]
+    restore_cmd = rs1.calls[1]
+    target = LAB.clusters["pg-dr"].backup.restore_to  # type: ignore[union-attr]
+    assert restore_cmd.startswith("runuser -u postgres -- env TZ=UTC pgbackrest ")
+    words = shlex.split(restore_cmd)
+    assert f"--pg1-path={target.data_dir}" in words and f"--config={target.config}" in words
+    assert "--target=2026-12-07 14:09:00.947620+00" in words and "--type=time" in words
+    assert {"--delta", "--archive-mode=off", "--target-action=promote", "--stanza=dr"} <= set(words)
+    assert words[-1] == "restore"
+    assert record["ok"] is True and record["tool"]["backup"] == "20261207-140852F"
+    assert {p["phase"]: p["seconds"] for p in record["phases"]} == {
+        "fetch_and_restore_files": 0.485, "start": 1.24, "replay": 0.142, "open": 0.094, "answering": 0.024}
+    assert record["last_commit_host_t"] == 1796652540.807507
+
+
+def test_a_failed_restore_starts_nothing_and_says_the_tools_words() -> None:
+    rs1 = scripted(restore_exit=75)
+    record = run(rs1)
+    assert record["ok"] is False and "no backup set found" in record["answer"]
+    assert [kind(c) for c in rs1.calls] == ["host script", "runuser"]  # nothing started
+
+
+def test_a_server_that_never_takes_a_write_fails_at_the_bound() -> None:
+    clock = FakeClock(TARGET + 6)
+    record = run(scripted(), answers_after=10**9, clock=clock)
+    assert record["ok"] is False and f"within {OPEN_TIMEOUT_S:g} s" in record["answer"]
+    assert OPEN_TIMEOUT_S <= record["t_answered"] - record["t_sent"] <= OPEN_TIMEOUT_S + 0.2
+
+
+def test_a_server_that_does_not_stop_is_not_overwritten() -> None:
+    rs1 = ScriptedRemote("rs1", default=None).on(HOST_SCRIPT, Reply(1, "", "postgres: pid 42 is not the program"))
+    record = run(rs1)
+    assert record["ok"] is False and "did not stop" in record["answer"]
+    assert len(rs1.calls) == 1
