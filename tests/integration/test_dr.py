@@ -7,11 +7,11 @@ are what the recorder says they must be."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import psycopg
 import pytest
+import yaml
 from drillrun import expected_rows, run
 from lanes import use_stacks
 
@@ -41,8 +41,15 @@ def restored_rows(lab: Inventory, run_id: str) -> tuple[int, float | None]:
 
 def test_a_point_in_time_restore_brings_back_exactly_what_came_before_its_target(dr: Inventory,
                                                                                tmp_path: Path) -> None:
+    # shortened: the drop 6 s after the backup was sent, the restore 1 s later. A full backup of
+    # the lab's cluster takes about 3 s; where it ended after the target (2 s before the drop) the
+    # restore starts from the stack's first backup instead and replays more: either is legal
+    data = yaml.safe_load(Path("playbooks/dr/pg-restore-pitr.yaml").read_text())
+    for step, at in zip(data["steps"], ("6s", "12s", "13s"), strict=True):
+        step["at"] = at
+    data["duration"] = "18s"
     playbook = tmp_path / "pg-restore-pitr.yaml"
-    shutil.copy("playbooks/dr/pg-restore-pitr.yaml", playbook)
+    playbook.write_text(yaml.safe_dump(data, sort_keys=False))
     res, ev, _ = run(playbook, tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     backup, drop, restore = ev["actions"]

@@ -211,17 +211,19 @@ def test_switchover_moves_the_primary_and_loses_nothing(stacks: Inventory, tmp_p
     switched_without_loss(ev)
 
 
-def test_campaign_of_three_switchovers(stacks: Inventory, tmp_path: Path) -> None:
-    """A 3-run campaign of pg_auto_failover's switchover, shortened: three sealed run directories,
+def test_campaign_of_switchovers(stacks: Inventory, tmp_path: Path) -> None:
+    """A 2-run campaign of pg_auto_failover's switchover, shortened: two sealed run directories,
     each a switchover that moved the primary and lost nothing, the distribution from their own
-    run.json files, the cluster healthy again between runs."""
+    run.json files (the median of two: their mean), the cluster healthy again between runs. Two
+    runs, not three: the loop, the health wait between runs and the distribution are the same, and
+    a third run cost CI a minute (the distribution's odd-count median is a unit test's)."""
     res = subprocess.run(["chaoskit", "campaign", str(shortened("playbooks/pgaf-switchover.yaml", tmp_path)), "-i",
-                          INV, "--repeat", "3", "--out", str(tmp_path / "c"), *LEAN],
+                          INV, "--repeat", "2", "--out", str(tmp_path / "c"), *LEAN],
                          capture_output=True, text=True, timeout=900)
     print(res.stdout[-600:])
     (root,) = (tmp_path / "c").iterdir()
     summary = json.loads((root / "campaign.json").read_text())
-    assert summary["repeat"] == 3 and len(summary["runs"]) == 3, res.stdout + res.stderr
+    assert summary["repeat"] == 2 and len(summary["runs"]) == 2, res.stdout + res.stderr
     rtos = []
     for r in summary["runs"]:
         ev = json.loads((root / r["run"] / "run.json").read_text())
@@ -238,7 +240,7 @@ def test_campaign_of_three_switchovers(stacks: Inventory, tmp_path: Path) -> Non
         assert dist["min"] == round(known[0], 6) and dist["max"] == round(known[-1], 6)
         assert dist["median"] == round(known[len(known) // 2] if len(known) % 2 else
                                        (known[len(known) // 2 - 1] + known[len(known) // 2]) / 2, 6)
-    assert res.returncode == (0 if summary["passed"] == 3 else 1)
+    assert res.returncode == (0 if summary["passed"] == 2 else 1)
     assert (root / "campaign_rto.png").stat().st_size > 0 and (root / "campaign.html").exists()
 
 

@@ -70,6 +70,7 @@ def test_modules_as_plugins_and_a_name_taken_twice(package: str) -> None:
 
 
 def test_the_shipped_families_are_found() -> None:
+    from chaoskit.backup.registry import TOOLS
     from chaoskit.db.registry import DRIVERS
     from chaoskit.faults.registry import FAMILIES
     from chaoskit.ha.registry import MANAGERS
@@ -80,8 +81,9 @@ def test_the_shipped_families_are_found() -> None:
     assert set(MANAGERS.names()) == set(HA_CONFIGS.names()) == {
         "none", "patroni", "pg_auto_failover", "repmgr", "mha", "galera", "dm"}
     assert set(DRIVERS.names()) == {"postgres", "mysql", "dameng"}
+    assert set(TOOLS.names()) == {"pgbackrest"}
     assert set(FAMILIES.names()) == {"process", "network", "relay", "stress", "replication", "disk"}
-    assert {"base", "patroni", "mariadb", "pg_auto_failover", "repmgr", "mha", "galera", "loaders"} == \
+    assert {"base", "patroni", "mariadb", "pg_auto_failover", "repmgr", "mha", "galera", "loaders", "dr"} == \
         set(RECIPES.names())
     assert list(WORKLOADS) == ["bank", "ledger", "list-append", "oltp", "oltp-ro", "oltp-wo", "read", "sql",
                               "stale-reads", "update"]  # by module

@@ -192,6 +192,10 @@ def build(b: Build) -> None:
     # the stanza (idempotent), then pgBackRest's own check: a WAL switch archived end to end
     _pgbackrest(REPO, "stanza-create", timeout=b.left())
     _pgbackrest(REPO, "check", timeout=b.left())
+    # a first full backup, as a real repository has one: a restore target always has a backup
+    # before it, whether or not a drill's own backup ended before its target
+    if not any(repo_path().glob("backup/*/*F")):
+        _pgbackrest(REPO, "backup", "--type=full", timeout=b.left())
     b.wait(lambda: health(b.spec), "the DR stack")
 
 
