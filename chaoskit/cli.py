@@ -1185,8 +1185,9 @@ def history_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Per cluster and playbook: how often it was drilled, when last, the pass rate and the trend of
-    all clients back."""
-    from chaoskit.report.runs import history, write_history
+    all clients back; and the DR-test register: each cluster's last restore test (when, to what, how
+    long, what was lost, against the playbook's objectives)."""
+    from chaoskit.report.runs import REGISTER_COLUMNS, history, register_row, write_history
     from chaoskit.report.vocabulary import verdict_word
     from chaoskit.report.writer import _ts
 
@@ -1206,9 +1207,18 @@ def history_cmd(
                           " ".join("—" if v is None else f"{v:.2f}" for v in e["rto_all_clients_trend_s"][-8:]),
                           ", ".join(e["not_verified"]) or "none")
         out.print(table)
+        if data["dr_register"]:
+            reg = Table(title="DR-test register: each cluster's last restore test")
+            for col in REGISTER_COLUMNS:
+                reg.add_column(col)
+            for cluster, e in data["dr_register"].items():
+                row = {"cluster": cluster, **register_row(e["last_restore_test"])}
+                row["last restore test"] = _ts(row["last restore test"])
+                reg.add_row(*("—" if row[c] is None else str(row[c]) for c in REGISTER_COLUMNS))
+            out.print(reg)
     if out_dir is not None:
         write_history(data, out_dir)
-        err.print(f"wrote {out_dir / 'history.html'} and {out_dir / 'history.json'}")
+        err.print(f"wrote {out_dir / 'history.html'}, {out_dir / 'dr-register.html'} and {out_dir / 'history.json'}")
 
 
 @app.command("anomalies")

@@ -20,7 +20,7 @@ from chaoskit.analysis.failover import (
     fault_gaps,
     role_at,
 )
-from chaoskit.analysis.restore import DISASTERS, restore_figures
+from chaoskit.analysis.restore import DISASTERS, archive_figures, restore_figures
 from chaoskit.analysis.verdict import checked, merge
 from chaoskit.db.base import Driver
 from chaoskit.db.registry import driver_for
@@ -158,7 +158,9 @@ def analyse(pb: Playbook, run: DrillRecord, rec: Recorder, probe: ProbeLog, trut
     for name in pb.checks:  # a check the playbook asked for is never dropped: unread is unknown
         checks.setdefault(name, {"valid": "unknown", "error": error or f"nothing was read for the {name} check"})
     groups = group_figures(run.groups, pb, rec, first_at, faults, truth, t_fault, run.events)
-    slo = _slo(pb, faults, checks, rec, run.ended, groups)
+    restored = restore_figures(run.actions, [f.to_dict() for f in run.faults],
+                               {m.host for m in cluster.members} if cluster is not None else set())
+    slo = _slo(pb, faults, checks, rec, run.ended, groups, restored)
     advisory = {c.name for c in own_checks(pb) if c.severity != "fail"}  # said, never failing the verdict
     verdict = merge([c.get("valid", "unknown") for name, c in checks.items() if name not in advisory]
                     + [s["ok"] for s in slo.values()])
@@ -168,9 +170,11 @@ def analyse(pb: Playbook, run: DrillRecord, rec: Recorder, probe: ProbeLog, trut
            "verdict": verdict, "errors": error_table(rec.errors, faults, run.t0, rec.errors_dropped)}
     if groups:
         out["groups"] = groups
-    restored = restore_figures(run.actions)
     if restored is not None:
         out["restore"] = restored
+    archive = archive_figures(run.archive, run.t0)
+    if archive is not None:
+        out["archive"] = archive
     return out, marks
 
 
@@ -336,13 +340,18 @@ def expectations(pb: Playbook, faults: list[dict[str, Any]], actions: list[dict[
 
 
 def _slo(pb: Playbook, faults: list[dict[str, Any]], checks: dict[str, Any], rec: Recorder,
-         ended: float, groups: dict[str, Any] | None = None) -> dict[str, Any]:
+         ended: float, groups: dict[str, Any] | None = None, restored: dict[str, Any] | None = None) -> dict[str, Any]:
     """Each SLO against the worst of the client groups it applies to (every group unless
     `slo.group` names one); without groups, against the totals. `rto_max` judges all clients back:
-    the moment the last client that lost service wrote again, per group and overall."""
+    the moment the last client that lost service wrote again, per group and overall; in a restore
+    drill, the restore's RTO (the disaster to the restored server taking a write)."""
     out: dict[str, Any] = {}
     scope = {n: g for n, g in (groups or {}).items() if pb.slo.group in (None, n)}
-    if pb.slo.rto_max is not None:
+    if pb.slo.rto_max is not None and restored is not None:
+        rto = restored.get("rto_s")
+        out["rto_max"] = {"target": pb.slo.rto_max, "measured": rto, "judges": "restore.rto_s",
+                          "ok": rto is not None and rto <= pb.slo.rto_max}
+    elif pb.slo.rto_max is not None:
         if scope:
             by_group = {n: g["rto_all_clients_s"] for n, g in scope.items()}
             worst = _worst(list(by_group.values()))

@@ -93,12 +93,14 @@ class PgBackRest(BackupTool):
     def archive_view(self, driver: Any, conn: Any) -> dict[str, Any]:
         rows = driver.query(conn, "SELECT last_archived_wal, extract(epoch FROM last_archived_time), "
                                   "last_failed_wal, extract(epoch FROM last_failed_time), "
-                                  "pg_walfile_name(pg_current_wal_lsn()), extract(epoch FROM now()) "
+                                  "pg_walfile_name(pg_current_wal_lsn()), extract(epoch FROM now()), "
+                                  "extract(epoch FROM current_setting('archive_timeout')::interval) "
                                   "FROM pg_stat_archiver")
-        wal, at, failed, failed_at, current, now = rows[0]
+        wal, at, failed, failed_at, current, now, timeout = rows[0]
         at_t, now_t = _f(at), _f(now)
         return {"last_archived": wal, "last_archived_t_host": at_t, "last_failed": failed,
                 "last_failed_t_host": _f(failed_at), "current_segment": current, "now_t_host": now_t,
+                "archive_timeout_s": _f(timeout),
                 "archive_age_s": round(now_t - at_t, 3) if at_t is not None and now_t is not None else None}
 
     def restore_files(self, target: RestoreTarget, target_t: float | None) -> ToolAnswer:

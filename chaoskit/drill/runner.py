@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from chaoskit.analysis.drill import LoadSource, analyse, gather_truth
+from chaoskit.backup.registry import tool_for
+from chaoskit.backup.watch import ArchiveWatch
 from chaoskit.db.base import Driver
 from chaoskit.db.registry import driver_for
 from chaoskit.drill.dr import DrActions, restored_target
@@ -98,8 +100,8 @@ def run_drill(inputs: DrillInputs, *, out: EvidenceSink | None = None, progress:
         drill.preflight()
         with drill.log_window(), drill.client_link():
             drill.prepare_load()
-            with drill.probe_watching(), drill.hosts_sampled(), drill.load_running(), drill.recovery_awaited(), \
-                    drill.healing(), drill.aborts_recorded():
+            with drill.probe_watching(), drill.hosts_sampled(), drill.archive_watched(), drill.load_running(), \
+                    drill.recovery_awaited(), drill.healing(), drill.aborts_recorded():
                 drill.change_settings()
                 drill.execute_schedule()
     return drill.analysed()
@@ -289,6 +291,22 @@ class Drill:
             yield
         finally:
             self.record.host_metrics = sampler.stop()
+
+    @contextlib.contextmanager
+    def archive_watched(self) -> Iterator[None]:
+        """Where the cluster is backed up (its `backup:` in the inventory), the primary's archiving
+        read once a second until the load stopped (`chaoskit.backup.watch`): the archive's age
+        over the run, and when archiving failed."""
+        if self.declared.backup is None or self.driver is None or self.fm is None:
+            yield
+            return
+        tool = tool_for(self.declared, self.inputs.inventory, self.fm.pool.get, self.fm.offset)
+        watch = ArchiveWatch(tool, self.driver, self.clock.now)
+        watch.start()
+        try:
+            yield
+        finally:
+            self.record.archive = watch.stop()
 
     @contextlib.contextmanager
     def load_running(self) -> Iterator[None]:

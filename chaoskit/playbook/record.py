@@ -93,6 +93,7 @@ class DrillRecord:
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)  # client group -> profile, workers, route
     client_cpu: dict[str, Any] = field(default_factory=dict)  # the load's own CPU (chaoskit.workload.client_cpu)
     host_metrics: dict[str, HostSeries] = field(default_factory=dict)  # host -> its figures (chaoskit.hostmetrics)
+    archive: list[dict[str, Any]] = field(default_factory=list)  # the primary's archiving each second (backup.watch)
     # steps `after` an event: what each waited for and saw (or why it was skipped)
     triggered: list[dict[str, Any]] = field(default_factory=list)
     aborted: str | None = None

@@ -101,6 +101,7 @@ def history(root: Path) -> dict[str, Any]:
     intact, unsealed, or what changed), each copy's state is in `copies_evidence`, and every
     directory that does not verify, original or copy, is in `not_verified`."""
     groups: dict[str, dict[str, Any]] = {}
+    restores: list[dict[str, Any]] = []
     found: dict[str, list[tuple[Path, dict[str, Any], str]]] = {}
     for run_json in sorted(root.glob("*/run.json")):
         try:
@@ -120,6 +121,8 @@ def history(root: Path) -> dict[str, Any]:
         name = f"{(ev.get('cluster') or {}).get('name')}/{ev['playbook']['content']['name']}"
         entry = groups.setdefault(name, {"cluster": (ev.get("cluster") or {}).get("name"),
                                          "playbook": ev["playbook"]["content"]["name"], "runs": []})
+        if res.get("restore"):
+            restores.append(_restore_test(run_dir, ev, state))
         entry["runs"].append({
             "run": run_dir.name, "run_id": ev.get("run_id"), "started": ev.get("started"),
             "verdict": "refused" if ev.get("refused") else "incomplete" if ev.get("incomplete") else res.get("verdict"),
@@ -135,7 +138,41 @@ def history(root: Path) -> dict[str, Any]:
         entry["pass_rate"] = pass_rate([r["verdict"] for r in runs])
         entry["rto_all_clients_trend_s"] = [r["rto_all_clients_s"] for r in runs]
         entry["not_verified"] = [name for r in runs for name in r.pop("not_verified")]
-    return {"root": str(root), "generated": time.time(), "playbooks": dict(sorted(groups.items()))}
+    return {"root": str(root), "generated": time.time(), "playbooks": dict(sorted(groups.items())),
+            "dr_register": dr_register(restores)}
+
+
+def _restore_test(run_dir: Path, ev: dict[str, Any], state: str) -> dict[str, Any]:
+    """One restore drill as the DR register lists it: when, to what, how long, what was lost,
+    against the objectives the playbook states, and whether it passed."""
+    res = ev.get("results") or {}
+    r, rpo = res["restore"], res.get("rpo") or {}
+    pitr = rpo.get("pitr") or {}
+    slo = res.get("slo") or {}
+    return {"run": run_dir.name, "run_id": ev.get("run_id"), "started": ev.get("started"),
+            "cluster": (ev.get("cluster") or {}).get("name"), "playbook": ev["playbook"]["content"]["name"],
+            "restored_on": r.get("host"), "target": r.get("target_utc") or "latest", "backup": r.get("backup"),
+            "restore_ok": r.get("ok"), "restore_s": r.get("restore_s"), "rto_s": r.get("rto_s"),
+            "lost_acknowledged": rpo.get("lost_acknowledged"),
+            "missing_before_target": pitr.get("missing_before_target"),
+            "present_after_target": pitr.get("present_after_target"),
+            "data_reaches_s_before_disaster": pitr.get("data_reaches_s_before_disaster"),
+            "objectives": {name: {"target": o.get("target"), "measured": o.get("measured"), "ok": o.get("ok")}
+                           for name, o in slo.items() if name in ("rto_max", "rpo_max_writes")},
+            "verdict": "refused" if ev.get("refused") else "incomplete" if ev.get("incomplete") else res.get("verdict"),
+            "evidence": state}
+
+
+def dr_register(restores: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per cluster: its last restore test and every one before it (newest first), and its last region
+    failover (none recorded yet: chaoskit drills no standby cluster so far)."""
+    out: dict[str, Any] = {}
+    for r in sorted(restores, key=lambda r: r["started"] if isinstance(r["started"], int | float) else 0,
+                    reverse=True):
+        entry = out.setdefault(str(r["cluster"]), {"last_restore_test": r, "restore_tests": [],
+                                                   "last_region_failover": None})
+        entry["restore_tests"].append(r)
+    return out
 
 
 def _evidence_state(run_dir: Path) -> str:
@@ -162,3 +199,24 @@ def write_history(data: dict[str, Any], out_dir: Path) -> None:
     html = template_env().get_template("runs.html.j2").render(title=f"drill history of {data['root']}", rows=rows,
                                                               columns=columns, differing=[], csp=CSP)
     (out_dir / "history.html").write_text(html)
+    register = [{"cluster": cluster, **register_row(e["last_restore_test"]),
+                 "restore tests": len(e["restore_tests"]),
+                 "last region failover": "none recorded" if e["last_region_failover"] is None else "see JSON"}
+                for cluster, e in data["dr_register"].items()]
+    columns = [*REGISTER_COLUMNS, "restore tests", "last region failover"]
+    html = template_env().get_template("runs.html.j2").render(
+        title=f"DR-test register of {data['root']}", rows=register, columns=columns, differing=[], csp=CSP)
+    (out_dir / "dr-register.html").write_text(html)
+
+
+REGISTER_COLUMNS = ("cluster", "last restore test", "run", "target", "restore (s)", "RTO from the disaster (s)",
+                    "acknowledged writes lost", "objectives", "verdict", "evidence")
+
+
+def register_row(r: dict[str, Any]) -> dict[str, Any]:
+    """The DR register's row of one restore test (its HTML and the console table)."""
+    objectives = "; ".join(f"{name} {o['target']}: measured {o['measured']}, {'met' if o['ok'] else 'NOT met'}"
+                           for name, o in r["objectives"].items()) or "none stated"
+    return {"last restore test": r["started"], "run": r["run"], "target": r["target"], "restore (s)": r["restore_s"],
+            "RTO from the disaster (s)": r["rto_s"], "acknowledged writes lost": r["lost_acknowledged"],
+            "objectives": objectives, "verdict": verdict_word(r["verdict"]), "evidence": r["evidence"]}

@@ -10,7 +10,16 @@ from rich.console import Console
 
 from chaoskit.report.headline import headline
 from chaoskit.report.legacy import upgrade
-from chaoskit.report.vocabulary import fault_name, group_maker, label, restore_lines, shown, slo_sentence, verdict_word
+from chaoskit.report.vocabulary import (
+    archive_line,
+    fault_name,
+    group_maker,
+    label,
+    restore_lines,
+    shown,
+    slo_sentence,
+    verdict_word,
+)
 
 
 def seconds(v: float | None) -> str:
@@ -107,6 +116,8 @@ def print_drill_summary(out: Console, ev: dict[str, Any], run_dir: Path) -> None
                   f"{r['phantoms']:,} phantoms", highlight=False, markup=False)
     for line in restore_lines(res.get("restore"), (res.get("rpo") or {}).get("pitr")):
         out.print(line, highlight=False, markup=False)
+    if archive_line(res.get("archive")):
+        out.print(archive_line(res.get("archive")), highlight=False, markup=False)
     for name, c in (res.get("checks") or {}).items():
         if name != "rpo":
             out.print(f"check {name}: {verdict_word(c.get('valid'))}", highlight=False, markup=False)

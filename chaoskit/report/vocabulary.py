@@ -13,6 +13,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "write_gap_s": ("write gap", "s"),
     "lost_acknowledged": ("acknowledged writes lost", "writes"),
     "error_rate": ("error rate after recovery", "%"),
+    "restore.rto_s": ("restore RTO (the disaster to the restored server taking a write)", "s"),
 }
 
 # each SLO key -> the figure it judges
@@ -207,4 +208,23 @@ def restore_lines(r: dict[str, Any] | None, pitr: dict[str, Any] | None = None) 
     for b in r.get("backups_taken") or []:
         out.append(f"  backup {b.get('label') or '—'} ({b.get('type')}): "
                    + (f"{b['seconds']:.2f} s" if b.get("ok") and b.get("seconds") is not None else "FAILED"))
+    return out
+
+
+def archive_line(a: dict[str, Any] | None) -> str | None:
+    """The archive over the run (`results.archive`) in one sentence."""
+    if not a:
+        return None
+    out = f"archive: {a['readings']} readings of the primary's archiver"
+    if a.get("max_age_s") is not None:
+        out += f"; the archive at most {a['max_age_s']:.1f} s behind (+{a['max_age_at_s']:.1f} s into the run)"
+    if a.get("over_archive_timeout"):
+        out += f"; older than archive_timeout ({a['archive_timeout_s']:g} s) " + ", ".join(
+            f"from +{f:.1f} s" + (f" to +{to:.1f} s" if to is not None else " to the last reading")
+            for f, to in a["over_archive_timeout"])
+    if a.get("failing"):
+        out += "; archiving failed " + ", ".join(
+            f"from +{f:.1f} s" + (f" to +{to:.1f} s" if to is not None else " to the end") for f, to in a["failing"])
+    if a.get("unread"):
+        out += f"; {a['unread']} readings not taken (the primary did not answer)"
     return out

@@ -223,6 +223,8 @@ def _evidence(result: DrillResult) -> dict[str, Any]:
         "abort_rule": run.abort_rule,
         "results": result.results,
     }
+    if run.archive:  # the primary's archiving, read once a second (chaoskit.backup.watch)
+        evidence["archive_samples"] = run.archive
     if rec is not None and rec.late_batches:
         evidence["load"]["late_batches"] = rec.late_batches
     if rec is not None and rec.undelivered_why:  # results that never reached the controller (RPO: unknown)
@@ -430,7 +432,8 @@ def _vocabulary(env: jinja2.Environment) -> None:
     env.tests["given"] = lambda v: v is not None and not isinstance(v, jinja2.Undefined)
     env.globals.update(label=vocabulary.label, shown=vocabulary.shown, slo_figure=vocabulary.slo_figure,
                        verdict_word=vocabulary.verdict_word, check_sentence=vocabulary.check_sentence,
-                       check_rows=vocabulary.check_rows, restore_lines=vocabulary.restore_lines)
+                       check_rows=vocabulary.check_rows, restore_lines=vocabulary.restore_lines,
+                       archive_line=vocabulary.archive_line)
 
 
 def markdown_env() -> jinja2.Environment:

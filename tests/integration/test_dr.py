@@ -7,6 +7,7 @@ are what the recorder says they must be."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import psycopg
@@ -76,3 +77,57 @@ def test_a_point_in_time_restore_brings_back_exactly_what_came_before_its_target
     assert latest is not None and latest <= restore["target"]["t"] + restore["target"]["margin_s"]
     # the server's own last replayed commit is within the target (its clock)
     assert restore["last_commit_t"] <= restore["target"]["t"] + restore["target"]["margin_s"] + 1e-3
+
+
+def rows(host: str, port: int, run_id: str, *, commit_ts: bool = False, wait_s: float = 0.0) -> dict:
+    """(worker, seq) -> commit time (or None) of this run's ledger rows on a server."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            conn = psycopg.connect(host=host, port=port, user="postgres", dbname="postgres",
+                                   password=(SECRETS / "pg_superuser").read_text().strip(), connect_timeout=3)
+            break
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+    with conn:
+        what = "extract(epoch FROM pg_xact_commit_timestamp(xmin))" if commit_ts else "NULL"
+        got = conn.execute(f"SELECT worker, seq, {what} FROM chaoskit_ledger WHERE run_id = %s", (run_id,)).fetchall()
+    return {(int(w), int(s)): (float(t) if t is not None else None) for w, s, t in got}
+
+
+CUT_S = 0.05  # commit stamps are taken before the commit's WAL record is written: order may differ by this
+
+
+def test_a_stalled_archive_loses_every_write_after_its_last_archived_change(dr: Inventory, tmp_path: Path) -> None:
+    playbook = tmp_path / "pg-restore-archive-stalled.yaml"
+    playbook.write_text(Path("playbooks/dr/pg-restore-archive-stalled.yaml").read_text())
+    res, ev, _ = run(playbook, tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    (restore,) = ev["actions"]
+    assert restore["kind"] == "restore" and restore["ok"] is True, restore.get("answer")
+    cut, crash = ev["faults_injected"]
+    assert (cut["host"], cut["kind"], crash["host"], crash["kind"]) == ("bk1", "kill", "dr1", "crash")
+    # the archive was watched while the primary answered, and not while it was down
+    archive = ev["results"]["archive"]
+    assert archive["readings"] > archive["unread"] > 0, archive
+    # nothing written after the repository was cut off reached the archive: a segment is pushed once
+    # it is complete, and a push begun after the cut cannot connect (the last replayed commit is
+    # stamped by dr1's clock, put on the control clock with its offset)
+    dr1 = ev["clock_offsets"]["dr1"]
+    last = restore["last_commit_host_t"]
+    assert last is not None
+    assert last - dr1["offset_s"] <= cut["t_effect"] + dr1["uncertainty_s"] + cut["offset_uncertainty_s"]
+    # the loss the stall caused: writes were acknowledged after the last archived change
+    rpo = ev["results"]["rpo"]
+    assert rpo["lost_acknowledged"] > 0 and rpo["phantoms"] == 0 and rpo["undelivered"] == 0, rpo
+    # recounted with plain SQL: the restored server holds exactly the source's rows committed up to
+    # the last transaction it replayed (the source, restarted after the drill, lost nothing)
+    target = dr.clusters["pg-dr"].backup.restore_to  # type: ignore[union-attr]
+    restored = rows(dr.hosts[target.host].address, target.port, ev["run_id"])
+    source = rows(dr.hosts["dr1"].address, 5432, ev["run_id"], commit_ts=True, wait_s=90)
+    assert set(restored) <= set(source)
+    kept = {k for k, t in source.items() if t is not None and t <= last}
+    assert all(abs(source[k] - last) <= CUT_S for k in kept ^ set(restored)), sorted(kept ^ set(restored))[:5]
+    assert len(restored) == expected_rows(ev)

@@ -18,6 +18,12 @@ PITR = ROOT / "playbooks" / "dr" / "pg-restore-pitr.yaml"
 BASE = PITR.read_text()
 
 
+@pytest.mark.parametrize("path", sorted((ROOT / "playbooks" / "dr").glob("*.yaml")), ids=lambda p: p.name)
+def test_the_shipped_dr_playbooks_validate(path: Path) -> None:
+    pb = load_playbook(path, LAB).playbook
+    assert pb.name == path.stem and pb.cluster == "pg-dr" and pb.slo.rto_max == 60.0
+
+
 def test_the_shipped_restore_playbook_validates() -> None:
     pb = load_playbook(PITR, LAB).playbook
     kinds = [st.action.kind for st in pb.steps if st.action is not None]

@@ -119,3 +119,41 @@ def test_an_experiment_with_a_failed_cell_is_sealed_incomplete_with_the_cells_it
     assert failed == ["evidence.complete"]
     write_manifest(run_dir)
     assert verify(run_dir).problems == []
+
+
+def restore_drill(root: Path, started: float, rto: float | None, lost: int, ok: bool = True,
+                  cluster: str = "pg-dr") -> Path:
+    d = root / f"{int(started)}-pg-restore-pitr"
+    d.mkdir(parents=True)
+    (d / "run.json").write_text(json.dumps({
+        "schema_version": 3, "tool": {"version": "0.1.0"}, "playbook": {"content": {"name": "pg-restore-pitr"}},
+        "started": started, "cluster": {"name": cluster}, "run_id": f"r{int(started)}",
+        "results": {"verdict": ok, "faults": [],
+                    "rpo": {"lost_acknowledged": lost, "phantoms": 0,
+                            "pitr": {"missing_before_target": 0, "present_after_target": 0,
+                                     "data_reaches_s_before_disaster": 2.0}},
+                    "slo": {"rto_max": {"target": 30.0, "measured": rto, "ok": rto is not None and rto <= 30}},
+                    "restore": {"ok": ok, "host": "rs1", "target_utc": "2026-12-07 14:13:30.264958+00",
+                                "backup": "20261207-141319F", "restore_s": None if rto is None else rto - 2.0,
+                                "rto_s": rto}}}))
+    return d
+
+
+def test_the_dr_register_lists_each_clusters_last_restore_test(tmp_path: Path) -> None:
+    root = tmp_path / "reports"
+    restore_drill(root, 2000.0, 40.0, 900)  # the last one, and its objective missed
+    restore_drill(root, 1000.0, 6.0, 800)
+    drill(root, "pg-kill-primary", 3000.0, True, 10.0, 0, cluster="pg-dr")  # no restore: not in the register
+    data = history(root)
+    (entry,) = data["dr_register"].values()
+    last = entry["last_restore_test"]
+    assert (last["started"], last["rto_s"], last["restore_s"], last["lost_acknowledged"]) == (2000.0, 40.0, 38.0, 900)
+    assert last["objectives"] == {"rto_max": {"target": 30.0, "measured": 40.0, "ok": False}}
+    assert [r["started"] for r in entry["restore_tests"]] == [2000.0, 1000.0]
+    assert entry["last_region_failover"] is None and list(data["dr_register"]) == ["pg-dr"]
+    write_history(data, tmp_path / "h")
+    html = (tmp_path / "h" / "dr-register.html").read_text()
+    assert "rto_max 30.0: measured 40.0, NOT met" in html and "2026-12-07 14:13:30.264958+00" in html
+    res = subprocess.run([sys.executable, "-m", "chaoskit.cli", "history", str(root)], capture_output=True,
+                         text=True, timeout=60, env={"COLUMNS": "300", "PATH": "/usr/bin:/bin"})
+    assert res.returncode == 0 and "DR-test register" in res.stdout, res.stderr

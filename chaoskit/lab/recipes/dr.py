@@ -184,8 +184,10 @@ def build(b: Build) -> None:
             log=h.dir / "pgbackrest-server.out", user="postgres"), h.dir / "pgbackrest.pid")
     b.launch(f"{SOURCE.name}/patroni", daemons.patroni_setup(
         SOURCE, b.spec.jump_host, b.flavour, b.secrets["pg_superuser"], b.secrets["pg_replication"], scope=SCOPE,
+        # commit timestamps kept: a test recounts which rows a restore must hold by their commit time
         parameters={"archive_mode": "on", "archive_command": archive_command(),
-                    "archive_timeout": f"{ARCHIVE_TIMEOUT_S}s"}), Paths.patroni_pid(SOURCE))
+                    "archive_timeout": f"{ARCHIVE_TIMEOUT_S}s", "track_commit_timestamp": "on"}),
+        Paths.patroni_pid(SOURCE))
     for h in (REPO, SOURCE):
         wait_tcp(h.address, TLS_PORT, b.deadline, f"pgBackRest's TLS server on {h.name}")
     b.wait(lambda: _leader(b.spec), f"the DR Patroni cluster (logs under {SOURCE.dir})")
