@@ -108,7 +108,8 @@ def test_a_stalled_archive_loses_every_write_after_its_last_archived_change(dr: 
     playbook.write_text(Path("playbooks/dr/pg-restore-archive-stalled.yaml").read_text())
     res, ev, _ = run(playbook, tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
-    (restore,) = ev["actions"]
+    backup, restore = ev["actions"]
+    assert (backup["kind"], backup["ok"]) == ("backup", True), backup.get("answer")
     assert restore["kind"] == "restore" and restore["ok"] is True, restore.get("answer")
     cut, crash = ev["faults_injected"]
     assert (cut["host"], cut["kind"], crash["host"], crash["kind"]) == ("bk1", "kill", "dr1", "crash")
