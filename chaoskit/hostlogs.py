@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from chaoskit.ha.base import HAManager
     from chaoskit.inventory.fanout import RemotePool
     from chaoskit.inventory.models import Cluster, Host
+    from chaoskit.inventory.remote import Remote
 
 DEFAULT_LIMIT = 256 * 1024
 REDACTED = "[redacted]"
@@ -111,6 +112,28 @@ def known_secrets(cluster: Cluster) -> list[str]:
     return values
 
 
+def file_position(remote: Remote, path: str) -> tuple[int, str] | str:
+    """A host file's size and inode (what a later read starts from, and whether it was rotated
+    meanwhile), or why they could not be read."""
+    res = remote.shell(f"stat -L -c '%s %i' -- {shlex.quote(path)}", check=False)
+    parts = res.stdout.split()
+    if res.exited != 0 or len(parts) != 2 or not parts[0].isdigit():
+        return (res.stderr.strip() or res.stdout.strip() or f"stat exited {res.exited}")[:200]
+    return int(parts[0]), parts[1]
+
+
+def read_from(remote: Remote, path: str, offset: int, length: int) -> bytes:
+    """`length` bytes of a host file from `offset` (both computed here), base64 so any byte survives
+    the shell."""
+    import base64
+
+    cmd = f"tail -c +{offset + 1} -- {shlex.quote(path)} | head -c {length} | base64 -w0"
+    res = remote.shell(cmd, timeout=60, check=False)
+    if res.exited != 0:
+        raise OSError(res.stderr.strip()[:200] or f"read exited {res.exited}")
+    return base64.b64decode(res.stdout.strip() or b"")
+
+
 @dataclass
 class LogWindow:
     """Marks every file's position at the start of a run and fetches what was appended by its end."""
@@ -123,13 +146,11 @@ class LogWindow:
     problems: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def _stat(self, src: LogSource) -> tuple[int, str] | None:
-        res = self.pool.get(src.host).shell(f"stat -L -c '%s %i' -- {shlex.quote(src.path)}", check=False)
-        parts = res.stdout.split()
-        if res.exited != 0 or len(parts) != 2 or not parts[0].isdigit():
-            self.problems[(src.host, src.label)] = (res.stderr.strip() or res.stdout.strip() or
-                                                    f"stat exited {res.exited}")[:200]
+        got = file_position(self.pool.get(src.host), src.path)
+        if isinstance(got, str):
+            self.problems[(src.host, src.label)] = got
             return None
-        return int(parts[0]), parts[1]
+        return got
 
     def mark(self) -> None:
         for src in self.files:
@@ -142,14 +163,7 @@ class LogWindow:
                 self.start[(src.host, src.label)] = got
 
     def _read(self, src: LogSource, offset: int, length: int) -> bytes:
-        """`length` bytes from `offset` (both computed here), base64 so any byte survives the shell."""
-        import base64
-
-        cmd = (f"tail -c +{offset + 1} -- {shlex.quote(src.path)} | head -c {length} | base64 -w0")
-        res = self.pool.get(src.host).shell(cmd, timeout=60, check=False)
-        if res.exited != 0:
-            raise OSError(res.stderr.strip()[:200] or f"read exited {res.exited}")
-        return base64.b64decode(res.stdout.strip() or b"")
+        return read_from(self.pool.get(src.host), src.path, offset, length)
 
     def collect(self, write: Any = None) -> list[dict[str, Any]]:
         """One record per file (host, label, path, the window in bytes, what was kept); `write(name,

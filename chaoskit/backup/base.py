@@ -15,7 +15,6 @@ words, never a string a value could end.
 from __future__ import annotations
 
 import re
-import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from typing import Any, ClassVar
 
 from chaoskit.faults import journal
 from chaoskit.faults.hostscript import FaultScripts, HostFacts, process_files
+from chaoskit.hostlogs import file_position, read_from
 from chaoskit.inventory.clock import ClockOffset
 from chaoskit.inventory.models import BackupConfig, Cluster, Inventory, Member, RestoreTarget
 from chaoskit.inventory.remote import Remote
@@ -176,18 +176,7 @@ def _server_script(remote_root: str, target: RestoreTarget, inventory: Inventory
     return journal.oneshot_script(scripts, body, root=remote_root)
 
 
-def log_size(remote: Remote, path: str) -> int:
-    res = remote.shell(f"stat -c %s -- {shlex.quote(path)} 2>/dev/null || echo 0", check=False, timeout=30)
-    try:
-        return int(res.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return 0
-
-
-def log_since(remote: Remote, path: str, offset: int, limit: int = 4 << 20) -> str:
-    res = remote.shell(f"tail -c +{offset + 1} -- {shlex.quote(path)} 2>/dev/null | head -c {limit}", check=False,
-                       timeout=60)
-    return res.stdout
+LOG_LIMIT = 4 << 20  # of the restored server's log read after its start
 
 
 def restore(tool: BackupTool, target_t: float | None, *, answers: Callable[[], bool], now: Callable[[], float],
@@ -199,8 +188,7 @@ def restore(tool: BackupTool, target_t: float | None, *, answers: Callable[[], b
     assert target is not None
     remote = tool.remote(target.host)
     offset = tool.offset(target.host)
-    record: dict[str, Any] = {"kind": "restore", "t_sent": now(), "member": target.host,
-                              "target": None if target_t is None else {"t": target_t, "utc": utc_text(target_t)}}
+    record: dict[str, Any] = {"kind": "restore", "t_sent": now(), "member": target.host}
     marks: list[Mark] = []
 
     def fail(why: str) -> dict[str, Any]:
@@ -215,7 +203,9 @@ def restore(tool: BackupTool, target_t: float | None, *, answers: Callable[[], b
     record["tool"] = files.facts
     if not files.ok:
         return fail(f"{tool.NAME} restore failed: {files.answer}")
-    log_from = log_size(remote, target.log) if target.log else 0
+    # where the log ends before the start (a log not there yet: from its beginning)
+    at = file_position(remote, target.log) if target.log else 0
+    log_from = at[0] if isinstance(at, tuple) else 0
     t_start = now()
     marks.append(Mark("start_sent", t_start, "chaoskit"))
     started = remote.shell(_server_script(journal_root, target, tool.inventory, START_SERVER), check=False,
@@ -229,7 +219,10 @@ def restore(tool: BackupTool, target_t: float | None, *, answers: Callable[[], b
         sleep(0.1)
     marks.append(Mark("answering", now(), "chaoskit"))
     if target.log:
-        text = log_since(remote, target.log, log_from)
+        try:
+            text = read_from(remote, target.log, log_from, LOG_LIMIT).decode("utf-8", errors="replace")
+        except OSError as exc:  # the restore stands; its server's phases are then unknown, and said
+            text, record["log_error"] = "", str(exc)
         marks += tool.server_marks(text, offset)
         record["last_commit_host_t"] = tool.last_commit(text)
         record["log_lines"] = text.splitlines()[-60:]

@@ -5,6 +5,7 @@ lab (tests/unit/data/dr)."""
 
 from __future__ import annotations
 
+import base64
 import re
 import shlex
 from pathlib import Path
@@ -36,8 +37,9 @@ def scripted(restore_exit: int = 0) -> ScriptedRemote:
     rs1.on(re.compile("^runuser "), Reply(restore_exit, (DATA / "pgbackrest-restore.log").read_text()
                                           if restore_exit == 0 else "",
                                           "ERROR: [075]: no backup set found" if restore_exit else ""))
-    rs1.on(re.compile("^stat -c %s "), Reply(0, "4096\n"))
-    rs1.on(re.compile("^tail -c [+]4097 "), Reply(0, (DATA / "postgres-restored.log").read_text()))
+    rs1.on(re.compile("^stat -L -c '%s %i' "), Reply(0, "4096 1234\n"))  # the log's size before the start
+    rs1.on(re.compile("^tail -c [+]4097 "), Reply(0, base64.b64encode((DATA / "postgres-restored.log").read_bytes())
+                                                  .decode()))
     return rs1
 
 
