@@ -33,8 +33,7 @@ ANSWER_TIMEOUT_S = 2.0  # one try to connect to the restored server as a writer
 def restored_target(inputs: DrillInputs) -> Cluster | None:
     """The restored server as a cluster of one, where the playbook restores (else None)."""
     declared = inputs.inventory.clusters[inputs.playbook.cluster]
-    restores = [st for st in inputs.playbook.steps if st.action is not None and st.action.kind == "restore"]
-    if not restores or declared.backup is None or declared.backup.restore_to is None:
+    if not inputs.playbook.actions("restore") or declared.backup is None or declared.backup.restore_to is None:
         return None
     return restored_cluster(declared, declared.backup.restore_to)
 

@@ -333,8 +333,7 @@ class Drill:
         """After the heal, the load keeps running until the cluster has recovered (`recovery`);
         skipped when the drill aborted: the operator wants out."""
         yield
-        if restored_target(self.inputs) is not None or any(
-                st.action is not None and st.action.kind == "drop_table" for st in self.pb.steps):
+        if restored_target(self.inputs) is not None or self.pb.actions("drop_table"):
             # the source lost its table for good: what recovers is the restored copy (its phases)
             self.record.event("recovery_wait_skipped", self.clock.now(),
                               reason="a disaster-recovery drill: the restore is the recovery (see its phases)")
@@ -389,7 +388,7 @@ class Drill:
                     self.progress(self.record, self.probe.log.current_roles() if self.probe else {}, window)
 
             steps = Steps(self.inputs, self.record, self.fm, self.ha, self.recorder, self.clock, self._probe_events())
-            if any(st.action is not None and st.action.kind in DR_ACTIONS for st in self.pb.steps):
+            if self.pb.actions(*DR_ACTIONS):
                 assert self.driver is not None
                 steps.dr = DrActions(self.inputs, self.fm, self.driver, self.clock, steps.step_instant)
             steps.run(look)

@@ -96,7 +96,8 @@ def _dr_action(pb: Playbook, i: int, cl: Cluster, doc: object) -> None:
                                          f"{'/'.join(sorted(tool.ENGINES))}, not {cl.engine}")
     if action.kind == "backup" and action.type not in tool.TYPES:
         raise doc.error((*path, "type"), f"{tool.NAME} takes {', '.join(tool.TYPES)} backups")  # type: ignore[attr-defined]
-    if action.kind == "drop_table" and (pb.load.workload_name != "ledger" or not pb.load.builtin_clients):
+    ledger = pb.load.workload_name == "ledger" and pb.load.builtin_clients  # whose rows a restore is judged by
+    if action.kind == "drop_table" and not ledger:
         raise doc.error((*path, "kind"), "drop_table drops the ledger workload's own table: the load's "  # type: ignore[attr-defined]
                                          "workload must be ledger (whose rows the restore is judged by)")
     if action.kind != "restore":
@@ -104,10 +105,10 @@ def _dr_action(pb: Playbook, i: int, cl: Cluster, doc: object) -> None:
     if cl.backup.restore_to is None:
         raise doc.error((*path, "kind"), f"restore needs backup.restore_to in the inventory (cluster {cl.name}): "  # type: ignore[attr-defined]
                                          "a host of no cluster to restore on")
-    if sum(1 for st in pb.steps if st.action is not None and st.action.kind == "restore") > 1:
+    if len(pb.actions("restore")) > 1:
         raise doc.error((*path, "kind"), "one restore per drill: the restored server is what the data is "  # type: ignore[attr-defined]
                                          "judged on after the run")
-    if pb.load.workload_name != "ledger" or not pb.load.builtin_clients:
+    if not ledger:
         raise doc.error((*path, "kind"), "a restore is judged on the ledger workload's rows: the load's "  # type: ignore[attr-defined]
                                          "workload must be ledger")
     to = action.to

@@ -641,3 +641,7 @@ class Playbook(Frozen):
             if duration is not None and end > duration:
                 raise ValueError(f"steps[{i}] ends at {end:g}s, after the drill's duration ({duration:g}s)")
         return value
+
+    def actions(self, *kinds: str) -> list[Action]:
+        """The steps' actions of these kinds, in step order."""
+        return [st.action for st in self.steps if st.action is not None and st.action.kind in kinds]
