@@ -20,7 +20,7 @@ from chaoskit.analysis.failover import (
     fault_gaps,
     role_at,
 )
-from chaoskit.analysis.restore import DISASTERS, archive_figures, restore_figures
+from chaoskit.analysis.restore import archive_figures, disaster_action, restore_figures
 from chaoskit.analysis.verdict import checked, merge
 from chaoskit.db.base import Driver
 from chaoskit.db.registry import driver_for
@@ -191,7 +191,9 @@ def restore_judging(actions: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def disaster_instant(actions: list[dict[str, Any]]) -> float | None:
-    return next((float(a["t_sent"]) for a in actions if a.get("kind") in DISASTERS and a.get("t_sent")), None)
+    """When the run's disaster action was sent (None without one)."""
+    drop = disaster_action(actions)
+    return float(drop["t_sent"]) if drop is not None and drop.get("t_sent") else None
 
 
 def _recovered(outage_faults: list[dict[str, Any]], faults: list[dict[str, Any]]) -> float | None:

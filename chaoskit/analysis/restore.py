@@ -20,12 +20,17 @@ from typing import Any
 DISASTERS = ("drop_table",)
 
 
+def disaster_action(actions: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The run's first disaster action (`drop_table`), if it has one."""
+    return next((a for a in actions if a.get("kind") in DISASTERS), None)
+
+
 def disaster_of(restore: dict[str, Any], actions: list[dict[str, Any]], faults: list[dict[str, Any]],
                 members: set[str]) -> dict[str, Any] | None:
     """What the restore recovers from: the first disaster action (`drop_table`), else the last fault
     on a member of the cluster that took effect before the restore was sent (a crash of the
     primary); its instant as `t_sent` (an action's) or `t_effect` (a fault's)."""
-    drop = next((a for a in actions if a.get("kind") in DISASTERS), None)
+    drop = disaster_action(actions)
     if drop is not None:
         return {"kind": drop["kind"], "t": drop.get("t_sent")}
     before = [f for f in faults if f.get("host") in members and f.get("t_effect") is not None
@@ -40,7 +45,7 @@ def restore_figures(actions: list[dict[str, Any]], faults: list[dict[str, Any]] 
     if restore is None:
         return None
     disaster = disaster_of(restore, actions, faults or [], members or set())
-    drop = next((a for a in actions if a.get("kind") in DISASTERS), None)
+    drop = disaster_action(actions)
     backups = [a for a in actions if a.get("kind") == "backup"]
     marks = {m["name"]: m["t"] for m in restore.get("marks") or []}
     answering = marks.get("answering") if restore.get("ok") else None

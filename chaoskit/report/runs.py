@@ -125,13 +125,13 @@ def history(root: Path) -> dict[str, Any]:
             restores.append(_restore_test(run_dir, ev, state))
         entry["runs"].append({
             "run": run_dir.name, "run_id": ev.get("run_id"), "started": ev.get("started"),
-            "verdict": "refused" if ev.get("refused") else "incomplete" if ev.get("incomplete") else res.get("verdict"),
+            "verdict": listed_verdict(ev),
             "rto_all_clients_s": worst_over_outages(res, "rto_all_clients_s"),
             "lost": (res.get("rpo") or {}).get("lost_acknowledged"), "evidence": state,
             "copies": [c[0].name for c in copies], "copies_evidence": {c[0].name: c[2] for c in copies},
             "not_verified": [d[0].name for d in dirs if d[2] != "intact"]})
     for entry in groups.values():
-        runs = sorted(entry["runs"], key=lambda r: r["started"] if isinstance(r["started"], int | float) else 0)
+        runs = sorted(entry["runs"], key=started_key)
         entry["runs"] = runs
         entry["last_drilled"] = runs[-1]["started"]
         entry["last_verdict"] = runs[-1]["verdict"]
@@ -140,6 +140,18 @@ def history(root: Path) -> dict[str, Any]:
         entry["not_verified"] = [name for r in runs for name in r.pop("not_verified")]
     return {"root": str(root), "generated": time.time(), "playbooks": dict(sorted(groups.items())),
             "dr_register": dr_register(restores)}
+
+
+def listed_verdict(ev: dict[str, Any]) -> Any:
+    """A run's verdict as history lists it: refused and incomplete runs say so."""
+    if ev.get("refused"):
+        return "refused"
+    return "incomplete" if ev.get("incomplete") else (ev.get("results") or {}).get("verdict")
+
+
+def started_key(run: dict[str, Any]) -> float:
+    """A listed run's start, for ordering (one without a number first)."""
+    return run["started"] if isinstance(run["started"], int | float) else 0
 
 
 def _restore_test(run_dir: Path, ev: dict[str, Any], state: str) -> dict[str, Any]:
@@ -159,7 +171,7 @@ def _restore_test(run_dir: Path, ev: dict[str, Any], state: str) -> dict[str, An
             "data_reaches_s_before_disaster": pitr.get("data_reaches_s_before_disaster"),
             "objectives": {name: {"target": o.get("target"), "measured": o.get("measured"), "ok": o.get("ok")}
                            for name, o in slo.items() if name in ("rto_max", "rpo_max_writes")},
-            "verdict": "refused" if ev.get("refused") else "incomplete" if ev.get("incomplete") else res.get("verdict"),
+            "verdict": listed_verdict(ev),
             "evidence": state}
 
 
@@ -167,7 +179,7 @@ def dr_register(restores: list[dict[str, Any]]) -> dict[str, Any]:
     """Per cluster: its last restore test and every one before it (newest first), and its last region
     failover (none recorded yet: chaoskit drills no standby cluster so far)."""
     out: dict[str, Any] = {}
-    for r in sorted(restores, key=lambda r: r["started"] if isinstance(r["started"], int | float) else 0,
+    for r in sorted(restores, key=started_key,
                     reverse=True):
         entry = out.setdefault(str(r["cluster"]), {"last_restore_test": r, "restore_tests": [],
                                                    "last_region_failover": None})

@@ -16,14 +16,11 @@ from chaoskit.report.vocabulary import (
     group_maker,
     label,
     restore_lines,
+    seconds,
     shown,
     slo_sentence,
     verdict_word,
 )
-
-
-def seconds(v: float | None) -> str:
-    return "—" if v is None else f"{v:.2f} s"
 
 
 def slo_line(name: str, s: dict[str, Any]) -> str:
@@ -116,8 +113,9 @@ def print_drill_summary(out: Console, ev: dict[str, Any], run_dir: Path) -> None
                   f"{r['phantoms']:,} phantoms", highlight=False, markup=False)
     for line in restore_lines(res.get("restore"), (res.get("rpo") or {}).get("pitr")):
         out.print(line, highlight=False, markup=False)
-    if archive_line(res.get("archive")):
-        out.print(archive_line(res.get("archive")), highlight=False, markup=False)
+    archive = archive_line(res.get("archive"))
+    if archive:
+        out.print(archive, highlight=False, markup=False)
     for name, c in (res.get("checks") or {}).items():
         if name != "rpo":
             out.print(f"check {name}: {verdict_word(c.get('valid'))}", highlight=False, markup=False)

@@ -175,12 +175,14 @@ PHASE_WORDS = {"fetch_and_restore_files": "fetch and restore files", "start": "s
                "replay": "WAL replay", "open": "end of recovery to open", "answering": "open to taking a write"}
 
 
+def seconds(v: float | None) -> str:
+    return "—" if v is None else f"{v:.2f} s"
+
+
 def restore_lines(r: dict[str, Any] | None, pitr: dict[str, Any] | None = None) -> list[str]:
     """A restore drill's figures in sentences (`results.restore`, and the rpo check's `pitr`)."""
     if not r:
         return []
-    def s(v: Any) -> str:
-        return "—" if v is None else f"{v:.2f} s"
     said = r.get("target_said")
     to = (f"{r['target_utc']}" + (f" ({said['before']:g} s before steps[{said['step']}])"
                                         if isinstance(said, dict) and said.get("step") is not None else "")
@@ -188,7 +190,7 @@ def restore_lines(r: dict[str, Any] | None, pitr: dict[str, Any] | None = None) 
     if not r.get("ok"):
         return [f"restore on {r.get('host')} to {to}: FAILED: {r.get('answer')}"]
     out = [f"restore on {r.get('host')} to {to} from backup {r.get('backup') or '—'}: taking writes after "
-           f"{s(r.get('restore_s'))}; restore RTO {s(r.get('rto_s'))} from the disaster"]
+           f"{seconds(r.get('restore_s'))}; restore RTO {seconds(r.get('rto_s'))} from the disaster"]
     if r.get("phases"):
         out.append("  phases: " + ", ".join(f"{PHASE_WORDS.get(p['phase'], p['phase'])} {p['seconds']:.2f} s"
                                            for p in r["phases"]))
