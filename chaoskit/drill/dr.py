@@ -133,7 +133,8 @@ class DrActions:
         if action.flush_archive:
             said = self.tool.flush_archive()
             flushed = {"ok": said.ok, "answer": said.answer[-400:], "t": self.clock.now()}
-        target = restored_cluster(self.declared, self.declared.backup.restore_to)  # type: ignore[union-attr, arg-type]
+        target = restored_target(self.inputs)
+        assert target is not None  # validated: a restore needs backup.restore_to
         probe = driver_for(target, self.inputs.inventory).tuned(connect_timeout=ANSWER_TIMEOUT_S,
                                                                 op_timeout=ANSWER_TIMEOUT_S)
 
@@ -151,7 +152,8 @@ class DrActions:
         # a write is placed against it within that clock's uncertainty
         primary = self._primary_host() if target_t is not None else None
         offset = self.fm.offset(primary) if primary is not None else None
-        sent_t = None if target_t is None else target_t + (offset.offset_s if offset is not None else 0.0)
+        shift = offset.offset_s if offset is not None else 0.0  # control clock -> the primary's
+        sent_t = None if target_t is None else target_t + shift
         try:
             record = restore(self.tool, sent_t, answers=answers, now=self.clock.now, sleep=self.clock.sleep,
                              journal_root=self.fm.journal_root)
@@ -161,7 +163,7 @@ class DrActions:
         record["t_sent"] = t_sent
         record["flush_archive"] = flushed
         if record.get("last_commit_host_t") is not None:  # a stamp of the primary's clock
-            record["last_commit_t"] = record["last_commit_host_t"] - (offset.offset_s if offset is not None else 0.0)
+            record["last_commit_t"] = record["last_commit_host_t"] - shift
         if target_t is not None and sent_t is not None:
             record["target"] = {"t": target_t, "utc": utc_text(target_t), "sent_utc": utc_text(sent_t),
                                 "primary": primary, "primary_offset_s": offset.offset_s if offset else None,
