@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from refusal import assert_refused
 
 from chaoskit.errors import InputError
 from chaoskit.inventory import load_inventory
@@ -55,14 +56,7 @@ def test_restore_refusals(tmp_path: Path, old: str, new: str, at_line_of: str, f
     text = BASE.replace(old, new, 1)
     if "workload: bank" in text:
         text = text.replace("checks: [rpo]", "checks: [bank]")
-    line = next(i for i, ln in enumerate(text.splitlines(), 1) if at_line_of in ln)
-    path = tmp_path / "pb.yaml"
-    path.write_text(text)
-    with pytest.raises(InputError) as info:
-        load_playbook(path, LAB)
-    err = info.value
-    assert (err.source, err.line, err.field) == (str(path), line, field), err.one_line()
-    assert message in err.detail, err.one_line()
+    assert_refused(tmp_path / "pb.yaml", text, at_line_of, field, message, lambda path: load_playbook(path, LAB))
 
 
 def test_two_restores_are_refused(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from refusal import assert_refused
 
 from chaoskit.errors import InputError
 from chaoskit.inventory import load_inventory
@@ -74,15 +75,8 @@ def test_shipped_playbooks_validate(path: Path) -> None:
 def test_errors_name_file_line_field(tmp_path: Path, old: str, new: str, at_line_of: str, field: str,
                                      message: str) -> None:
     assert old in BASE
-    text = BASE.replace(old, new, 1)
-    line = next(i for i, ln in enumerate(text.splitlines(), 1) if at_line_of in ln)  # where the user looks
-    path = tmp_path / "pb.yaml"
-    path.write_text(text)
-    with pytest.raises(InputError) as info:
-        load_playbook(path, LAB)
-    err = info.value
-    assert (err.source, err.line, err.field) == (str(path), line, field), err.one_line()
-    assert message in err.detail, err.one_line()
+    assert_refused(tmp_path / "pb.yaml", BASE.replace(old, new, 1), at_line_of, field, message,
+                   lambda path: load_playbook(path, LAB))
 
 
 @pytest.mark.parametrize(("workload", "checks"), [
