@@ -65,13 +65,19 @@ def _files_by_full_path(data: dict[str, Any], base: Path) -> None:
                     group[tool][key] = str(base / value)
 
 
-def run(playbook: Path, tmp: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], Path]:
+def run(playbook: Path, tmp: Path, *, refusal: bool = False
+        ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], Path]:
+    """The drill run with the chaoskit command; its result, run.json and run directory. Every drill
+    here starts on a healed lab (conftest's lab_reset): a refusal fails the test with its reason,
+    unless the test drills one (`refusal`)."""
     out = tmp / "runs"
     res = subprocess.run(["chaoskit", "run", str(playbook), "-i", INV, "--out", str(out), *LEAN],
                          capture_output=True, text=True, timeout=400)
     dirs = sorted(out.glob("*"))
     assert dirs, res.stdout + res.stderr
-    return res, json.loads((dirs[-1] / "run.json").read_text()), dirs[-1]
+    ev = json.loads((dirs[-1] / "run.json").read_text())
+    assert refusal or ev.get("refused") is None, f"the drill was refused: {ev['refused']}\n{res.stderr[-3000:]}"
+    return res, ev, dirs[-1]
 
 
 def rows_on(lab: Inventory, cluster: str, host: str, run_id: str, user: str, secret: str) -> int:

@@ -80,20 +80,24 @@ def test_a_point_in_time_restore_brings_back_exactly_what_came_before_its_target
 
 
 def rows(host: str, port: int, run_id: str, *, commit_ts: bool = False, wait_s: float = 0.0) -> dict:
-    """(worker, seq) -> commit time (or None) of this run's ledger rows on a server."""
+    """(worker, seq) -> commit time (or None) of this run's ledger rows on a server. With `wait_s`,
+    a server that is not yet a writable primary, or that ends the session (Patroni restarting a
+    crashed primary stops the PostgreSQL it started for crash recovery), is asked again."""
     deadline = time.monotonic() + wait_s
+    what = "extract(epoch FROM pg_xact_commit_timestamp(xmin))" if commit_ts else "NULL"
     while True:
         try:
-            conn = psycopg.connect(host=host, port=port, user="postgres", dbname="postgres",
-                                   password=(SECRETS / "pg_superuser").read_text().strip(), connect_timeout=3)
+            with psycopg.connect(host=host, port=port, user="postgres", dbname="postgres",
+                                 password=(SECRETS / "pg_superuser").read_text().strip(), connect_timeout=3) as conn:
+                if wait_s and conn.execute("SELECT pg_is_in_recovery()").fetchone() != (False,):
+                    raise psycopg.OperationalError("still in recovery")
+                got = conn.execute(f"SELECT worker, seq, {what} FROM chaoskit_ledger WHERE run_id = %s",
+                                   (run_id,)).fetchall()
             break
         except psycopg.OperationalError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(1)
-    with conn:
-        what = "extract(epoch FROM pg_xact_commit_timestamp(xmin))" if commit_ts else "NULL"
-        got = conn.execute(f"SELECT worker, seq, {what} FROM chaoskit_ledger WHERE run_id = %s", (run_id,)).fetchall()
     return {(int(w), int(s)): (float(t) if t is not None else None) for w, s, t in got}
 
 

@@ -451,7 +451,7 @@ def test_a_full_disk_on_the_root_filesystem_is_refused_before_the_drill(lab: Inv
     data["checks"] = ["rpo", "split_brain"]
     data["steps"][0]["fault"]["target"] = "dcs1"
     pb.write_text(yaml.safe_dump(data, sort_keys=False))
-    res, ev, _ = run(pb, tmp_path)
+    res, ev, _ = run(pb, tmp_path, refusal=True)
     assert res.returncode != 0
     assert ev["refused"].startswith("steps[0] (disk_full) on dcs1: ") and "root filesystem" in ev["refused"]
     assert not ev.get("faults_injected") and not list(Path("/var/lib/chaoskit/faults/dcs1").glob("*.json"))

@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import drillrun
 import pytest
 import yaml
 from cleanload import CLEAN_WORKLOADS, runs_clean, sql_runs_clean
@@ -122,12 +123,8 @@ def shortened(src: str, tmp: Path, **changes: Any) -> Path:
 
 
 def run(playbook: Path, tmp: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    out = tmp / "runs"
-    res = subprocess.run(["chaoskit", "run", str(playbook), "-i", INV, "--out", str(out), *LEAN],
-                         capture_output=True, text=True, timeout=400)
-    dirs = sorted(out.glob("*"))
-    assert dirs, res.stdout + res.stderr
-    return res, json.loads((dirs[-1] / "run.json").read_text())
+    res, ev, _ = drillrun.run(playbook, tmp)
+    return res, ev
 
 
 def marks_in_order(f: dict[str, Any]) -> None:
