@@ -253,8 +253,9 @@ def test_repmgr_partition_is_split_brain_and_the_rewind_loses_what_the_old_prima
     rpo = ev["results"]["rpo"]
     assert rpo["lost_acknowledged"] > 0 and rpo["phantoms"] == 0
     (rejoin,) = ev["actions"]
-    assert rejoin["ok"] and rejoin["rewound"] is True
-    assert ev["results"]["checks"]["replica_convergence"]["valid"] is True
+    assert rejoin["ok"] and rejoin["rewound"] is True, rejoin
+    convergence = ev["results"]["checks"]["replica_convergence"]
+    assert convergence["valid"] is True, convergence
 
 
 def test_pgaf_partition_overlaps_roles_but_loses_nothing(stacks: Inventory, tmp_path: Path) -> None:
