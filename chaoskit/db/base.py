@@ -298,6 +298,11 @@ class Driver(ABC):
         engine's position is not sampled."""
         return None
 
+    @abstractmethod
+    def table_exists(self, conn: Any, table: str) -> bool:
+        """Whether the table (as the workload names it, schema-qualified or not) is on this server: a
+        restore to before the table was made, or a drill that dropped it, leaves none of its rows."""
+
     def component(self, conn: Any) -> str | None:
         """Which part of a multi-writer cluster this node is in (Galera: its view of the Primary
         Component); writers in one component are one database, in two they are split-brain.

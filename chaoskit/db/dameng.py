@@ -203,6 +203,12 @@ class DamengDriver(Driver):
         rows = self.query(conn, "SELECT CUR_LSN FROM V$RLOG")
         return str(rows[0][0]) if rows and rows[0][0] is not None else None
 
+    def table_exists(self, conn: Any, table: str) -> bool:
+        # an unquoted identifier is stored upper-cased; the schema is the user's own unless named
+        schema, _, name = table.upper().rpartition(".")
+        sql = self.q("SELECT COUNT(*) FROM ALL_TABLES WHERE OWNER = COALESCE(%s, USER) AND TABLE_NAME = %s")
+        return int(self.query(conn, sql, (schema or None, name))[0][0]) > 0
+
     def server_version(self, conn: Any) -> str:
         cur = conn.cursor()
         try:

@@ -277,6 +277,12 @@ class MySQLDriver(Driver):
                 raise
         return None
 
+    def table_exists(self, conn: Any, table: str) -> bool:
+        schema, _, name = table.rpartition(".")
+        sql = ("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = COALESCE(%s, DATABASE()) "
+               "AND table_name = %s")
+        return int(self.query(conn, sql, (schema or None, name))[0][0]) > 0
+
     def server_version(self, conn: Any) -> str:
         with conn.cursor() as cur:
             cur.execute("SELECT VERSION()")

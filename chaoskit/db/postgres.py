@@ -238,6 +238,10 @@ class PostgresDriver(Driver):
         row = conn.execute(f"SELECT {WRITABLE}, {POSITION}").fetchone()
         return ("primary" if row[0] else "replica"), (None if row[1] is None else str(row[1]))
 
+    def table_exists(self, conn: Any, table: str) -> bool:
+        # resolved as the unquoted name in a statement would be (search_path, case folded)
+        return int(self.query(conn, "SELECT (to_regclass(%s) IS NOT NULL)::int", (table,))[0][0]) == 1
+
     def server_version(self, conn: Any) -> str:
         return str(conn.execute("SHOW server_version").fetchone()[0])
 

@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from chaoskit.keyranges import KeyRanges
 from chaoskit.recorder import Recorder
 from chaoskit.workload.durability import lost_update_check, pitr_check, rpo_check
 
@@ -75,7 +76,9 @@ class LostWrites(Check):
 
     @classmethod
     def read(cls, workload: Any, conn: Any, before: Any) -> dict[str, Any]:
-        return {"rows": workload.present(conn)}
+        rows = workload.present(conn)
+        # no ledger table on the server (restored to before it was made, or dropped): none of the rows
+        return {"rows": KeyRanges(), "table_absent": True} if rows is None else {"rows": rows}
 
     @classmethod
     def judge(cls, truth: dict[str, Any] | None, j: Judging) -> dict[str, Any]:
@@ -86,9 +89,14 @@ class LostWrites(Check):
         # with several client groups the loss bound is judged per group (each kind of client is an
         # application of its own; see judge_group and the SLO); the totals still fail on phantoms
         if j.restored:  # the rows a restore brought back, judged against its target
-            return pitr_check(j.rec, truth["rows"], j.restore_target, j.restore_margin_s, j.t_fault,
-                              None if j.groups > 1 else j.max_lost)
-        return rpo_check(j.rec, truth["rows"], j.t_fault, None if j.groups > 1 else j.max_lost)
+            out = pitr_check(j.rec, truth["rows"], j.restore_target, j.restore_margin_s, j.t_fault,
+                             None if j.groups > 1 else j.max_lost)
+        else:
+            out = rpo_check(j.rec, truth["rows"], j.t_fault, None if j.groups > 1 else j.max_lost)
+        if truth.get("table_absent"):
+            out["table_absent"] = True
+            out["text"] = f"the ledger table is not on the server, so none of the run's writes is: {out['text']}"
+        return out
 
     @classmethod
     def judge_group(cls, truth: dict[str, Any] | None, j: Judging, workers: set[int], max_lost: int | None,

@@ -221,11 +221,14 @@ class KeyedRows(Workload):
             self._fill(conn, self.TABLE, "id, value, pad", ((i, 0, pad) for i in range(1, p.table_rows + 1)))
 
 
-def ledger_keys_present(driver: Driver, conn: Any, led: LedgerTable, run_id: str) -> KeyRanges:
+def ledger_keys_present(driver: Driver, conn: Any, led: LedgerTable, run_id: str) -> KeyRanges | None:
     """The (worker, sequence) keys of this run's rows in a ledger table (chaoskit's or the user's),
     as each worker's runs of consecutive numbers: the database finds the runs (a number minus its
     dense rank within its worker is the same along a run), so a day of writes comes back as a few
-    rows per worker, not one per write."""
+    rows per worker, not one per write. None: the server has no such table (a restore to before it
+    was made, a drill that dropped it), so none of the run's rows."""
+    if not driver.table_exists(conn, led.table):
+        return None
     w, s, run = led.worker_column, led.seq_column, led.run_column
     sql = driver.q(f"SELECT w, MIN(s), MAX(s) FROM (SELECT {w} AS w, {s} AS s, {s} - DENSE_RANK() OVER "
                    f"(PARTITION BY {w} ORDER BY {s}) AS g FROM {led.table} WHERE {run} = %s) ledger_runs GROUP BY w, g")

@@ -49,7 +49,11 @@ def ledger_acked_and_present(runner: LoadRunner, rec: Recorder) -> tuple[set, se
     """The ledger keys the recorder saw acknowledged, and those the writer holds now."""
     conn = runner.driver.connect_writer()
     try:
-        present = set(runner.workload.present(conn))  # type: ignore[attr-defined]  # ranges, read as keys
+        ranges = runner.workload.present(conn)  # type: ignore[attr-defined]
+        assert ranges is not None  # the ledger table is found (Driver.table_exists), and what is not is not
+        assert not runner.driver.table_exists(conn, "chaoskit_no_such_table")
+        assert not runner.driver.table_exists(conn, "no_such_schema.chaoskit_ledger")
+        present = set(ranges)  # ranges, read as keys
     finally:
         Driver.close_quietly(conn)
     acked = {(w, s) for w, r in rec.ledger_acknowledged().items() for lo, hi in r for s in range(lo, hi + 1)}

@@ -79,3 +79,22 @@ def test_a_bound_on_lost_writes_still_applies() -> None:
 def test_a_restore_to_the_latest_is_judged_as_a_plain_rpo() -> None:
     out = pitr_check(recorder(), {(1, 1)}, None, MARGIN, DISASTER, None)
     assert out["pitr"]["target"] is None and out["lost_acknowledged"] == 7
+
+
+class _NoLedgerTable:
+    """A workload whose server has no ledger table (restored to before it was made)."""
+
+    def present(self, conn: object) -> None:
+        return None
+
+
+def test_a_server_without_the_ledger_table_holds_none_of_the_runs_writes() -> None:
+    from chaoskit.workload.checks import Judging, LostWrites
+
+    truth = LostWrites.read(_NoLedgerTable(), None, None)
+    j = Judging(recorder(), DISASTER, None, 1, None, restored=True, restore_target=TARGET, restore_margin_s=MARGIN)
+    out = LostWrites.judge(truth, j)
+    # every acknowledged write is lost (8: w1 seq1-5, w2 seq1-3), the 4 before the target among them
+    assert (out["acknowledged"], out["lost_acknowledged"], out["phantoms"]) == (8, 8, 0)
+    assert out["pitr"]["missing_before_target"] == 4 and out["valid"] is False
+    assert out["table_absent"] is True and out["text"].startswith("the ledger table is not on the server")

@@ -41,7 +41,7 @@ class Ledger(Workload):
         yield Stmt(self._insert, (self.run_id, ctx.worker, ctx.seq, stamp.now(), self._payload))
         return "write"
 
-    def present(self, conn: Any) -> KeyRanges:
+    def present(self, conn: Any) -> KeyRanges | None:
         return ledger_keys_present(self.driver, conn, self.LEDGER, self.run_id)
 
     def member_digest(self, conn: Any) -> tuple[int, int]:

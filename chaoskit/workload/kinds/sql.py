@@ -89,7 +89,7 @@ class UserSql(Workload):
             yield stmt._replace(params=tuple(values[name] for name in names)) if names else stmt
         return ctx.kind
 
-    def present(self, conn: Any) -> KeyRanges:
+    def present(self, conn: Any) -> KeyRanges | None:
         assert self.script.ledger is not None
         return ledger_keys_present(self.driver, conn, self.script.ledger, self.run_id)
 
