@@ -91,6 +91,22 @@ class DrActions:
         finally:
             Driver.close_quietly(conn)
 
+    def flush_archive(self) -> dict[str, Any]:
+        """The archive made to hold everything written so far, where the primary answers (one try
+        to connect, `ANSWER_TIMEOUT_S`): a primary that is gone has nothing more to give, and the
+        tool would wait its own timeout for it (pgBackRest: 60 s) before saying so."""
+        conn = None
+        try:
+            conn = self.driver.tuned(connect_timeout=ANSWER_TIMEOUT_S, op_timeout=ANSWER_TIMEOUT_S).connect_writer()
+        except Exception as exc:
+            return {"ok": False, "skipped": True, "t": self.clock.now(),
+                    "answer": f"not flushed: the primary did not answer ({self.driver.failure(exc)}); the restore "
+                              "reads the archive as it is"}
+        finally:
+            Driver.close_quietly(conn)
+        said = self.tool.flush_archive()
+        return {"ok": said.ok, "answer": said.answer[-400:], "t": self.clock.now()}
+
     def archive_view(self, conn: Any) -> dict[str, Any]:
         """The tool's archive view, its host-clock instants also on the control clock (the
         primary's host offset, as the drill measured it)."""
@@ -129,10 +145,7 @@ class DrActions:
         except RuntimeError as exc:
             return {"kind": "restore", "ok": False, "t_sent": t_sent, "t_answered": self.clock.now(),
                     "answer": str(exc)}
-        flushed: dict[str, Any] | None = None
-        if action.flush_archive:
-            said = self.tool.flush_archive()
-            flushed = {"ok": said.ok, "answer": said.answer[-400:], "t": self.clock.now()}
+        flushed = self.flush_archive() if action.flush_archive else None
         target = restored_target(self.inputs)
         assert target is not None  # validated: a restore needs backup.restore_to
         probe = driver_for(target, self.inputs.inventory).tuned(connect_timeout=ANSWER_TIMEOUT_S,

@@ -89,3 +89,37 @@ def test_a_server_that_does_not_stop_is_not_overwritten() -> None:
     record = run(rs1)
     assert record["ok"] is False and "did not stop" in record["answer"]
     assert len(rs1.calls) == 1
+
+
+def test_the_archive_is_flushed_only_where_the_primary_answers() -> None:
+    """A restore's flush_archive asks the primary first: one that is gone is not waited for (the
+    tool would wait its own timeout, 60 s with pgBackRest), and the record says why."""
+    from chaoskit.backup.base import ToolAnswer
+    from chaoskit.drill.dr import DrActions
+    from chaoskit.playbook.loader import load_playbook
+    from chaoskit.playbook.record import DrillInputs
+    from chaoskit.testing.fake_pg import FakePgDriver
+    from chaoskit.testing.fake_pg import Reply as SqlReply
+
+    loaded = load_playbook(ROOT / "playbooks" / "dr" / "pg-restore-archive-stalled.yaml", LAB)
+    inputs = DrillInputs(loaded.playbook, LAB, "pb.yaml", "lab.yaml", playbook_sha256=loaded.sha256)
+    flushes: list[str] = []
+
+    class Tool:
+        def flush_archive(self) -> ToolAnswer:
+            flushes.append("check")
+            return ToolAnswer(True, "INFO: check command end: completed successfully")
+
+    def actions(refuse: int) -> DrActions:
+        driver = FakePgDriver(lambda sql, params, n: SqlReply(), refuse=refuse)
+        dr = DrActions(inputs, None, driver, FakeClock(TARGET), lambda step: None)  # type: ignore[arg-type]
+        dr._tool = Tool()  # type: ignore[assignment]
+        return dr
+
+    gone = actions(refuse=1).flush_archive()
+    assert (gone["ok"], gone["skipped"], flushes) == (False, True, [])
+    assert gone["answer"].startswith("not flushed: the primary did not answer (")
+    assert "Connection refused" in gone["answer"]
+    there = actions(refuse=0).flush_archive()
+    assert there == {"ok": True, "answer": "INFO: check command end: completed successfully", "t": TARGET}
+    assert flushes == ["check"]
