@@ -140,9 +140,12 @@ class FaultManager:
         if REGISTRY[spec.kind].spec.family == "replication" and (member is None or member.db_socket is None):
             raise InputError(f"{host}: a {spec.kind} fault runs through the server's socket: give the member "
                              "db_socket in the inventory", source=self.inventory.source, field="db_socket")
-        if REGISTRY[spec.kind].spec.family == "disk" and (member is None or member.data_dir is None):
-            raise InputError(f"{host}: a {spec.kind} fault acts on a member's data directory: give the member "
-                             "data_dir in the inventory", source=self.inventory.source, field="data_dir")
+        # a disk fault's directory: a member's data, or a backup repository's (a full repository)
+        data_dir = member.data_dir if member is not None else self.inventory.repository_dir(host)
+        if REGISTRY[spec.kind].spec.family == "disk" and data_dir is None:
+            raise InputError(f"{host}: a {spec.kind} fault acts on a member's data directory or a backup repository: "
+                             "give the member data_dir, or the cluster's backup.repository path, in the inventory",
+                             source=self.inventory.source, field="data_dir")
         peers: list[str] = []
         for peer in spec.peers_wanted:
             if peer == CONTROL:
@@ -163,7 +166,7 @@ class FaultManager:
                          systemd=bool(caps and caps.systemd), peer_addresses=tuple(dict.fromkeys(peers)),
                          peer_control=CONTROL in spec.peers_wanted,
                          exempt=self._jump_exempt(host), db_socket=member.db_socket if member else None,
-                         data_dir=member.data_dir if member else None, wal_dir=member.wal_dir if member else None)
+                         data_dir=data_dir, wal_dir=member.wal_dir if member else None)
 
     def _control_addresses(self, host: str) -> list[str]:
         """The control node's addresses known here: the head of a Ray cluster chaoskit runs on it

@@ -174,6 +174,9 @@ class BackupRepository(Frozen):
     host: Name
     config: SafePath | None = None
     os_user: PosixUser = "postgres"  # who owns the repository and runs the tool there
+    # the repository's directory there (pgBackRest's repo1-path): a disk fault on the repository
+    # host acts on its filesystem (a full repository)
+    path: SafePath | None = None
 
 
 class RestoreTarget(Frozen):
@@ -503,6 +506,11 @@ class Inventory(Frozen):
                 if member.host == host:
                     out.update(member.processes)
         return out
+
+    def repository_dir(self, host: str) -> str | None:
+        """The backup repository directory a cluster's `backup.repository` declares on this host."""
+        return next((c.backup.repository.path for c in self.clusters.values() if c.backup is not None
+                     and c.backup.repository.host == host and c.backup.repository.path is not None), None)
 
     def hosts_tagged(self, key: str, value: str) -> list[str]:
         """Hosts whose tag `key` is `value`, in inventory order."""

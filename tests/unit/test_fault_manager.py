@@ -392,3 +392,17 @@ def test_local_recover_reverts_from_the_journal_alone(tmp_path: Path, sleeper, m
     finally:
         ghost.kill()
         ghost.wait()
+
+
+def test_a_disk_fault_on_a_backup_repository_host_acts_on_the_repository_directory() -> None:
+    """bk1 is no cluster member: a disk fault there acts on the repository directory the cluster's
+    backup.repository declares (a full repository); a host with neither is refused naming both."""
+    from chaoskit.errors import InputError
+
+    lab = load_inventory(Path(__file__).resolve().parents[2] / "inventories" / "lab.yaml")
+    fm = FaultManager(lab)
+    spec = parse_fault({"kind": "disk_full", "target": "bk1", "free": "0", "duration": "5s"})
+    assert fm.facts(spec, "bk1").data_dir == lab.clusters["pg-dr"].backup.repository.path  # type: ignore[union-attr]
+    assert fm.facts(spec, "bk1").data_dir == "/var/lib/chaoskit-lab/hosts/bk1/disk/repo"
+    with pytest.raises(InputError, match=r"give the member data_dir, or the cluster's backup\.repository path"):
+        fm.facts(spec.replace(target="rs1"), "rs1")

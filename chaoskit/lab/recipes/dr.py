@@ -239,7 +239,7 @@ def clusters(spec: LabSpec) -> dict[str, Any]:
                           lambda h: {"patroni": h.dir / "patroni.log", "postgres": h.dir / "patroni.out"})
     pg["backup"] = {
         "tool": "pgbackrest", "stanza": STANZA,
-        "repository": {"host": REPO.name, "config": str(config(REPO))},
+        "repository": {"host": REPO.name, "config": str(config(REPO)), "path": str(repo_path())},
         "restore_to": {"host": RESTORE.name, "config": str(config(RESTORE)), "data_dir": str(Paths.pg_data(RESTORE)),
                        "port": PG_PORT, "log": str(restore_log()), "os_user": "postgres"},
     }
