@@ -1,6 +1,7 @@
 """Disk faults on the filesystem under a member's data (its WAL directory when declared, else its
 data directory; on a backup repository host, the repository's directory): `disk_full` (a ballast
-file leaves a given free space) and `disk_slow` (the member's processes throttled on that filesystem's block device).
+file leaves a given free space) and `disk_slow` (the member's processes throttled on that
+filesystem's block device).
 
 The directory is the inventory's (validated as a path, passed as data); the filesystem, its
 mount point and its device are found on the host at staging, so a refusal (the host's root
