@@ -117,6 +117,11 @@ class BackupTool:
         self.config: BackupConfig = cluster.backup
 
     # -- what each tool says -----------------------------------------------------------------
+    def missing(self, host: str, config: str | None, os_user: str) -> str | None:
+        """Why the tool cannot run on `host` as `os_user` with `config` (read-only: its version and
+        configuration file), None when it can: a drill refuses before anything is touched."""
+        raise NotImplementedError
+
     def take(self, kind: str) -> ToolAnswer:
         raise NotImplementedError
 

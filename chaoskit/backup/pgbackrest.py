@@ -57,6 +57,20 @@ class PgBackRest(BackupTool):
         res = self.remote(repo.host).shell(cmd, check=False, timeout=timeout)
         return res.exited, (res.stdout + res.stderr)
 
+    def missing(self, host: str, config: str | None, os_user: str) -> str | None:
+        as_user = f"runuser -u {shlex.quote(os_user)} -- "
+        check = as_user + "env TZ=UTC pgbackrest version" + (f" && {as_user}test -r {shlex.quote(config)}"
+                                                             if config else "")
+        res = self.remote(host).shell(check, check=False, timeout=60)
+        if res.exited == 0:
+            return None
+        said = (res.stderr or res.stdout).strip().splitlines()
+        if res.exited in (126, 127):  # env: not found, or not executable where PATH has it
+            return f"{host}: pgbackrest cannot be run by {os_user} ({said[-1] if said else 'not found'})"
+        if config and res.stdout.startswith("pgBackRest"):
+            return f"{host}: {config} cannot be read by {os_user}"
+        return f"{host}: pgbackrest version exited {res.exited}: {said[-1] if said else ''}".rstrip(": ")
+
     def take(self, kind: str) -> ToolAnswer:
         if kind not in self.TYPES:
             raise ValueError(f"pgBackRest takes {', '.join(self.TYPES)} backups, not {kind}")

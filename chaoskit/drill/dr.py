@@ -22,8 +22,8 @@ from chaoskit.backup.registry import tool_for
 from chaoskit.db.base import Driver
 from chaoskit.db.registry import driver_for
 from chaoskit.faults.manager import FaultManager
-from chaoskit.inventory.models import Cluster
-from chaoskit.playbook.models import Action
+from chaoskit.inventory.models import Cluster, Inventory
+from chaoskit.playbook.models import DR_ACTIONS, Action, Playbook
 from chaoskit.playbook.record import DrillInputs
 from chaoskit.timesource import Clock
 
@@ -36,6 +36,45 @@ def restored_target(inputs: DrillInputs) -> Cluster | None:
     if not inputs.playbook.actions("restore") or declared.backup is None or declared.backup.restore_to is None:
         return None
     return restored_cluster(declared, declared.backup.restore_to)
+
+
+def backup_refusal(pb: Playbook, inventory: Inventory, remote: Callable[[str], Any],
+                   offset: Callable[[str], Any], now: Callable[[], float]) -> str | None:
+    """Why a drill with backup, disaster or restore steps cannot run (read-only, before anything
+    is touched): the backup tool missing or its configuration unreadable on the repository host
+    (and the restore target where the drill restores); a restore with no backup to start from (the
+    repository holds none and no backup step comes before it); a restore to a named instant
+    before the oldest backup the repository holds."""
+    declared = inventory.clusters[pb.cluster]
+    if declared.backup is None or not pb.actions(*DR_ACTIONS):
+        return None
+    tool = tool_for(declared, inventory, remote, offset)
+    repo, target = declared.backup.repository, declared.backup.restore_to
+    where = [(repo.host, repo.config, repo.os_user)]
+    if pb.actions("restore") and target is not None:
+        where.append((target.host, target.config, target.os_user))
+    for host, config, user in where:
+        why = tool.missing(host, config, user)
+        if why is not None:
+            return f"backup tool {tool.NAME}: {why}"
+    for i, step in enumerate(pb.steps):
+        action = step.action
+        if action is None or action.kind != "restore":
+            continue
+        taken_before = any(s.action is not None and s.action.kind == "backup" for s in pb.steps[:i])
+        named = None if isinstance(action.to, str) else action.to.time
+        if taken_before and named is None:
+            continue
+        ended = [b["stop"] for b in tool.backups() if b.get("stop") and not b.get("error")]
+        if not ended and not taken_before:
+            return (f"steps[{i}] (restore): the repository holds no backup of {declared.name} and no backup step "
+                    "comes before it: nothing to restore from")
+        # a named instant: a backup must end before it (one the drill takes ends after now)
+        if named is not None and (named.timestamp() < min(ended) if ended else named.timestamp() < now()):
+            oldest = f"the oldest ended {utc_text(min(ended))}" if ended else "it holds none yet"
+            return (f"steps[{i}].action.to.time: {named.isoformat()} is before the oldest backup in the repository "
+                    f"({oldest}): nothing can be restored to it")
+    return None
 
 
 class DrActions:

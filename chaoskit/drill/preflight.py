@@ -3,18 +3,21 @@
 Production guard for every host the drill may touch, clock offsets and capabilities of those
 hosts against what every step's fault kind needs (`faults.registry`), the HA manager's health,
 exactly one writer and every member answering, the durability settings, connection headroom,
-replication lag, and that a fault meant to cause a failover outlasts the manager's detection
-bound (else the drill would measure nothing).
+replication lag, that a fault meant to cause a failover outlasts the manager's detection
+bound (else the drill would measure nothing), and, for a drill with backup or restore steps, the
+backup tool on its hosts and a backup to restore from (`chaoskit.drill.dr.backup_refusal`).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict
 from typing import Any
 
 from chaoskit.db.base import Driver
 from chaoskit.db.registry import driver_for
 from chaoskit.db.roles import observed
+from chaoskit.drill.dr import backup_refusal
 from chaoskit.errors import PreflightError
 from chaoskit.faults.manager import FaultManager
 from chaoskit.faults.registry import kind_of
@@ -172,6 +175,9 @@ def run_preflight(pb: Playbook, inv: Inventory, pool: RemotePool, ha: HAManager,
                 why = fm.host_refusal(spec, host)
                 if why:
                     raise PreflightError(f"steps[{i}] ({fault.kind}) on {why}")
+    why = backup_refusal(pb, inv, pool.get, fm.offset, time.time)
+    if why:
+        raise PreflightError(why)
     ok, why = ha.health()
     if not ok:
         raise PreflightError(f"cluster {cluster.name}: the HA manager ({ha.kind}) reports it unhealthy: {why}")

@@ -123,3 +123,46 @@ def test_the_archive_is_flushed_only_where_the_primary_answers() -> None:
     there = actions(refuse=0).flush_archive()
     assert there == {"ok": True, "answer": "INFO: check command end: completed successfully", "t": TARGET}
     assert flushes == ["check"]
+
+
+INFO = ('[{"name": "dr", "backup": [{"label": "20261207-140000F", "type": "full", "error": false,'
+        ' "timestamp": {"start": 1796652000, "stop": 1796652003}}]}]')
+
+
+def refusal(playbook_text: str, rs1: ScriptedRemote, bk1: ScriptedRemote, tmp_path: Path) -> str | None:
+    from chaoskit.drill.dr import backup_refusal
+    from chaoskit.playbook.loader import load_playbook
+
+    path = tmp_path / "pb.yaml"
+    path.write_text(playbook_text)
+    pb = load_playbook(path, LAB).playbook
+    hosts = {"rs1": rs1, "bk1": bk1}
+    return backup_refusal(pb, LAB, lambda host: hosts[host], lambda host: SAME, lambda: TARGET)
+
+
+def tool_host(name: str, version: Reply) -> ScriptedRemote:
+    host = ScriptedRemote(name, default=None)
+    host.on(re.compile(r"^runuser -u postgres -- env TZ=UTC pgbackrest version"), version)
+    host.on(re.compile(r"^runuser -u postgres -- env TZ=UTC pgbackrest .* --output=json info$"), Reply(0, INFO))
+    return host
+
+
+def test_a_drill_is_refused_where_the_backup_tool_cannot_run_or_the_target_has_no_backup(tmp_path: Path) -> None:
+    """Read-only checks before anything is touched: pgBackRest runs on the repository host and the
+    restore target (the words env says where it is missing, recorded here), and a restore to a named
+    instant has a backup that ended before it."""
+    text = (ROOT / "playbooks" / "dr" / "pg-restore-pitr.yaml").read_text()
+    ok = Reply(0, "pgBackRest 2.45\n")
+    assert refusal(text, tool_host("rs1", ok), tool_host("bk1", ok), tmp_path) is None
+    gone = Reply(127, "", "env: ‘pgbackrest’: No such file or directory\n")
+    assert refusal(text, tool_host("rs1", gone), tool_host("bk1", ok), tmp_path) == (
+        "backup tool pgbackrest: rs1: pgbackrest cannot be run by postgres (env: ‘pgbackrest’: No such file or "
+        "directory)")
+    # a named instant 1 s before the only backup ended: nothing to restore to (the drill's own backup
+    # step is later than the instant, whatever it takes)
+    named = text.replace("to: {step: 1, before: 2s}", "to: {time: '2026-12-07T14:00:02Z'}")
+    assert refusal(named, tool_host("rs1", ok), tool_host("bk1", ok), tmp_path) == (
+        "steps[2].action.to.time: 2026-12-07T14:00:02+00:00 is before the oldest backup in the repository "
+        "(the oldest ended 2026-12-07 14:00:03.000000+00): nothing can be restored to it")
+    later = text.replace("to: {step: 1, before: 2s}", "to: {time: '2026-12-07T14:00:04Z'}")
+    assert refusal(later, tool_host("rs1", ok), tool_host("bk1", ok), tmp_path) is None
