@@ -639,6 +639,12 @@ def test_jmeter_beside_chaoskits_clients_and_its_jtl_imported_again(lab: Invento
     assert not left, left
     imported = subprocess.run(["chaoskit", "import", "jtl", str(jtl), "--faults", str(run_dir / "events.jsonl"),
                                "--out", str(tmp_path / "imported")], capture_output=True, text=True, timeout=120)
+    if min(s.t_start for s in samples) > f["t_fault"]:
+        # JMeter's JVM took longer to start than the drill to its fault (3.5 s idle here, over 10 s
+        # beside the other CI lane): its file does not hold the fault's instant, and the import says so
+        assert imported.returncode == 2, imported.stdout + imported.stderr
+        assert "no fault instant falls within the file's samples" in imported.stderr
+        return
     assert imported.returncode == 0, imported.stderr
     (imp_dir,) = (tmp_path / "imported").iterdir()
     (fi,) = json.loads((imp_dir / "run.json").read_text())["results"]["faults"]
