@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 
 ACTOR_TIMEOUT_S = 5.0  # a call the actor does not answer within this goes over SSH instead
 RETRY_ACTOR_S = 10.0  # and the calls after it, for this long
+# a new actor is a new Python worker process on its node (Ray's and chaoskit's imports): beside a busy
+# control node it took more than ACTOR_TIMEOUT_S to answer its first call (CI, two drills at once)
+ACTOR_START_S = 60.0
 READ_LIMIT = 16 << 20
 POLL_S = 0.25
 
@@ -94,6 +97,11 @@ class ActorRemote:
         except self.ray.exceptions.RayError as exc:  # RayActorError: its node left the cluster
             self.dead = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:160]}"
             raise HostUnreachable(self.name, f"its actor is gone ({self.dead})") from None
+
+    def started(self, timeout: float) -> None:
+        """The actor's first answer, within `timeout` (its worker process starting); later calls are
+        answered within ACTOR_TIMEOUT_S or go over SSH."""
+        self._call("now", timeout=timeout)
 
     def fell_back(self) -> None:
         self.via, self.fallbacks = "ssh", self.fallbacks + 1
@@ -242,8 +250,15 @@ class RayHosts:
         cls = self.ray.remote(HostActor)
         actor = cls.options(name=f"ck-{self.run_id}-{host}"[:120], num_cpus=0, max_restarts=0,
                             scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False)).remote()
-        self._actors[host] = ActorRemote(self.ray, actor, ssh)
-        return self._actors[host]
+        remote = ActorRemote(self.ray, actor, ssh)
+        try:
+            remote.started(ACTOR_START_S)
+        except HostUnreachable as exc:
+            with contextlib.suppress(Exception):
+                self.ray.kill(actor)
+            raise LoaderRefused(f"loader host {host}: its actor did not start ({exc})") from None
+        self._actors[host] = remote
+        return remote
 
     def release(self, host: str) -> None:
         self._users[host] = self._users.get(host, 1) - 1
