@@ -40,6 +40,11 @@ SERVER_MARKS = (("recovery_started", r"LOG:  starting (point-in-time|archive) re
 LAST_COMMIT = "last completed transaction was at log time "
 
 
+def _as(user: str) -> str:
+    """The words that run what follows as the OS user `user` (who owns the repository or the data)."""
+    return f"runuser -u {shlex.quote(user)} -- "
+
+
 class PgBackRest(BackupTool):
     NAME = "pgbackrest"
     ENGINES: ClassVar[frozenset[str]] = frozenset({"postgres"})
@@ -53,14 +58,13 @@ class PgBackRest(BackupTool):
 
     def _repo(self, *words: str, timeout: float = 3600) -> tuple[int, str]:
         repo = self.config.repository
-        cmd = f"runuser -u {shlex.quote(repo.os_user)} -- " + self._command(repo.config, *words)
+        cmd = _as(repo.os_user) + self._command(repo.config, *words)
         res = self.remote(repo.host).shell(cmd, check=False, timeout=timeout)
         return res.exited, (res.stdout + res.stderr)
 
     def missing(self, host: str, config: str | None, os_user: str) -> str | None:
-        as_user = f"runuser -u {shlex.quote(os_user)} -- "
-        check = as_user + "env TZ=UTC pgbackrest version" + (f" && {as_user}test -r {shlex.quote(config)}"
-                                                             if config else "")
+        check = _as(os_user) + "env TZ=UTC pgbackrest version" + (
+            f" && {_as(os_user)}test -r {shlex.quote(config)}" if config else "")
         res = self.remote(host).shell(check, check=False, timeout=60)
         if res.exited == 0:
             return None
@@ -121,7 +125,7 @@ class PgBackRest(BackupTool):
         words = ["--delta", f"--pg1-path={target.data_dir}", "--archive-mode=off"]
         if target_t is not None:
             words += ["--type=time", f"--target={utc_text(target_t)}", "--target-action=promote"]
-        cmd = f"runuser -u {shlex.quote(target.os_user)} -- " + self._command(target.config, *words, "restore")
+        cmd = _as(target.os_user) + self._command(target.config, *words, "restore")
         res = self.remote(target.host).shell(cmd, check=False, timeout=3600)
         out = res.stdout + res.stderr
         marks = first_marks(out, TOOL_MARKS, "pgbackrest log", self.offset(target.host), assume_utc=True)

@@ -38,6 +38,18 @@ def restored_target(inputs: DrillInputs) -> Cluster | None:
     return restored_cluster(declared, declared.backup.restore_to)
 
 
+def writer_refusal(driver: Driver) -> str | None:
+    """Why one try to connect to the writer failed, in the driver's words (None: it connected)."""
+    conn = None
+    try:
+        conn = driver.connect_writer()
+        return None
+    except Exception as exc:
+        return driver.failure(exc)
+    finally:
+        Driver.close_quietly(conn)
+
+
 def backup_refusal(pb: Playbook, inventory: Inventory, remote: Callable[[str], Any],
                    offset: Callable[[str], Any], now: Callable[[], float]) -> str | None:
     """Why a drill with backup, disaster or restore steps cannot run (read-only, before anything
@@ -134,15 +146,11 @@ class DrActions:
         """The archive made to hold everything written so far, where the primary answers (one try
         to connect, `ANSWER_TIMEOUT_S`): a primary that is gone has nothing more to give, and the
         tool would wait its own timeout for it (pgBackRest: 60 s) before saying so."""
-        conn = None
-        try:
-            conn = self.driver.tuned(connect_timeout=ANSWER_TIMEOUT_S, op_timeout=ANSWER_TIMEOUT_S).connect_writer()
-        except Exception as exc:
+        why = writer_refusal(self.driver.tuned(connect_timeout=ANSWER_TIMEOUT_S, op_timeout=ANSWER_TIMEOUT_S))
+        if why is not None:
             return {"ok": False, "skipped": True, "t": self.clock.now(),
-                    "answer": f"not flushed: the primary did not answer ({self.driver.failure(exc)}); the restore "
-                              "reads the archive as it is"}
-        finally:
-            Driver.close_quietly(conn)
+                    "answer": f"not flushed: the primary did not answer ({why}); the restore reads the archive "
+                              "as it is"}
         said = self.tool.flush_archive()
         return {"ok": said.ok, "answer": said.answer[-400:], "t": self.clock.now()}
 
@@ -191,14 +199,7 @@ class DrActions:
                                                                 op_timeout=ANSWER_TIMEOUT_S)
 
         def answers() -> bool:
-            conn = None
-            try:
-                conn = probe.connect_writer()
-                return True
-            except Exception:
-                return False
-            finally:
-                Driver.close_quietly(conn)
+            return writer_refusal(probe) is None
 
         # the target goes to the server on the primary's clock (commit stamps are the primary's);
         # a write is placed against it within that clock's uncertainty
