@@ -34,6 +34,7 @@ recorder and a batch merged after it (a collector given up on, still delivering)
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 import sys
@@ -85,6 +86,25 @@ _HIST_SUB_BITS = math.ceil(math.log2(2 * 10**_HIST_DIGITS))  # 8: values below 2
 
 def _new_hist() -> HdrHistogram:
     return HdrHistogram(1, HIST_MAX_US, _HIST_DIGITS)
+
+
+@functools.cache
+def _bucket_medians() -> np.ndarray:
+    """Each bucket's median equivalent value (µs), by bucket index: what HdrHistogram's mean
+    weighs a bucket's count with."""
+    h = _new_hist()
+    return np.array([h._hdr_median_equiv_value(h.get_value_from_index(i)) for i in range(h.counts_len)],
+                    dtype=np.int64)
+
+
+def hist_mean(hist: HdrHistogram) -> float:
+    """HdrHistogram's `get_mean_value` (the same integer sum of count x bucket median, divided
+    once), as one dot product: the library walks every recorded value in Python, ~7 ms a call."""
+    total = hist.get_total_count()
+    if not total:
+        return 0.0
+    counts = np.ctypeslib.as_array(hist.counts).astype(np.int64, copy=False)
+    return float(int(counts @ _bucket_medians())) / total
 
 
 def _pack(counts: list[int], hist: HdrHistogram) -> bytes:
@@ -721,23 +741,28 @@ class Recorder:
                 counts = [a + b for a, b in zip(counts, part, strict=True)]
         return dict(zip(COLUMNS, counts, strict=True))
 
-    def window(self, t_from: float, t_to: float) -> dict[str, Any]:
-        """Totals, rate and ok-latency percentiles over the closed intervals in [t_from, t_to)."""
+    def window(self, t_from: float, t_to: float, latency: bool = True) -> dict[str, Any]:
+        """Totals, rate and (`latency`) ok-latency mean and percentiles over the closed intervals
+        in [t_from, t_to). Without `latency` no histogram is read: what the abort rule judges ten
+        times a second needs the counts only."""
         lo, hi = self.index(t_from), self.index(t_to)
         counts = [0] * len(COLUMNS)
         hist = _new_hist()
         seen = 0
         with self._lock:
-            for _, row, _, encoded in self._closed(lo, hi, hist=True):
+            for _, row, _, encoded in self._closed(lo, hi, hist=latency):
                 seen += 1
                 counts = [a + b for a, b in zip(counts, row, strict=True)]
-                assert encoded is not None
-                hist.add(HdrHistogram.decode(encoded))
+                if latency:
+                    assert encoded is not None
+                    hist.add(HdrHistogram.decode(encoded))
         totals = dict(zip(COLUMNS, counts, strict=True))
         span = max(self.interval, (hi - lo) * self.interval)
+        if not latency:
+            return {**totals, "tps": totals["ok"] / span, "intervals": seen}
         lat = {f"p{p}_ms": (hist.get_value_at_percentile(p) / 1000 if hist.get_total_count() else math.nan)
                for p in (50, 90, 99, 99.9)}
-        lat["mean_ms"] = hist.get_mean_value() / 1000 if hist.get_total_count() else math.nan
+        lat["mean_ms"] = hist_mean(hist) / 1000 if hist.get_total_count() else math.nan
         return {**totals, "tps": totals["ok"] / span, "intervals": seen, **lat}
 
     def latency_hist(self, t_from: float | None = None, t_to: float | None = None) -> HdrHistogram:

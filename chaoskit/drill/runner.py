@@ -4,6 +4,7 @@ of `Drill` owns its setup and its teardown, so the way out is the way in read ba
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -43,8 +44,10 @@ from chaoskit.workload.engine import measures
 from chaoskit.workload.placement import loader_agent_sources
 from chaoskit.workload.runner import LoadRunner
 
-# what the live view is shown about once a tick: the record so far, the roles now, the last second's load
+# what the live view is shown about 4 times a second: the record so far, the roles now, the last second's load
 Progress = Callable[[DrillRecord, dict[str, str], dict[str, Any]], None]
+
+LIVE_VIEW_S = 0.25  # how often the live view reads the judged second's latency (it refreshes 4 times a second)
 
 
 @dataclass(frozen=True)
@@ -382,10 +385,14 @@ class Drill:
         assert self.fm is not None and self.ha is not None and self.recorder is not None and self.runner is not None
         rule = AbortRule(self.pb.abort.error_rate_above, self.pb.abort.for_, self.recorder)
         try:
+            shown = [-math.inf]
+
             def look(now: float) -> None:
-                window = rule.look(now)
-                if self.progress is not None:
-                    self.progress(self.record, self.probe.log.current_roles() if self.probe else {}, window)
+                judged = rule.look(now)
+                if self.progress is not None and now - shown[0] >= LIVE_VIEW_S:  # latency read as often as shown
+                    shown[0] = now
+                    self.progress(self.record, self.probe.log.current_roles() if self.probe else {},
+                                  self.recorder.window(*judged))
 
             steps = Steps(self.inputs, self.record, self.fm, self.ha, self.recorder, self.clock, self._probe_events())
             if self.pb.actions(*DR_ACTIONS):
@@ -474,19 +481,19 @@ class AbortRule:
         self.lags: list[float] = []
         self.fired: dict[str, Any] | None = None
 
-    def look(self, now: float) -> dict[str, Any]:
-        """Judge the last delivered second; the window judged (for the live view). Raises Aborted."""
+    def look(self, now: float) -> tuple[float, float]:
+        """Judge the last delivered second (its counts); the window judged. Raises Aborted."""
         until = self.recorder.closed_until()
         if until is None or until > now:  # nothing delivered yet (or a source ahead of this clock)
             until = now - 0.2
         else:
             self.lags.append(now - until)
-        window = self.recorder.window(until - 1.0, until)
+        window = self.recorder.window(until - 1.0, until, latency=False)
         if self.held.look(error_rate(window) > self.limit, until):
             self.fired = {"t": now, "judged_until": until, "lag_s": round(now - until, 3),
                           "error_rate": error_rate(window)}
             raise Aborted(f"error rate above {self.limit:.0%} for {self.for_s:g}s")
-        return window
+        return until - 1.0, until
 
     def figures(self) -> dict[str, Any]:
         lags = sorted(self.lags)

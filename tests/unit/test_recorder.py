@@ -318,3 +318,30 @@ def test_window_mean_and_p90_as_a_ramp_step_reports_them() -> None:
     assert w["p90_ms"] == pytest.approx(9, rel=0.01)
     assert w["p50_ms"] == pytest.approx(5, rel=0.01)
     assert math.isnan(r.window(BASE + 5, BASE + 6)["mean_ms"])
+
+
+def test_hist_mean_is_hdrhistograms_own_mean() -> None:
+    """The mean by one dot product equals the library's walk over every recorded value, exactly
+    (the same integer sum, divided once), over values from 1 µs to the histogram's top."""
+    import random
+
+    from chaoskit.recorder import HIST_MAX_US, _new_hist, hist_mean
+
+    rng = random.Random(7)
+    h = _new_hist()
+    for _ in range(5000):
+        h.record_value(rng.choice([rng.randint(1, 300), rng.randint(300, 50_000), rng.randint(1, HIST_MAX_US)]))
+    assert hist_mean(h) == h.get_mean_value()
+    assert hist_mean(_new_hist()) == 0.0 == _new_hist().get_mean_value()
+
+
+def test_window_without_latency_counts_the_same_and_reads_no_histogram() -> None:
+    """The abort rule's window: the same counts and rate as the full one, and no latency keys."""
+    r = Recorder(BASE, interval=1.0)
+    for k in range(1, 11):
+        r.record(1, "write", BASE + 0.05 * k, BASE + 0.05 * k + k / 1000, OK)
+    r.record(1, "write", BASE + 0.7, BASE + 0.8, FAIL, "timeout")
+    r.finish()
+    full, counts = r.window(BASE, BASE + 1.0), r.window(BASE, BASE + 1.0, latency=False)
+    assert counts == {k: v for k, v in full.items() if not k.endswith("_ms")}
+    assert (counts["ok"], counts["fail"], counts["tps"]) == (10, 1, 10.0)
