@@ -383,7 +383,8 @@ class Drill:
     def execute_schedule(self) -> None:
         """The steps on their instants, the abort rule watched every tick (`AbortRule`)."""
         assert self.fm is not None and self.ha is not None and self.recorder is not None and self.runner is not None
-        rule = AbortRule(self.pb.abort.error_rate_above, self.pb.abort.for_, self.recorder)
+        recorder = self.recorder
+        rule = AbortRule(self.pb.abort.error_rate_above, self.pb.abort.for_, recorder)
         try:
             shown = [-math.inf]
 
@@ -392,7 +393,7 @@ class Drill:
                 if self.progress is not None and now - shown[0] >= LIVE_VIEW_S:  # latency read as often as shown
                     shown[0] = now
                     self.progress(self.record, self.probe.log.current_roles() if self.probe else {},
-                                  self.recorder.window(*judged))
+                                  recorder.window(*judged))
 
             steps = Steps(self.inputs, self.record, self.fm, self.ha, self.recorder, self.clock, self._probe_events())
             if self.pb.actions(*DR_ACTIONS):

@@ -288,6 +288,24 @@ class _MemberDisk(FaultBase):
     on: Literal["wal", "data"] = "wal"  # wal: the WAL directory if the member declares one, else data
 
 
+class DataDirLostSpec(_MemberDisk):
+    """The member's data directory lost, as a failed volume or an `rm -rf` by mistake leaves it:
+    every process of the member (the named ones, all of them if none are named, and every
+    descendant) frozen and SIGKILLed at one instant, as `crash`, then the directory moved aside
+    on its own filesystem (`<data_dir>.chaoskit-lost-<fault id>`: nothing is deleted). The revert
+    moves it back (a directory made in its place meanwhile is kept beside it, `.chaoskit-new-<id>`)
+    and starts again what was running. On a backup repository host, the repository's directory
+    (no process). Refused where the directory is a mount point (it cannot be moved)."""
+
+    kind: Literal["data_dir_lost"] = "data_dir_lost"
+    on: Literal["wal", "data"] = "data"
+    processes: tuple[Name, ...] = ()
+
+    @property
+    def processes_wanted(self) -> tuple[str, ...]:
+        return self.processes
+
+
 def _free(value: str | int) -> str:
     text = str(value).strip()
     if text.endswith("%"):
@@ -344,7 +362,7 @@ class DiskSlowSpec(_MemberDisk):
 
 SPEC_TYPES: tuple[type[FaultBase], ...] = (KillSpec, CrashSpec, PauseSpec, StopSpec, PartitionSpec, LossSpec,
                                           BandwidthSpec, NetemSpec, LatencySpec, ProxySpec, StressSpec,
-                                          ReplicaStopSpec, DiskFullSpec, DiskSlowSpec)
+                                          ReplicaStopSpec, DiskFullSpec, DiskSlowSpec, DataDirLostSpec)
 KINDS: dict[str, type[FaultBase]] = {t.model_fields["kind"].default: t for t in SPEC_TYPES}
 # any kind, picked by its `kind` (the union of SPEC_TYPES: a new kind is listed there once)
 FaultSpec = Annotated[Union[SPEC_TYPES], Field(discriminator="kind")]  # type: ignore[valid-type]  # noqa: UP007

@@ -70,13 +70,14 @@ def kind_fields(kind: str, value: str) -> dict[str, object]:
         # directory is on / here, so disk_full stops at its root-filesystem refusal
         "disk_full": {"free": "0", "on": "data", "allow_root_filesystem": False},
         "disk_slow": {"processes": ("p",), "write_rate": "1mbps", "on": "data"},
+        "data_dir_lost": {"processes": ("p",), "on": "data"},
     }[kind]
 
 
 def test_every_kind_is_in_the_registry_with_its_needs() -> None:
     assert set(REGISTRY) == set(KINDS) == {"kill", "crash", "pause", "stop", "partition", "loss", "bandwidth",
                                            "netem", "latency", "proxy", "stress", "replica_stop",
-                                           "disk_full", "disk_slow"}
+                                           "disk_full", "disk_slow", "data_dir_lost"}
     assert "netem" in REGISTRY["netem"].needs and "stress-ng" in REGISTRY["stress"].needs
     assert {"iptables", "python3.7"} <= REGISTRY["latency"].needs
     assert all("base64" in k.needs for k in REGISTRY.values())  # the journal itself

@@ -82,7 +82,7 @@ def test_the_shipped_families_are_found() -> None:
         "none", "patroni", "pg_auto_failover", "repmgr", "mha", "galera", "dm"}
     assert set(DRIVERS.names()) == {"postgres", "mysql", "dameng"}
     assert set(TOOLS.names()) == {"pgbackrest"}
-    assert set(FAMILIES.names()) == {"process", "network", "relay", "stress", "replication", "disk"}
+    assert set(FAMILIES.names()) == {"process", "network", "relay", "stress", "replication", "disk", "data_dir"}
     assert {"base", "patroni", "mariadb", "pg_auto_failover", "repmgr", "mha", "galera", "loaders", "dr"} == \
         set(RECIPES.names())
     assert list(WORKLOADS) == ["bank", "ledger", "list-append", "oltp", "oltp-ro", "oltp-wo", "read", "sql",
