@@ -216,7 +216,8 @@ def restore(tool: BackupTool, target_t: float | None, *, answers: Callable[[], b
     started = remote.shell(_server_script(journal_root, target, tool.inventory, START_SERVER), check=False,
                            timeout=180)
     if started.exited != 0:
-        return fail(f"the restored server did not start: {(started.stderr or started.stdout).strip()}")
+        said = (started.stderr or started.stdout).strip() or "its start command ran, and it is not running"
+        return fail(f"the restored server did not start: {said}{_server_said(remote, target, log_from)}")
     deadline = t_start + OPEN_TIMEOUT_S
     while not answers():
         if now() > deadline:
@@ -234,6 +235,19 @@ def restore(tool: BackupTool, target_t: float | None, *, answers: Callable[[], b
     marks.sort(key=lambda m: m.t)
     return {**record, "ok": True, "t_answered": now(), "answer": files.answer[-600:],
             "marks": [m.to_dict() for m in marks], "phases": phases(marks), "clock_uncertainty_s": offset.uncertainty_s}
+
+
+def _server_said(remote: Remote, target: RestoreTarget, log_from: int) -> str:
+    """The restored server's own words on why it stopped: its log's last FATAL or PANIC lines
+    since the start (nothing where the target declares no log or it cannot be read)."""
+    if not target.log:
+        return ""
+    try:
+        text = read_from(remote, target.log, log_from, LOG_LIMIT).decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    lines = [ln.strip() for ln in text.splitlines() if "FATAL:" in ln or "PANIC:" in ln]
+    return f"; its log ({target.log}): {' | '.join(lines[-3:])}" if lines else ""
 
 
 def phases(marks: list[Mark]) -> list[dict[str, Any]]:

@@ -139,3 +139,36 @@ def test_a_stalled_archive_loses_every_write_after_its_last_archived_change(dr: 
     kept = {k for k, t in source.items() if t is not None and t <= last}
     assert all(abs(source[k] - last) <= CUT_S for k in kept ^ set(restored)), sorted(kept ^ set(restored))[:5]
     assert len(restored) == expected_rows(ev)
+
+
+def test_the_primarys_data_directory_lost_is_restored_from_what_reached_the_archive(dr: Inventory,
+                                                                                   tmp_path: Path) -> None:
+    """pg-restore-data-dir-lost: the primary's processes crash and its data directory is gone; the
+    latest the archive holds is restored. What holds in every legal run: the archive could not be
+    flushed (the primary did not answer); the restored server holds exactly the source's rows
+    committed up to the last transaction it replayed; the directory came back whole at the fault's
+    end (nothing left beside it), so every write lost on the restore is still on the source."""
+    playbook = tmp_path / "pg-restore-data-dir-lost.yaml"
+    playbook.write_text(Path("playbooks/dr/pg-restore-data-dir-lost.yaml").read_text())
+    res, ev, _ = run(playbook, tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    backup, restore = ev["actions"]
+    assert (backup["kind"], backup["ok"]) == ("backup", True), backup.get("answer")
+    assert restore["kind"] == "restore" and restore["ok"] is True, restore.get("answer")
+    [lost] = ev["faults_injected"]
+    assert (lost["host"], lost["kind"]) == ("dr1", "data_dir_lost")
+    assert restore["flush_archive"]["skipped"] is True, restore["flush_archive"]
+    rpo = ev["results"]["rpo"]
+    assert rpo["phantoms"] == 0 and rpo["undelivered"] == 0, rpo
+    assert not list(Path("/var/lib/chaoskit-lab/hosts/dr1/disk").glob("pgdata.chaoskit-*"))
+    target = dr.clusters["pg-dr"].backup.restore_to  # type: ignore[union-attr]
+    restored = rows(dr.hosts[target.host].address, target.port, ev["run_id"])
+    source = rows(dr.hosts["dr1"].address, 5432, ev["run_id"], commit_ts=True, wait_s=90)
+    assert set(restored) <= set(source)
+    last = restore["last_commit_host_t"]
+    assert last is not None
+    kept = {k for k, t in source.items() if t is not None and t <= last}
+    assert all(abs(source[k] - last) <= CUT_S for k in kept ^ set(restored)), sorted(kept ^ set(restored))[:5]
+    assert len(restored) == expected_rows(ev)
+    # what the restore lost is on the source, back with its own directory
+    assert len(set(source) - set(restored)) >= rpo["lost_acknowledged"]

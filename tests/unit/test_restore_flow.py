@@ -84,6 +84,26 @@ def test_a_server_that_never_takes_a_write_fails_at_the_bound() -> None:
     assert OPEN_TIMEOUT_S <= record["t_answered"] - record["t_sent"] <= OPEN_TIMEOUT_S + 0.2
 
 
+def test_a_server_that_does_not_start_is_said_in_its_own_words() -> None:
+    """The start command ran and the server is not running: the answer carries the FATAL lines
+    its log holds since the start (a restored configuration naming the source's pg_hba.conf)."""
+    fatal = ("2026-12-07 21:22:04.015 UTC [9249] LOG:  could not open configuration file "
+             "\"/var/lib/chaoskit-lab/hosts/dr1/disk/pgdata/pg_hba.conf\": No such file or directory\n"
+             "2026-12-07 21:22:04.015 UTC [9249] FATAL:  could not load pg_hba.conf\n"
+             "2026-12-07 21:22:04.018 UTC [9249] LOG:  database system is shut down\n")
+    rs1 = ScriptedRemote("rs1", default=None)
+    rs1.on(HOST_SCRIPT, Reply(), times=1)  # stopped
+    rs1.on(HOST_SCRIPT, Reply(1), times=1)  # the start: restart_pending says it is not running
+    rs1.on(re.compile("^runuser "), Reply(0, (DATA / "pgbackrest-restore.log").read_text()))
+    rs1.on(re.compile("^stat -L -c '%s %i' "), Reply(0, "4096 1234\n"))
+    rs1.on(re.compile("^tail -c [+]4097 "), Reply(0, base64.b64encode(fatal.encode()).decode()))
+    record = run(rs1)
+    assert record["ok"] is False
+    assert record["answer"].startswith("the restored server did not start: its start command ran, and it is not "
+                                       "running; its log (")
+    assert record["answer"].endswith("FATAL:  could not load pg_hba.conf"), record["answer"]
+
+
 def test_a_server_that_does_not_stop_is_not_overwritten() -> None:
     rs1 = ScriptedRemote("rs1", default=None).on(HOST_SCRIPT, Reply(1, "", "postgres: pid 42 is not the program"))
     record = run(rs1)

@@ -148,7 +148,11 @@ def archive_command() -> str:
 def restore_launcher() -> Path:
     """What starts a restored data directory on rs1: PostgreSQL itself, on rs1's address and its
     own socket directory, archiving off (a restored copy must never push WAL into the source's
-    archive), its log to stderr with millisecond UTC stamps (the restore's phases are read there)."""
+    archive), its log to stderr with millisecond UTC stamps (the restore's phases are read there).
+    The authentication files are the restored copies: the postgresql.conf Patroni wrote names the
+    source's own (`hba_file`, `ident_file` under dr1's data directory), which a restore host
+    elsewhere does not have; on this one filesystem the restore read dr1's live files until a
+    drill lost dr1's data directory."""
     run_dir = RESTORE.dir / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     _chown(run_dir)
@@ -156,7 +160,8 @@ def restore_launcher() -> Path:
             "-c", f"listen_addresses={RESTORE.address}", "-c", f"port={PG_PORT}",
             "-c", f"unix_socket_directories={run_dir}", "-c", "archive_mode=off", "-c", "logging_collector=off",
             "-c", "log_line_prefix=%m [%p] ", "-c", "log_timezone=UTC", "-c", "shared_buffers=32MB",
-            "-c", "hot_standby=on"]
+            "-c", "hot_standby=on", "-c", f"hba_file={Paths.pg_data(RESTORE) / 'pg_hba.conf'}",
+            "-c", f"ident_file={Paths.pg_data(RESTORE) / 'pg_ident.conf'}"]
     return daemons.write_launcher(RESTORE, "postgres", shlex.join(argv), RESTORE.dir / "postgres.launch.pid",
                                   log=restore_log(), user="postgres")
 
@@ -182,6 +187,8 @@ def build(b: Build) -> None:
         b.launch(f"{h.name}/pgbackrest", daemons.write_launcher(
             h, "pgbackrest", f"pgbackrest --config={config(h)} server", h.dir / "pgbackrest.pid",
             log=h.dir / "pgbackrest-server.out", user="postgres"), h.dir / "pgbackrest.pid")
+    if not (Paths.pg_data(SOURCE) / "PG_VERSION").exists():  # a new cluster: nothing of an old one in the DCS
+        daemons.forget_dcs_scope(b.spec.jump_host, SCOPE)
     b.launch(f"{SOURCE.name}/patroni", daemons.patroni_setup(
         SOURCE, b.spec.jump_host, b.flavour, b.secrets["pg_superuser"], b.secrets["pg_replication"], scope=SCOPE,
         # commit timestamps kept: a test recounts which rows a restore must hold by their commit time
