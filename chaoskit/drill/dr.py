@@ -56,7 +56,7 @@ def backup_refusal(pb: Playbook, inventory: Inventory, remote: Callable[[str], A
     is touched): the backup tool missing or its configuration unreadable on the repository host
     (and the restore target where the drill restores); a restore with no backup to start from (the
     repository holds none and no backup step comes before it); a restore to a named instant
-    before the oldest backup the repository holds."""
+    before the oldest backup the repository holds, or after now (it may be after the disaster)."""
     declared = inventory.clusters[pb.cluster]
     if declared.backup is None or not pb.actions(*DR_ACTIONS):
         return None
@@ -75,6 +75,10 @@ def backup_refusal(pb: Playbook, inventory: Inventory, remote: Callable[[str], A
             continue
         taken_before = any(s.action is not None and s.action.kind == "backup" for s in pb.steps[:i])
         named = None if isinstance(action.to, str) else action.to.time
+        if named is not None and named.timestamp() > now():
+            return (f"steps[{i}].action.to.time: {named.isoformat()} is after the drill starts ({utc_text(now())}): "
+                    "it may come after the disaster, whose changes the restore would bring back; a named instant "
+                    "must have passed (to restore to an instant of this drill, name its step: {step: N, before: 2s})")
         if taken_before and named is None:
             continue
         ended = [b["stop"] for b in tool.backups() if b.get("stop") and not b.get("error")]

@@ -186,3 +186,9 @@ def test_a_drill_is_refused_where_the_backup_tool_cannot_run_or_the_target_has_n
         "(the oldest ended 2026-12-07 14:00:03.000000+00): nothing can be restored to it")
     later = text.replace("to: {step: 1, before: 2s}", "to: {time: '2026-12-07T14:00:04Z'}")
     assert refusal(later, tool_host("rs1", ok), tool_host("bk1", ok), tmp_path) is None
+    # a named instant after the drill starts (here 14:09:00.947620): it may be after the disaster
+    future = text.replace("to: {step: 1, before: 2s}", "to: {time: '2026-12-07T14:09:01Z'}")
+    assert refusal(future, tool_host("rs1", ok), tool_host("bk1", ok), tmp_path) == (
+        "steps[2].action.to.time: 2026-12-07T14:09:01+00:00 is after the drill starts (2026-12-07 "
+        "14:09:00.947620+00): it may come after the disaster, whose changes the restore would bring back; a named "
+        "instant must have passed (to restore to an instant of this drill, name its step: {step: N, before: 2s})")
