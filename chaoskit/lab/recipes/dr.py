@@ -1,7 +1,7 @@
 """Disaster recovery (`lab up --stack dr`): a PostgreSQL cluster whose WAL is archived and backed
 up with pgBackRest to a repository host of its own, and a scratch host to restore it on.
 
-- dr1: a one-member Patroni cluster (scope `chaoskit-dr`, etcd on dcs1) archiving every WAL
+- dr1: a one-member Patroni cluster (scope `chaoskit-dr`, its own etcd on dr1) archiving every WAL
   segment with `pgbackrest archive-push` (archive_timeout 10 s), and pgBackRest's TLS server, so
   the repository host reaches its data for a backup;
 - bk1: the repository (`repo1-path` on a filesystem of its own, so a full disk stays there) and
@@ -16,7 +16,9 @@ CA the build makes. Lab hosts share one filesystem, so each host has its own con
 lock and spool directories under its host directory (pgBackRest's defaults would be shared).
 The clients name the repository's path too: the repository host's TLS server takes the path the
 client sends (without it, pgBackRest's default), not its own configuration's.
-Its own cluster rather than the default Patroni cluster's: the CI drills both at once."""
+Its own cluster rather than the default Patroni cluster's: the CI drills both at once. Its own
+DCS too: the default stacks' drills take dcs1's etcd down, and a Patroni without its DCS demotes
+its primary (a backup then found no primary: "are all available clusters in recovery?")."""
 
 from __future__ import annotations
 
@@ -187,10 +189,14 @@ def build(b: Build) -> None:
         b.launch(f"{h.name}/pgbackrest", daemons.write_launcher(
             h, "pgbackrest", f"pgbackrest --config={config(h)} server", h.dir / "pgbackrest.pid",
             log=h.dir / "pgbackrest-server.out", user="postgres"), h.dir / "pgbackrest.pid")
+    # the cluster's own DCS, on its one member's host: the base's etcd (dcs1) is the default
+    # stacks' fault target (a drill there takes it down), and a Patroni that loses its DCS demotes
+    b.launch(f"{SOURCE.name}/etcd", daemons.etcd_setup(SOURCE), SOURCE.dir / "etcd.pid")
+    wait_tcp(SOURCE.address, ETCD_PORT, b.deadline, f"etcd on {SOURCE.name}")
     if not (Paths.pg_data(SOURCE) / "PG_VERSION").exists():  # a new cluster: nothing of an old one in the DCS
-        daemons.forget_dcs_scope(b.spec.jump_host, SCOPE)
+        daemons.forget_dcs_scope(SOURCE, SCOPE)
     b.launch(f"{SOURCE.name}/patroni", daemons.patroni_setup(
-        SOURCE, b.spec.jump_host, b.flavour, b.secrets["pg_superuser"], b.secrets["pg_replication"], scope=SCOPE,
+        SOURCE, SOURCE, b.flavour, b.secrets["pg_superuser"], b.secrets["pg_replication"], scope=SCOPE,
         # commit timestamps kept: a test recounts which rows a restore must hold by their commit time
         parameters={"archive_mode": "on", "archive_command": archive_command(),
                     "archive_timeout": f"{ARCHIVE_TIMEOUT_S}s", "track_commit_timestamp": "on"}),
@@ -241,7 +247,7 @@ def health(spec: LabSpec) -> tuple[bool, str]:
 def clusters(spec: LabSpec) -> dict[str, Any]:
     pg = postgres_cluster([SOURCE], lambda h: PG_PORT,
                           {"kind": "patroni", "api": {"port": PATRONI_PORT},
-                           "dcs": {"endpoints": [f"{spec.jump_host.address}:{ETCD_PORT}"], "scope": SCOPE}},
+                           "dcs": {"endpoints": [f"{SOURCE.address}:{ETCD_PORT}"], "scope": SCOPE}},
                           "patroni", Paths.patroni_pid,
                           lambda h: {"patroni": h.dir / "patroni.log", "postgres": h.dir / "patroni.out"})
     pg["backup"] = {
