@@ -14,6 +14,7 @@ host it is the repository's directory, with no process to stop.
 
 from __future__ import annotations
 
+from chaoskit.faults.disk import disk_dir
 from chaoskit.faults.hostscript import FaultScripts, HostFacts, process_files, process_names
 from chaoskit.faults.kinds import fault_kind
 from chaoskit.faults.process import CRASH_INJECT
@@ -76,13 +77,7 @@ exit 1
 
 
 def data_dir_lost_scripts(fault_id: str, spec: DataDirLostSpec, facts: HostFacts) -> FaultScripts:
-    if spec.on == "wal" and facts.wal_dir:
-        directory = facts.wal_dir
-    elif facts.data_dir:
-        directory = facts.data_dir
-    else:
-        raise ValueError(f"{facts.host}: data_dir_lost moves the member's data directory: give the member data_dir "
-                         "in the inventory")
+    directory = disk_dir(spec, facts)
     names = process_names(spec.processes, facts, all_by_default=True) if facts.processes or spec.processes else []
     return FaultScripts(inject=INJECT_WITH_PROCESSES if names else INJECT_DIR_ONLY, revert=REVERT, active=ACTIVE,
                         prepare=PREPARE, check=CHECK,

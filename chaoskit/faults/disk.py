@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from chaoskit.faults.hostscript import FaultScripts, HostFacts, process_files, process_names
 from chaoskit.faults.kinds import fault_kind
-from chaoskit.faults.spec import DiskFullSpec, DiskSlowSpec
+from chaoskit.faults.spec import DataDirLostSpec, DiskFullSpec, DiskSlowSpec
 from chaoskit.units import parse_rate
 
 # $DIR's filesystem: its mount point ($MNT) and device ($DEV, major:minor)
@@ -153,7 +153,7 @@ exit 1
 """
 
 
-def disk_dir(spec: DiskFullSpec | DiskSlowSpec, facts: HostFacts) -> str:
+def disk_dir(spec: DiskFullSpec | DiskSlowSpec | DataDirLostSpec, facts: HostFacts) -> str:
     """The directory whose filesystem the fault acts on, as the member declares it."""
     if spec.on == "wal" and facts.wal_dir:
         return facts.wal_dir

@@ -145,6 +145,18 @@ end_groups() {
   done
   return 1
 }
+# Up to 5 s until each pid given is gone (or a zombie): a SIGKILL takes effect when its process
+# has exited (every thread torn down, out of the kernel), not when it is sent. 1 if one is left.
+wait_gone() {
+  _i=0
+  while [ "$_i" -lt 50 ]; do
+    _up=""
+    for _p in "$@"; do if alive "$_p"; then _up=1; fi; done
+    [ -z "$_up" ] && return 0
+    sleep 0.1; _i=$((_i + 1))
+  done
+  return 1
+}
 family_of() { case "$1" in *:*) echo 6 ;; *) echo 4 ;; esac; }
 ipt_for() { if [ "$1" = 6 ]; then echo ip6tables; else echo iptables; fi; }
 # wall-clock time without a fork where the shell is bash (EPOCHREALTIME): at the instant every fork

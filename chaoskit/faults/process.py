@@ -23,23 +23,14 @@ record_pids
 record_kids
 """
 
-# SIGKILL takes effect when the process is gone, not when it is sent: a process exiting (every
-# thread torn down) or blocked in the kernel is still there for a while, and the fault is in
-# effect (`active`: a recorded process not running) only after. So the instant waits, up to 5 s,
-# until each signalled process is gone or a zombie; the effect's instant stays the signal's.
+# A SIGKILL's process is still there while it exits, and the fault is in effect (`active`: a
+# recorded process not running) only once it is gone: the instant waits for that (`wait_gone`,
+# up to 5 s); the effect's instant stays the signal's. Crash's kill below does the same.
 KILL_INJECT = r"""
 load_pids || { record_pids; load_pids; }
 kill -s "$SIGNAL" $PIDS
 mark_effect
-if [ "$SIGNAL" = KILL ]; then
-  _i=0
-  while [ "$_i" -lt 50 ]; do
-    _up=""
-    for _p in $PIDS; do if alive "$_p"; then _up=1; fi; done
-    [ -z "$_up" ] && break
-    sleep 0.1; _i=$((_i + 1))
-  done
-fi
+if [ "$SIGNAL" = KILL ]; then wait_gone $PIDS || true; fi
 """
 
 # The member's tree frozen (the named processes, their recorded descendants, then what forked
@@ -59,6 +50,7 @@ PAUSE_INJECT = FREEZE_TREE
 # commit) between the first death and the last; the freeze is the crash's instant.
 CRASH_INJECT = FREEZE_TREE + r"""
 kill -s KILL $PIDS $KIDS $late 2>/dev/null || true
+wait_gone $PIDS $KIDS $late || true
 """
 
 RESTART_REVERT = r"""

@@ -147,15 +147,6 @@ def patroni_timings(flavour: str) -> dict[str, int]:
     return {"ttl": 20, "loop_wait": 1, "retry_timeout": 3}
 
 
-def forget_dcs_scope(dcs: LabHost, scope: str, timeout: float = 30) -> None:
-    """Every key Patroni keeps in etcd for cluster `scope` removed: a stack taken down and added
-    again while the DCS host stays up would otherwise find its old cluster's `initialize` key (and
-    for a few seconds its leader key), and its new, empty member would wait for a leader to
-    bootstrap for ever. Called only before a member of that scope is bootstrapped afresh."""
-    subprocess.run(["etcdctl", f"--endpoints={dcs.address}:{ETCD_PORT}", "del", "--prefix", "--", f"/service/{scope}/"],
-                   check=True, capture_output=True, timeout=timeout, env={"ETCDCTL_API": "3", "PATH": "/usr/bin:/bin"})
-
-
 def patroni_setup(host: LabHost, dcs: LabHost, flavour: str, superuser_pw: str, repl_pw: str, *,
                   scope: str = PG_SCOPE, parameters: dict[str, str | int] | None = None) -> Path:
     """A Patroni member of cluster `scope`; `parameters` are PostgreSQL settings beyond the lab's

@@ -107,14 +107,35 @@ def rows(host: str, port: int, run_id: str, *, commit_ts: bool = False, wait_s: 
 CUT_S = 1.0
 
 
-def test_a_stalled_archive_loses_every_write_after_its_last_archived_change(dr: Inventory, tmp_path: Path) -> None:
-    playbook = tmp_path / "pg-restore-archive-stalled.yaml"
-    playbook.write_text(Path("playbooks/dr/pg-restore-archive-stalled.yaml").read_text())
+def backed_up_and_restored(name: str, tmp_path: Path) -> tuple[dict, dict]:
+    """A shipped DR playbook whose steps are one backup and one restore, run as shipped: its
+    run.json and the restore's record, once the drill passed and both actions succeeded."""
+    playbook = tmp_path / f"{name}.yaml"
+    playbook.write_text(Path(f"playbooks/dr/{name}.yaml").read_text())
     res, ev, _ = run(playbook, tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     backup, restore = ev["actions"]
     assert (backup["kind"], backup["ok"]) == ("backup", True), backup.get("answer")
     assert restore["kind"] == "restore" and restore["ok"] is True, restore.get("answer")
+    return ev, restore
+
+
+def restored_is_the_sources_prefix(dr: Inventory, ev: dict, last: float) -> tuple[dict, dict]:
+    """Recounted with plain SQL: the restored server holds exactly the source's rows committed up
+    to `last`, the last transaction it replayed (within the stamps' margin `CUT_S`), as many as
+    the recorder says it must. The restored rows and the source's, for what a test asserts more."""
+    target = dr.clusters["pg-dr"].backup.restore_to  # type: ignore[union-attr]
+    restored = rows(dr.hosts[target.host].address, target.port, ev["run_id"])
+    source = rows(dr.hosts["dr1"].address, 5432, ev["run_id"], commit_ts=True, wait_s=90)
+    assert set(restored) <= set(source)
+    kept = {k for k, t in source.items() if t is not None and t <= last}
+    assert all(abs(source[k] - last) <= CUT_S for k in kept ^ set(restored)), sorted(kept ^ set(restored))[:5]
+    assert len(restored) == expected_rows(ev)
+    return restored, source
+
+
+def test_a_stalled_archive_loses_every_write_after_its_last_archived_change(dr: Inventory, tmp_path: Path) -> None:
+    ev, restore = backed_up_and_restored("pg-restore-archive-stalled", tmp_path)
     cut, crash = ev["faults_injected"]
     assert (cut["host"], cut["kind"], crash["host"], crash["kind"]) == ("bk1", "kill", "dr1", "crash")
     # the archive was watched while the primary answered, and not while it was down
@@ -130,15 +151,9 @@ def test_a_stalled_archive_loses_every_write_after_its_last_archived_change(dr: 
     # the loss the stall caused: writes were acknowledged after the last archived change
     rpo = ev["results"]["rpo"]
     assert rpo["lost_acknowledged"] > 0 and rpo["phantoms"] == 0 and rpo["undelivered"] == 0, rpo
-    # recounted with plain SQL: the restored server holds exactly the source's rows committed up to
-    # the last transaction it replayed (the source, restarted after the drill, lost nothing)
-    target = dr.clusters["pg-dr"].backup.restore_to  # type: ignore[union-attr]
-    restored = rows(dr.hosts[target.host].address, target.port, ev["run_id"])
-    source = rows(dr.hosts["dr1"].address, 5432, ev["run_id"], commit_ts=True, wait_s=90)
-    assert set(restored) <= set(source)
-    kept = {k for k, t in source.items() if t is not None and t <= last}
-    assert all(abs(source[k] - last) <= CUT_S for k in kept ^ set(restored)), sorted(kept ^ set(restored))[:5]
-    assert len(restored) == expected_rows(ev)
+    # the restored server holds exactly the source's rows up to its last replayed commit (the
+    # source, restarted after the drill, lost nothing)
+    restored_is_the_sources_prefix(dr, ev, last)
 
 
 def test_the_primarys_data_directory_lost_is_restored_from_what_reached_the_archive(dr: Inventory,
@@ -148,27 +163,15 @@ def test_the_primarys_data_directory_lost_is_restored_from_what_reached_the_arch
     flushed (the primary did not answer); the restored server holds exactly the source's rows
     committed up to the last transaction it replayed; the directory came back whole at the fault's
     end (nothing left beside it), so every write lost on the restore is still on the source."""
-    playbook = tmp_path / "pg-restore-data-dir-lost.yaml"
-    playbook.write_text(Path("playbooks/dr/pg-restore-data-dir-lost.yaml").read_text())
-    res, ev, _ = run(playbook, tmp_path)
-    assert res.returncode == 0, res.stdout + res.stderr
-    backup, restore = ev["actions"]
-    assert (backup["kind"], backup["ok"]) == ("backup", True), backup.get("answer")
-    assert restore["kind"] == "restore" and restore["ok"] is True, restore.get("answer")
+    ev, restore = backed_up_and_restored("pg-restore-data-dir-lost", tmp_path)
     [lost] = ev["faults_injected"]
     assert (lost["host"], lost["kind"]) == ("dr1", "data_dir_lost")
     assert restore["flush_archive"]["skipped"] is True, restore["flush_archive"]
     rpo = ev["results"]["rpo"]
     assert rpo["phantoms"] == 0 and rpo["undelivered"] == 0, rpo
     assert not list(Path("/var/lib/chaoskit-lab/hosts/dr1/disk").glob("pgdata.chaoskit-*"))
-    target = dr.clusters["pg-dr"].backup.restore_to  # type: ignore[union-attr]
-    restored = rows(dr.hosts[target.host].address, target.port, ev["run_id"])
-    source = rows(dr.hosts["dr1"].address, 5432, ev["run_id"], commit_ts=True, wait_s=90)
-    assert set(restored) <= set(source)
     last = restore["last_commit_host_t"]
     assert last is not None
-    kept = {k for k, t in source.items() if t is not None and t <= last}
-    assert all(abs(source[k] - last) <= CUT_S for k in kept ^ set(restored)), sorted(kept ^ set(restored))[:5]
-    assert len(restored) == expected_rows(ev)
+    restored, source = restored_is_the_sources_prefix(dr, ev, last)
     # what the restore lost is on the source, back with its own directory
     assert len(set(source) - set(restored)) >= rpo["lost_acknowledged"]

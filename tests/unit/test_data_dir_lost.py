@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from mounts import tmpfs_disk
 
 from chaoskit.faults import journal
 from chaoskit.faults.hostscript import HostFacts
@@ -32,15 +33,9 @@ def sh(script: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 @pytest.fixture
 def disk(tmp_path: Path) -> Iterator[Path]:
     """A tmpfs like a lab host's disk, a data directory on it holding one file."""
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], check=True)
-    (mnt / "pgdata").mkdir()
-    (mnt / "pgdata" / "PG_VERSION").write_text("15\n")
-    try:
+    with tmpfs_disk(tmp_path, "8m") as mnt:
+        (mnt / "pgdata" / "PG_VERSION").write_text("15\n")
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 class Server:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from mounts import tmpfs_disk
 
 from chaoskit.faults import journal
 from chaoskit.faults.disk import BLKIO
@@ -38,14 +39,8 @@ def free_bytes(path: Path) -> int:
 
 @pytest.fixture
 def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(mnt)], check=True)
-    (mnt / "pgdata").mkdir()
-    try:
+    with tmpfs_disk(tmp_path) as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 @pytest.fixture

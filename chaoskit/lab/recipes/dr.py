@@ -192,9 +192,9 @@ def build(b: Build) -> None:
     # the cluster's own DCS, on its one member's host: the base's etcd (dcs1) is the default
     # stacks' fault target (a drill there takes it down), and a Patroni that loses its DCS demotes
     b.launch(f"{SOURCE.name}/etcd", daemons.etcd_setup(SOURCE), SOURCE.dir / "etcd.pid")
+    # (its data lives in dr1's host directory, which `lab down --stack dr` removes: a stack added
+    # again finds no key of its old cluster, whose member would wait for a leader for ever)
     wait_tcp(SOURCE.address, ETCD_PORT, b.deadline, f"etcd on {SOURCE.name}")
-    if not (Paths.pg_data(SOURCE) / "PG_VERSION").exists():  # a new cluster: nothing of an old one in the DCS
-        daemons.forget_dcs_scope(SOURCE, SCOPE)
     b.launch(f"{SOURCE.name}/patroni", daemons.patroni_setup(
         SOURCE, SOURCE, b.flavour, b.secrets["pg_superuser"], b.secrets["pg_replication"], scope=SCOPE,
         # commit timestamps kept: a test recounts which rows a restore must hold by their commit time
